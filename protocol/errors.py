@@ -1,0 +1,74 @@
+"""Error codes of the HTTP API: ``{"error_code": <status*100+n>, "message": ...}``."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class ErrorCode(Enum):
+    """Each code's value is ``status * 100 + n``; its status is the HTTP status."""
+
+    MALFORMED_REQUEST = 40001
+    INVALID_FIELD = 40002
+    UNKNOWN_TOPIC = 40401
+    UNKNOWN_PARTITION = 40402
+    UNKNOWN_CONSUMER = 40403
+    UNKNOWN_PRODUCER = 40404
+    NOT_FOUND = 40405
+    METHOD_NOT_ALLOWED = 40501
+    TOPIC_EXISTS = 40901
+    SEQUENCE_OUT_OF_ORDER = 40902
+    TOO_MANY = 40903
+    TOO_LARGE = 41301
+    BACKPRESSURE = 42901
+    INTERNAL = 50001
+    NO_LEADER = 50301
+    NOT_LEADER = 50302
+    COMMIT_TIMEOUT = 50303
+    """The command may or may not have been applied: retry with the same sequence or
+    request id, which is safe."""
+    UNAVAILABLE = 50304
+    NOT_ENOUGH_BROKERS = 50305
+
+    @property
+    def status(self) -> int:
+        return self.value // 100
+
+
+class RaftQError(Exception):
+    """An error that maps to one HTTP answer. Raised by services, mapped by the HTTP layer."""
+
+    def __init__(self, code: ErrorCode, message: str, leader_hint: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.leader_hint = leader_hint
+
+    @property
+    def status(self) -> int:
+        return self.code.status
+
+    def to_json(self) -> dict[str, object]:
+        body: dict[str, object] = {"error_code": self.code.value, "message": self.message}
+        if self.leader_hint is not None:
+            body["leader_hint"] = self.leader_hint
+        return body
+
+    @classmethod
+    def from_json(cls, status: int, body: object) -> RaftQError:
+        """Rebuild an error another component answered with (for passing it through)."""
+        if isinstance(body, dict) and isinstance(body.get("error_code"), int):
+            try:
+                code = ErrorCode(body["error_code"])
+            except ValueError:
+                code = _code_for_status(status)
+            hint = body.get("leader_hint")
+            return cls(code, str(body.get("message", "")), hint if isinstance(hint, str) else None)
+        return cls(_code_for_status(status), f"unexpected answer with status {status}")
+
+
+def _code_for_status(status: int) -> ErrorCode:
+    for code in ErrorCode:
+        if code.status == status:
+            return code
+    return ErrorCode.INTERNAL if status >= 500 else ErrorCode.MALFORMED_REQUEST

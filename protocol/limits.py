@@ -1,0 +1,157 @@
+"""Every bound in RaftQ, with its unit in its name, checked against each other at start.
+
+One frozen ``Limits`` object is built in each process's ``__main__`` (defaults, optionally
+overridden from the command line) and passed down; nothing reads these constants directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+
+class LimitsError(ValueError):
+    """The limits contradict each other or are out of range."""
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    # --- messages and requests -------------------------------------------------------------
+    message_bytes_max: int = 1024 * 1024
+    """Largest message value plus key, in UTF-8 bytes."""
+    key_bytes_max: int = 1024
+    """Largest message key, in UTF-8 bytes."""
+    topic_name_chars_max: int = 200
+    """Longest topic name."""
+    id_chars_max: int = 200
+    """Longest producer, consumer or request id."""
+    request_messages_max: int = 10_000
+    """Most messages in one produce request."""
+    request_bytes_max: int = 16 * 1024 * 1024
+    """Largest HTTP request body."""
+    fetch_messages_max: int = 10_000
+    """Most messages one fetch or pop returns."""
+    topic_partitions_max: int = 256
+    """Most partitions in one topic."""
+
+    # --- partitions ------------------------------------------------------------------------
+    partition_unflushed_messages_max: int = 500_000
+    """Most committed messages held in memory until every replica has flushed them;
+    past it appends get 429 with Retry-After."""
+    partition_unflushed_bytes_max: int = 256 * 1024 * 1024
+    """Same bound in bytes of message values and keys."""
+    partition_producers_max: int = 10_000
+    """Producers whose last sequences a partition remembers; the least recently used is
+    forgotten first (like Kafka's producer-id expiry)."""
+    producer_sequences_remembered: int = 8
+    """Recent sequences per producer whose offsets a duplicate batch gets back."""
+    partition_consumers_max: int = 10_000
+    """Consumers with an offset in one partition."""
+    replication_factor: int = 3
+    """Replicas per partition."""
+
+    # --- flush -----------------------------------------------------------------------------
+    flush_batch_messages_max: int = 5_000
+    """Most messages one flush writes in one database transaction."""
+    flush_period_s: float = 0.05
+    """Pause between flushes when there is nothing to flush."""
+    flush_retry_backoff_s_max: float = 2.0
+    """Longest pause after a failed flush."""
+
+    # --- Raft ------------------------------------------------------------------------------
+    raft_commit_timeout_s: float = 5.0
+    """Longest wait for a replicated command to commit and apply before answering 503."""
+    raft_election_timeout_min_s: float = 0.4
+    raft_election_timeout_max_s: float = 1.0
+    raft_leader_fallback_timeout_s: float = 3.0
+    """A leader that hears from no majority for this long steps down (pysyncobj: 30 s)."""
+    raft_connection_timeout_s: float = 10.0
+    """Long enough for a snapshot transfer of a full partition."""
+    raft_log_compaction_entries_min: int = 20_000
+    raft_log_compaction_time_min_s: int = 60
+
+    # --- HTTP between components -----------------------------------------------------------
+    http_timeout_s: float = 10.0
+    """Longest wait for one HTTP call between components (must exceed the commit timeout)."""
+    http_connect_timeout_s: float = 1.0
+    http_retries_max: int = 3
+    """Attempts for a call that is safe to repeat."""
+    http_retry_backoff_s_max: float = 0.5
+    read_wait_s_max: float = 2.0
+    """Longest wait for a replica to apply a range it has just been told is committed."""
+
+    # --- managers, brokers and load balancer ---------------------------------------------
+    broker_poll_period_s: float = 0.5
+    """How often the manager leader polls each broker's /partitions (the heartbeat)."""
+    broker_dead_after_s: float = 3.0
+    """A broker that has not answered for this long is marked dead."""
+    broker_register_period_s: float = 5.0
+    """How often a broker re-registers with the managers (idempotent)."""
+    manager_poll_period_s: float = 0.2
+    """How often the load balancer asks every manager who leads."""
+    reconcile_period_s: float = 0.5
+    """How often the manager leader resumes half-done multi-step operations."""
+    registry_topics_max: int = 10_000
+    registry_clients_max: int = 1_000_000
+    """Most producers plus consumers the managers remember."""
+    retry_after_s: int = 1
+    """Value of the Retry-After header on 429 and 503."""
+
+    def validate(self) -> Limits:
+        """Raise ``LimitsError`` unless every limit is positive and they agree with each other."""
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if value <= 0:
+                raise LimitsError(f"{field.name} must be positive, got {value}")
+        _require(self.key_bytes_max <= self.message_bytes_max, "key_bytes_max <= message_bytes_max")
+        _require(
+            self.message_bytes_max <= self.request_bytes_max, "message_bytes_max <= request_bytes_max"
+        )
+        _require(
+            self.flush_batch_messages_max <= self.partition_unflushed_messages_max,
+            "flush_batch_messages_max <= partition_unflushed_messages_max",
+        )
+        _require(
+            self.request_messages_max <= self.partition_unflushed_messages_max,
+            "request_messages_max <= partition_unflushed_messages_max",
+        )
+        _require(
+            self.message_bytes_max <= self.partition_unflushed_bytes_max,
+            "message_bytes_max <= partition_unflushed_bytes_max",
+        )
+        _require(
+            self.raft_election_timeout_min_s < self.raft_election_timeout_max_s,
+            "raft_election_timeout_min_s < raft_election_timeout_max_s",
+        )
+        _require(
+            self.raft_election_timeout_max_s < self.raft_leader_fallback_timeout_s,
+            "raft_election_timeout_max_s < raft_leader_fallback_timeout_s",
+        )
+        _require(
+            self.raft_commit_timeout_s < self.http_timeout_s,
+            "raft_commit_timeout_s < http_timeout_s (a broker answers before its caller gives up)",
+        )
+        _require(
+            self.broker_poll_period_s < self.broker_dead_after_s,
+            "broker_poll_period_s < broker_dead_after_s",
+        )
+        _require(self.replication_factor % 2 == 1, "replication_factor is odd")
+        return self
+
+    def with_overrides(self, overrides: dict[str, str]) -> Limits:
+        """A copy with some limits replaced from ``name=value`` strings, validated."""
+        known = {f.name: f for f in fields(self)}
+        changes: dict[str, object] = {}
+        for name, text in overrides.items():
+            if name not in known:
+                raise LimitsError(f"unknown limit {name!r}")
+            kind = type(getattr(self, name))
+            try:
+                changes[name] = kind(text)
+            except ValueError as exc:
+                raise LimitsError(f"{name}: {exc}") from exc
+        return replace(self, **changes).validate()  # type: ignore[arg-type]
+
+
+def _require(condition: bool, rule: str) -> None:
+    if not condition:
+        raise LimitsError(f"limits disagree: {rule} must hold")

@@ -1,0 +1,356 @@
+"""Parsing and validation of API requests into frozen records.
+
+A request's parameters are one mapping: the query string merged over the JSON body (the seed's
+clients send a JSON body with GET). Every check that can reject input happens here, before
+anything is proposed to Raft, so replicated commands only ever see valid arguments.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from protocol.errors import ErrorCode, RaftQError
+from protocol.limits import Limits
+from protocol.types import (
+    BrokerId,
+    ConsumerId,
+    NewMessage,
+    Offset,
+    PartitionId,
+    ProducerId,
+    ReplicaAddress,
+    ReplicaId,
+    ReplicaSpec,
+    RequestId,
+)
+
+Params = Mapping[str, object]
+
+_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+_MISSING = object()
+
+
+def invalid(message: str) -> RaftQError:
+    return RaftQError(ErrorCode.INVALID_FIELD, message)
+
+
+def get_str(params: Params, name: str, chars_max: int, *, required: bool = True) -> str | None:
+    value = params.get(name, _MISSING)
+    if value is _MISSING or value is None:
+        if required:
+            raise invalid(f"missing field {name!r}")
+        return None
+    if not isinstance(value, str):
+        raise invalid(f"field {name!r} must be a string")
+    if not value:
+        raise invalid(f"field {name!r} must not be empty")
+    if len(value) > chars_max:
+        raise invalid(f"field {name!r} is longer than {chars_max} characters")
+    return value
+
+
+def require_str(params: Params, name: str, chars_max: int) -> str:
+    value = get_str(params, name, chars_max)
+    if value is None:  # unreachable: required=True raises; kept for the type checker
+        raise invalid(f"missing field {name!r}")
+    return value
+
+
+def get_int(
+    params: Params, name: str, *, minimum: int, maximum: int, default: int | None = None
+) -> int:
+    value = params.get(name, _MISSING)
+    if value is _MISSING or value is None:
+        if default is None:
+            raise invalid(f"missing field {name!r}")
+        return default
+    if isinstance(value, bool):
+        raise invalid(f"field {name!r} must be an integer")
+    if isinstance(value, str):
+        if not re.fullmatch(r"-?[0-9]{1,19}", value):
+            raise invalid(f"field {name!r} must be an integer")
+        value = int(value)
+    if not isinstance(value, int):
+        raise invalid(f"field {name!r} must be an integer")
+    if not minimum <= value <= maximum:
+        raise invalid(f"field {name!r} must be between {minimum} and {maximum}, got {value}")
+    return value
+
+
+def get_optional_int(params: Params, name: str, *, minimum: int, maximum: int) -> int | None:
+    if params.get(name) is None:
+        return None
+    return get_int(params, name, minimum=minimum, maximum=maximum)
+
+
+def topic_name(params: Params, limits: Limits, field: str = "topic") -> str:
+    name = require_str(params, field, limits.topic_name_chars_max)
+    if not _TOPIC_NAME.match(name):
+        raise invalid(f"field {field!r} may hold only letters, digits, '.', '_' and '-'")
+    return name
+
+
+_INT_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopic:
+    name: str
+    partitions: int
+    replication_factor: int
+
+    @classmethod
+    def parse(cls, params: Params, limits: Limits) -> CreateTopic:
+        return cls(
+            name=topic_name(params, limits, "name"),
+            partitions=get_int(
+                params, "partitions", minimum=1, maximum=limits.topic_partitions_max, default=1
+            ),
+            replication_factor=get_int(
+                params,
+                "replication_factor",
+                minimum=1,
+                maximum=limits.replication_factor,
+                default=limits.replication_factor,
+            ),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRef:
+    """``POST /partitions {"topic"}``, ``POST /producers {"topic"}``, ``GET /partitions?topic=``."""
+
+    topic: str
+
+    @classmethod
+    def parse(cls, params: Params, limits: Limits) -> TopicRef:
+        return cls(topic=topic_name(params, limits))
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterConsumer:
+    topic: str
+    partition_id: PartitionId | None
+
+    @classmethod
+    def parse(cls, params: Params, limits: Limits) -> RegisterConsumer:
+        pid = get_optional_int(
+            params, "partition_id", minimum=0, maximum=limits.topic_partitions_max - 1
+        )
+        return cls(
+            topic=topic_name(params, limits),
+            partition_id=None if pid is None else PartitionId(pid),
+        )
+
+
+def _message_bytes(message: NewMessage) -> int:
+    key_bytes = 0 if message.key is None else len(message.key.encode("utf-8"))
+    return len(message.value.encode("utf-8")) + key_bytes
+
+
+def _parse_message(item: Params, limits: Limits, where: str) -> NewMessage:
+    value = item.get("message", _MISSING)
+    if value is _MISSING or not isinstance(value, str):
+        raise invalid(f"{where}: field 'message' must be a string")
+    key = item.get("key")
+    if key is not None and not isinstance(key, str):
+        raise invalid(f"{where}: field 'key' must be a string or null")
+    if key is not None and len(key.encode("utf-8")) > limits.key_bytes_max:
+        raise RaftQError(ErrorCode.TOO_LARGE, f"{where}: key exceeds {limits.key_bytes_max} bytes")
+    message = NewMessage(value=value, key=key)
+    if _message_bytes(message) > limits.message_bytes_max:
+        raise RaftQError(
+            ErrorCode.TOO_LARGE, f"{where}: message exceeds {limits.message_bytes_max} bytes"
+        )
+    return message
+
+
+def parse_messages(params: Params, limits: Limits) -> tuple[tuple[NewMessage, ...], bool]:
+    """The messages of a produce request and whether it was a batch (``"messages"``)."""
+    has_one = "message" in params
+    has_many = "messages" in params
+    if has_one == has_many:
+        raise invalid("give exactly one of 'message' and 'messages'")
+    if has_one:
+        return (_parse_message(params, limits, "message"),), False
+    items = params["messages"]
+    if not isinstance(items, list) or not items:
+        raise invalid("field 'messages' must be a non-empty list")
+    if len(items) > limits.request_messages_max:
+        raise RaftQError(
+            ErrorCode.TOO_LARGE, f"a batch holds at most {limits.request_messages_max} messages"
+        )
+    parsed = []
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise invalid(f"messages[{index}] must be an object")
+        parsed.append(_parse_message(item, limits, f"messages[{index}]"))
+    return tuple(parsed), True
+
+
+@dataclass(frozen=True, slots=True)
+class Produce:
+    """``POST /logs``. At the manager ``partition_id`` may be absent (routed by key);
+    a broker always gets one partition's messages with ``partition_id`` set."""
+
+    topic: str
+    partition_id: PartitionId | None
+    messages: tuple[NewMessage, ...]
+    is_batch: bool
+    producer_id: ProducerId | None
+    sequence: int | None
+
+    @classmethod
+    def parse(cls, params: Params, limits: Limits) -> Produce:
+        messages, is_batch = parse_messages(params, limits)
+        pid = get_optional_int(
+            params, "partition_id", minimum=0, maximum=limits.topic_partitions_max - 1
+        )
+        producer = get_str(params, "producer_id", limits.id_chars_max, required=False)
+        sequence = get_optional_int(params, "sequence", minimum=0, maximum=_INT_MAX)
+        if sequence is not None and producer is None:
+            raise invalid("field 'sequence' needs 'producer_id'")
+        return cls(
+            topic=topic_name(params, limits),
+            partition_id=None if pid is None else PartitionId(pid),
+            messages=messages,
+            is_batch=is_batch,
+            producer_id=None if producer is None else ProducerId(producer),
+            sequence=sequence,
+        )
+
+    def to_json(self) -> dict[str, object]:
+        body: dict[str, object] = {
+            "topic": self.topic,
+            "messages": [{"message": m.value, "key": m.key} for m in self.messages],
+        }
+        if self.partition_id is not None:
+            body["partition_id"] = self.partition_id
+        if self.producer_id is not None:
+            body["producer_id"] = self.producer_id
+        if self.sequence is not None:
+            body["sequence"] = self.sequence
+        return body
+
+
+@dataclass(frozen=True, slots=True)
+class Pop:
+    """``GET /logs?consumer_id=C&max_messages=N&request_id=R``. At a broker the request also
+    names ``topic`` and ``partition_id``."""
+
+    consumer_id: ConsumerId
+    max_messages: int
+    request_id: RequestId | None
+
+    @classmethod
+    def parse(cls, params: Params, limits: Limits) -> Pop:
+        request = get_str(params, "request_id", limits.id_chars_max, required=False)
+        return cls(
+            consumer_id=ConsumerId(require_str(params, "consumer_id", limits.id_chars_max)),
+            max_messages=get_int(
+                params, "max_messages", minimum=1, maximum=limits.fetch_messages_max, default=1
+            ),
+            request_id=None if request is None else RequestId(request),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Fetch:
+    """``GET /logs?topic=T&partition_id=P&offset=O&max_messages=N``: stateless read."""
+
+    topic: str
+    partition_id: PartitionId
+    offset: Offset
+    max_messages: int
+
+    @classmethod
+    def parse(cls, params: Params, limits: Limits) -> Fetch:
+        return cls(
+            topic=topic_name(params, limits),
+            partition_id=PartitionId(
+                get_int(params, "partition_id", minimum=0, maximum=limits.topic_partitions_max - 1)
+            ),
+            offset=Offset(get_int(params, "offset", minimum=0, maximum=_INT_MAX)),
+            max_messages=get_int(
+                params, "max_messages", minimum=1, maximum=limits.fetch_messages_max, default=100
+            ),
+        )
+
+
+def partition_ref(params: Params, limits: Limits) -> tuple[str, PartitionId]:
+    """``topic`` and required ``partition_id`` (broker-side requests)."""
+    return topic_name(params, limits), PartitionId(
+        get_int(params, "partition_id", minimum=0, maximum=limits.topic_partitions_max - 1)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterBroker:
+    """``POST /brokers``: a broker announces itself (idempotent)."""
+
+    broker_id: BrokerId
+    address: str
+    raft_host: str
+    raft_port_min: int
+    raft_port_max: int
+
+    @classmethod
+    def parse(cls, params: Params, limits: Limits) -> RegisterBroker:
+        address = require_str(params, "address", 300)
+        if not address.startswith(("http://", "https://")):
+            raise invalid("field 'address' must be an http:// or https:// URL")
+        low = get_int(params, "raft_port_min", minimum=1, maximum=65535)
+        high = get_int(params, "raft_port_max", minimum=1, maximum=65535)
+        if high < low:
+            raise invalid("raft_port_max must not be below raft_port_min")
+        return cls(
+            broker_id=BrokerId(get_int(params, "broker_id", minimum=0, maximum=1_000_000)),
+            address=address.rstrip("/"),
+            raft_host=require_str(params, "raft_host", 255),
+            raft_port_min=low,
+            raft_port_max=high,
+        )
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "broker_id": self.broker_id,
+            "address": self.address,
+            "raft_host": self.raft_host,
+            "raft_port_min": self.raft_port_min,
+            "raft_port_max": self.raft_port_max,
+        }
+
+
+def parse_replica_spec(params: Params, limits: Limits) -> ReplicaSpec:
+    """``POST /partitions`` at a broker: host one replica (sent by the manager leader)."""
+    topic, partition_id = partition_ref(params, limits)
+    replica_id = get_int(params, "replica_id", minimum=0, maximum=limits.replication_factor - 1)
+    items = params.get("replicas")
+    if not isinstance(items, list) or not 1 <= len(items) <= limits.replication_factor:
+        raise invalid(f"field 'replicas' must list 1 to {limits.replication_factor} replicas")
+    replicas = []
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise invalid(f"replicas[{index}] must be an object")
+        replicas.append(
+            ReplicaAddress(
+                replica_id=ReplicaId(
+                    get_int(item, "replica_id", minimum=index, maximum=index)
+                ),
+                broker_id=BrokerId(get_int(item, "broker_id", minimum=0, maximum=1_000_000)),
+                address=require_str(item, "address", 300).rstrip("/"),
+                raft_address=require_str(item, "raft_address", 300),
+            )
+        )
+    if replica_id >= len(replicas):
+        raise invalid("replica_id is not in 'replicas'")
+    if len({r.raft_address for r in replicas}) != len(replicas):
+        raise invalid("replicas must have distinct raft addresses")
+    return ReplicaSpec(
+        topic=topic,
+        partition_id=partition_id,
+        replica_id=ReplicaId(replica_id),
+        replicas=tuple(replicas),
+    )

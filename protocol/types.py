@@ -1,0 +1,119 @@
+"""Identifier types and plain-data records shared by every RaftQ component.
+
+Ranges of offsets are half-open, ``[start, end)``, everywhere in RaftQ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import NewType
+
+Offset = NewType("Offset", int)
+"""Position of a message in one partition, contiguous from 0. Never a Raft log index."""
+
+PartitionId = NewType("PartitionId", int)
+BrokerId = NewType("BrokerId", int)
+ReplicaId = NewType("ReplicaId", int)
+"""Index of a replica inside its partition's replica list (0, 1 or 2 with three replicas)."""
+
+ProducerId = NewType("ProducerId", str)
+ConsumerId = NewType("ConsumerId", str)
+RequestId = NewType("RequestId", str)
+
+
+class RaftRole(Enum):
+    LEADER = "leader"
+    FOLLOWER = "follower"
+    CANDIDATE = "candidate"
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """A message as a producer sends it, before it has an offset."""
+
+    value: str
+    key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A committed message at its offset in a partition."""
+
+    offset: Offset
+    value: str
+    key: str | None
+    timestamp_ms: int
+
+    def to_json(self, topic: str, partition_id: PartitionId) -> dict[str, object]:
+        return {
+            "topic": topic,
+            "partition_id": partition_id,
+            "offset": self.offset,
+            "key": self.key,
+            "message": self.value,
+            "timestamp_ms": self.timestamp_ms,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetRange:
+    """Offsets ``[start, end)``; empty when ``start == end``."""
+
+    start: Offset
+    end: Offset
+
+    def __len__(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaAddress:
+    """Where one replica of a partition lives."""
+
+    replica_id: ReplicaId
+    broker_id: BrokerId
+    address: str
+    """The broker's HTTP base URL, e.g. ``http://127.0.0.1:17121``."""
+    raft_address: str
+    """``host:port`` of this replica's Raft node."""
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "replica_id": self.replica_id,
+            "broker_id": self.broker_id,
+            "address": self.address,
+            "raft_address": self.raft_address,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSpec:
+    """Everything a broker needs to host one replica of a partition.
+
+    The manager sends it in ``POST /partitions``; the broker keeps it in its
+    ``PartitionRaft`` table to rebuild the replica after a restart.
+    """
+
+    topic: str
+    partition_id: PartitionId
+    replica_id: ReplicaId
+    replicas: tuple[ReplicaAddress, ...]
+
+    @property
+    def raft_address(self) -> str:
+        return self.replicas[self.replica_id].raft_address
+
+    @property
+    def partners(self) -> tuple[str, ...]:
+        return tuple(r.raft_address for r in self.replicas if r.replica_id != self.replica_id)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "topic": self.topic,
+            "partition_id": self.partition_id,
+            "replica_id": self.replica_id,
+            "raft_address": self.raft_address,
+            "partners": list(self.partners),
+            "replicas": [r.to_json() for r in self.replicas],
+        }

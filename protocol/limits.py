@@ -88,11 +88,18 @@ class Limits:
     """How often a broker re-registers with the managers (idempotent)."""
     manager_poll_period_s: float = 0.2
     """How often the load balancer asks every manager who leads."""
+    manager_poll_timeout_s: float = 0.5
+    """Longest wait for one manager's /raft_status answer: a paused manager must not hold
+    back the load balancer's view of the others."""
     reconcile_period_s: float = 0.5
     """How often the manager leader resumes half-done multi-step operations."""
     registry_topics_max: int = 10_000
     registry_clients_max: int = 1_000_000
     """Most producers plus consumers the managers remember."""
+    registry_brokers_max: int = 1_000
+    """Most brokers the managers remember."""
+    manager_http_threads_max: int = 16
+    """Threads a manager uses for parallel calls to brokers (polls, produce groups)."""
     retry_after_s: int = 1
     """Value of the Retry-After header on 429 and 503."""
 

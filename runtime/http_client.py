@@ -16,6 +16,15 @@ from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 
 
+class NoAnswer(RaftQError):
+    """``UNAVAILABLE``: no answer came. ``refused`` says the connection was refused, which
+    proves the request was not processed (safe to send elsewhere)."""
+
+    def __init__(self, message: str, *, refused: bool) -> None:
+        super().__init__(ErrorCode.UNAVAILABLE, message)
+        self.refused = refused
+
+
 @dataclass(frozen=True, slots=True)
 class HttpAnswer:
     status: int
@@ -43,8 +52,8 @@ class JsonHttpClient:
         idempotent: bool = False,
         timeout_s: float | None = None,
     ) -> HttpAnswer:
-        """Send and return the answer whatever its status; raise ``RaftQError(UNAVAILABLE)``
-        when no answer came."""
+        """Send and return the answer whatever its status; raise ``NoAnswer`` (a
+        ``RaftQError(UNAVAILABLE)``) when no answer came."""
         attempts = self._limits.http_retries_max
         last_error: Exception | None = None
         for attempt in range(attempts):
@@ -69,7 +78,8 @@ class JsonHttpClient:
                     break
                 continue
             return HttpAnswer(response.status_code, _json_or_text(response), dict(response.headers))
-        raise RaftQError(ErrorCode.UNAVAILABLE, f"{method} {url} got no answer: {last_error}")
+        refused = isinstance(last_error, requests.ConnectionError) and _refused(last_error)
+        raise NoAnswer(f"{method} {url} got no answer: {last_error}", refused=refused)
 
     def call_ok(
         self,

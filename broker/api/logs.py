@@ -1,0 +1,52 @@
+"""``/logs``: produce (POST), pop by consumer and fetch by offset (GET)."""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response
+
+from broker.service import BrokerService
+from protocol.errors import ErrorCode, RaftQError
+from protocol.limits import Limits
+from protocol.requests import Fetch, Pop, Produce, partition_ref
+from protocol.types import PartitionId, StoredMessage
+from runtime.http_api import json_response, request_params
+
+
+def logs_blueprint(service: BrokerService, limits: Limits) -> Blueprint:
+    api = Blueprint("logs", __name__)
+
+    @api.post("/logs")
+    def produce() -> Response:
+        request = Produce.parse(request_params(), limits)
+        if request.partition_id is None:
+            raise RaftQError(ErrorCode.INVALID_FIELD, "a broker needs 'partition_id'")
+        offsets = service.produce(
+            request.topic,
+            request.partition_id,
+            request.messages,
+            request.producer_id,
+            request.sequence,
+        )
+        return json_response({"partition_id": request.partition_id, "offsets": offsets}, 201)
+
+    @api.get("/logs")
+    def read() -> Response:
+        params = request_params()
+        topic, partition_id = partition_ref(params, limits)
+        if params.get("consumer_id") is not None:
+            pop = Pop.parse(params, limits)
+            messages = service.pop(
+                topic, partition_id, pop.consumer_id, pop.max_messages, pop.request_id
+            )
+        else:
+            fetch = Fetch.parse(params, limits)
+            messages = service.fetch(topic, partition_id, fetch.offset, fetch.max_messages)
+        return json_response({"messages": _to_json(topic, partition_id, messages)})
+
+    return api
+
+
+def _to_json(
+    topic: str, partition_id: PartitionId, messages: list[StoredMessage]
+) -> list[dict[str, object]]:
+    return [m.to_json(topic, partition_id) for m in messages]

@@ -1,0 +1,90 @@
+"""``BrokerConfig``: every setting of a broker process, built once in ``__main__``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+
+from protocol.limits import Limits, LimitsError
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    broker_id: int
+    host: str
+    port: int
+    raft_port_min: int
+    raft_port_max: int
+    data_dir: str
+    db_url: str
+    managers_url: str
+    """Where the broker registers: the load balancer (or a manager)."""
+    secret: str
+    """The cluster secret: the password of every Raft group."""
+    limits: Limits
+    http_threads: int = 32
+
+    @property
+    def address(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m broker", description="Run a RaftQ broker.")
+    parser.add_argument("--id", type=int, required=True, dest="broker_id")
+    parser.add_argument("--host", required=True, help="address to bind HTTP and Raft to")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--raft-port-min", type=int, required=True)
+    parser.add_argument("--raft-port-max", type=int, required=True)
+    parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--db-url", help="default: sqlite:///DATA_DIR/broker.sqlite3")
+    parser.add_argument("--managers-url", required=True, help="load balancer URL")
+    parser.add_argument("--secret-file", required=True)
+    parser.add_argument("--threads", type=int, default=32)
+    parser.add_argument("--limit", action="append", default=[], metavar="NAME=VALUE")
+    return parser.parse_args(argv)
+
+
+def build_config(args: argparse.Namespace) -> BrokerConfig:
+    """Validate the arguments into a config; raise ``ValueError`` with a clear message."""
+    secret = _read_secret(args.secret_file)
+    limits = Limits().with_overrides(_overrides(args.limit))
+    if not 0 < args.raft_port_min <= args.raft_port_max <= 65535:
+        raise ValueError("need 0 < --raft-port-min <= --raft-port-max <= 65535")
+    data_dir = os.path.abspath(args.data_dir)
+    db_url = args.db_url or f"sqlite:///{os.path.join(data_dir, 'broker.sqlite3')}"
+    return BrokerConfig(
+        broker_id=args.broker_id,
+        host=args.host,
+        port=args.port,
+        raft_port_min=args.raft_port_min,
+        raft_port_max=args.raft_port_max,
+        data_dir=data_dir,
+        db_url=db_url,
+        managers_url=args.managers_url.rstrip("/"),
+        secret=secret,
+        limits=limits,
+        http_threads=args.threads,
+    )
+
+
+def _read_secret(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as file:
+            secret = file.read().strip()
+    except OSError as exc:
+        raise ValueError(f"cannot read the cluster secret from {path}: {exc}") from exc
+    if len(secret) < 16:
+        raise ValueError(f"the cluster secret in {path} is missing or shorter than 16 characters")
+    return secret
+
+
+def _overrides(items: list[str]) -> dict[str, str]:
+    overrides = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise LimitsError(f"--limit takes NAME=VALUE, got {item!r}")
+        overrides[name.strip()] = value.strip()
+    return overrides

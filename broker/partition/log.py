@@ -1,0 +1,241 @@
+"""``PartitionLog``: the replicated state machine of one partition. Pure.
+
+No threads, sockets, clock, randomness or database: every input (timestamps, ids) is fixed by
+the proposer and passed in, so every replica that applies the same commands in the same order
+reaches the same state. Every command is total: bad input becomes a ``Rejected`` result, never
+an exception (an exception inside a pysyncobj apply wedges the Raft group).
+
+Vocabulary: offsets are message positions, contiguous from 0, never Raft indexes. Ranges are
+half-open ``[start, end)``. "Flush" is a replica writing messages to its own database; a
+replica's *flushed offset* is the end of the prefix it has flushed.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from protocol.errors import ErrorCode
+from protocol.invariant import check
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLimits:
+    """The limits that apply uses. They are part of the replicated state (fixed when the
+    replica is created), so every replica applies with the same bounds."""
+
+    unflushed_messages_max: int
+    unflushed_bytes_max: int
+    producers_max: int
+    sequences_remembered: int
+    consumers_max: int
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    start: int
+    end: int
+    duplicate: bool
+    """True when the ``(producer_id, sequence)`` was seen before: nothing was appended and
+    ``[start, end)`` are the offsets of the original batch."""
+
+
+@dataclass(frozen=True, slots=True)
+class Consumed:
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class Flushed:
+    flushed_offset: int
+    evicted_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    code: ErrorCode
+    message: str
+
+
+@dataclass(slots=True)
+class _Producer:
+    last_sequence: int
+    ranges: OrderedDict[int, tuple[int, int]] = field(default_factory=OrderedDict)
+    """Offsets of the producer's last few batches by sequence, oldest first."""
+
+
+@dataclass(slots=True)
+class _Consumer:
+    offset: int
+    last_request_id: str | None = None
+    last_range: tuple[int, int] = (0, 0)
+
+
+# (key, value, timestamp_ms); a tuple keeps snapshots and memory small.
+MessageTuple = tuple[str | None, str, int]
+
+
+class PartitionLog:
+    def __init__(self, replica_count: int, limits: PartitionLimits) -> None:
+        self.limits = limits
+        self.end_offset = 0
+        """Offset the next appended message gets: every offset below it is committed."""
+        self.log_start_offset = 0
+        """First offset still readable (retention moves it; nothing moves it yet)."""
+        self.messages: dict[int, MessageTuple] = {}
+        """``msg_dict``: committed messages that some replica has not flushed yet; holds
+        exactly ``[evicted_offset, end_offset)``."""
+        self.unflushed_bytes = 0
+        self.flushed_offsets = [0] * replica_count
+        """Per replica, the end of the prefix it has flushed: always ``<= end_offset``."""
+        self.evicted_offset = 0
+        """``min(flushed_offsets)``: messages below it are in every replica's database."""
+        self.consumers: dict[str, _Consumer] = {}
+        self.producers: OrderedDict[str, _Producer] = OrderedDict()
+        """Least recently used first, so the oldest is forgotten when over the bound."""
+
+    # --- commands (apply) -----------------------------------------------------------------
+
+    def append(
+        self,
+        messages: list[tuple[str | None, str]],
+        timestamp_ms: int,
+        producer_id: str | None,
+        sequence: int | None,
+    ) -> Appended | Rejected:
+        """Append a batch of ``(key, value)``; idempotent per ``(producer_id, sequence)``."""
+        if producer_id is not None and sequence is not None:
+            seen = self._seen_sequence(producer_id, sequence)
+            if seen is not None:
+                return seen
+        if not messages:
+            return Rejected(ErrorCode.INVALID_FIELD, "an append needs at least one message")
+        size_bytes = sum(_size_bytes(key, value) for key, value in messages)
+        full = self._backpressure(len(messages), size_bytes)
+        if full is not None:
+            return full
+        start = self.end_offset
+        for key, value in messages:
+            self.messages[self.end_offset] = (key, value, timestamp_ms)
+            self.end_offset += 1
+        self.unflushed_bytes += size_bytes
+        if producer_id is not None and sequence is not None:
+            self._remember(producer_id, sequence, start, self.end_offset)
+        self._check_invariants()
+        return Appended(start, self.end_offset, duplicate=False)
+
+    def consume(
+        self, consumer_id: str, max_messages: int, request_id: str | None
+    ) -> Consumed | Rejected:
+        """Advance ``consumer_id`` by up to ``max_messages``; a repeat of the last
+        ``request_id`` gets the same range again and advances nothing."""
+        if max_messages <= 0:
+            return Rejected(ErrorCode.INVALID_FIELD, "max_messages must be positive")
+        consumer = self.consumers.get(consumer_id)
+        if consumer is None:
+            if len(self.consumers) >= self.limits.consumers_max:
+                return Rejected(ErrorCode.TOO_MANY, "this partition has too many consumers")
+            consumer = _Consumer(offset=self.log_start_offset)
+            self.consumers[consumer_id] = consumer
+        if request_id is not None and request_id == consumer.last_request_id:
+            return Consumed(*consumer.last_range)
+        start = max(consumer.offset, self.log_start_offset)
+        end = min(start + max_messages, self.end_offset)
+        consumer.offset = end
+        consumer.last_request_id = request_id
+        consumer.last_range = (start, end)
+        return Consumed(start, end)
+
+    def mark_flushed(self, replica_id: int, flushed_offset: int) -> Flushed | Rejected:
+        """Replica ``replica_id`` has every message below ``flushed_offset`` in its database.
+        Idempotent and monotonic: a lower or equal offset changes nothing."""
+        if not 0 <= replica_id < len(self.flushed_offsets):
+            return Rejected(ErrorCode.INVALID_FIELD, f"no replica {replica_id}")
+        if flushed_offset > self.end_offset:
+            return Rejected(ErrorCode.INVALID_FIELD, "cannot flush past the end offset")
+        if flushed_offset > self.flushed_offsets[replica_id]:
+            self.flushed_offsets[replica_id] = flushed_offset
+            self._evict(min(self.flushed_offsets))
+        self._check_invariants()
+        return Flushed(self.flushed_offsets[replica_id], self.evicted_offset)
+
+    # --- queries (any thread, under the adapter's lock) -----------------------------------
+
+    def read(self, start: int, end: int) -> list[tuple[int, MessageTuple]]:
+        """Messages of ``[start, end)`` still in memory, in offset order."""
+        low = max(start, self.evicted_offset)
+        high = min(end, self.end_offset)
+        return [(offset, self.messages[offset]) for offset in range(low, high)]
+
+    def replicated_bitmask(self, offset: int) -> int:
+        """The seed's ``msg_replicated_bitmask``: bit r is set while replica r has not
+        flushed ``offset``."""
+        return sum(1 << r for r, flushed in enumerate(self.flushed_offsets) if flushed <= offset)
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _seen_sequence(self, producer_id: str, sequence: int) -> Appended | Rejected | None:
+        producer = self.producers.get(producer_id)
+        if producer is None:
+            return None
+        known = producer.ranges.get(sequence)
+        if known is not None:
+            self.producers.move_to_end(producer_id)
+            return Appended(known[0], known[1], duplicate=True)
+        if sequence <= producer.last_sequence:
+            return Rejected(
+                ErrorCode.SEQUENCE_OUT_OF_ORDER,
+                f"sequence {sequence} is not above the last one ({producer.last_sequence}) "
+                "and too old to be recognised as a retry",
+            )
+        return None
+
+    def _remember(self, producer_id: str, sequence: int, start: int, end: int) -> None:
+        producer = self.producers.get(producer_id)
+        if producer is None:
+            producer = _Producer(last_sequence=sequence)
+            self.producers[producer_id] = producer
+        self.producers.move_to_end(producer_id)
+        producer.last_sequence = sequence
+        producer.ranges[sequence] = (start, end)
+        while len(producer.ranges) > self.limits.sequences_remembered:
+            producer.ranges.popitem(last=False)
+        while len(self.producers) > self.limits.producers_max:
+            self.producers.popitem(last=False)
+
+    def _backpressure(self, count: int, size_bytes: int) -> Rejected | None:
+        unflushed = self.end_offset - self.evicted_offset
+        if unflushed + count > self.limits.unflushed_messages_max:
+            return Rejected(
+                ErrorCode.BACKPRESSURE,
+                f"{unflushed} messages wait to be flushed by every replica; retry later",
+            )
+        if self.unflushed_bytes + size_bytes > self.limits.unflushed_bytes_max:
+            return Rejected(
+                ErrorCode.BACKPRESSURE,
+                f"{self.unflushed_bytes} bytes wait to be flushed by every replica; retry later",
+            )
+        return None
+
+    def _evict(self, new_evicted_offset: int) -> None:
+        for offset in range(self.evicted_offset, new_evicted_offset):
+            key, value, _ = self.messages.pop(offset)
+            self.unflushed_bytes -= _size_bytes(key, value)
+        self.evicted_offset = max(self.evicted_offset, new_evicted_offset)
+
+    def _check_invariants(self) -> None:
+        check(
+            self.evicted_offset <= min(self.flushed_offsets) <= self.end_offset,
+            "evicted <= every flushed offset <= end",
+        )
+        check(
+            len(self.messages) == self.end_offset - self.evicted_offset,
+            "msg_dict holds exactly [evicted_offset, end_offset)",
+        )
+
+
+def _size_bytes(key: str | None, value: str) -> int:
+    # len() of str counts code points; close enough for a memory bound and far cheaper
+    # than encoding every message in apply.
+    return len(value) + (0 if key is None else len(key))

@@ -1,0 +1,205 @@
+"""``PartitionRaft``: adapts one ``PartitionLog`` to a pysyncobj Raft group.
+
+The only broker module that imports pysyncobj. It owns the ``SyncObj`` (one per hosted
+replica, one TCP port each) and turns pysyncobj's failures into ``RaftQError``s.
+
+Threads: pysyncobj's tick thread applies committed commands; HTTP and flusher threads call
+``append``/``consume``/``mark_flushed`` (blocking until applied locally, bounded by
+``raft_commit_timeout_s``) and read under ``lock``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
+from pysyncobj.syncobj import SyncObjException
+
+from broker.partition.log import (
+    Appended,
+    Consumed,
+    Flushed,
+    PartitionLimits,
+    PartitionLog,
+    Rejected,
+)
+from protocol.errors import ErrorCode, RaftQError
+from protocol.invariant import check
+from protocol.limits import Limits
+from protocol.types import RaftRole, ReplicaSpec
+
+_log = logging.getLogger(__name__)
+_Result = TypeVar("_Result")
+
+
+def _total(apply: Callable[[], _Result]) -> _Result | Rejected:
+    """Run an apply step; a bug must not wedge the group, so it becomes a result."""
+    try:
+        return apply()
+    except Exception as exc:
+        _log.exception("apply failed")
+        return Rejected(ErrorCode.INTERNAL, f"apply failed: {exc}")
+
+
+class ReplicatedPartition(SyncObjConsumer):
+    """The replicated commands of a partition: this list is a wire protocol.
+
+    pysyncobj numbers @replicated methods by their sorted names, so adding or renaming one
+    changes the protocol of every node. Versions start at 0: pysyncobj enables a method of
+    ``ver=N`` only once the leader has switched the whole group to code version N, so a changed
+    command is a new ``ver=N+1`` beside the old one, never an edit of it. Attributes set before ``super().__init__()`` (the lock) are not part of
+    snapshots; ``log`` (set after) is.
+    """
+
+    def __init__(self, replica_count: int, limits: PartitionLimits) -> None:
+        self.lock = threading.Lock()
+        super().__init__()
+        self.log = PartitionLog(replica_count, limits)
+
+    @replicated(ver=0)
+    def append(
+        self,
+        messages: list[tuple[str | None, str]],
+        timestamp_ms: int,
+        producer_id: str | None,
+        sequence: int | None,
+    ) -> Appended | Rejected:
+        with self.lock:
+            return _total(lambda: self.log.append(messages, timestamp_ms, producer_id, sequence))
+
+    @replicated(ver=0)
+    def consume(self, consumer_id: str, max_messages: int, request_id: str | None) -> object:
+        with self.lock:
+            return _total(lambda: self.log.consume(consumer_id, max_messages, request_id))
+
+    @replicated(ver=0)
+    def mark_flushed(self, replica_id: int, flushed_offset: int) -> object:
+        with self.lock:
+            return _total(lambda: self.log.mark_flushed(replica_id, flushed_offset))
+
+
+# Which failures prove the command was not applied (NO_LEADER: safe to send elsewhere) and
+# which leave the outcome unknown (COMMIT_TIMEOUT: retry only with the same sequence/request).
+_FAIL_MESSAGES = {
+    FAIL_REASON.QUEUE_FULL: (ErrorCode.BACKPRESSURE, "the Raft command queue is full"),
+    FAIL_REASON.MISSING_LEADER: (ErrorCode.NO_LEADER, "the partition has no Raft leader"),
+    FAIL_REASON.DISCARDED: (ErrorCode.NO_LEADER, "a new leader discarded the command"),
+    FAIL_REASON.REQUEST_DENIED: (ErrorCode.NO_LEADER, "the Raft leader refused the command"),
+    FAIL_REASON.NOT_LEADER: (ErrorCode.COMMIT_TIMEOUT, "the leader changed; outcome unknown"),
+    FAIL_REASON.LEADER_CHANGED: (ErrorCode.COMMIT_TIMEOUT, "the leader changed; outcome unknown"),
+    FAIL_REASON.UNKNOWN_OUTCOME: (ErrorCode.COMMIT_TIMEOUT, "outcome unknown"),
+}
+
+
+class PartitionRaft:
+    """One replica's Raft node. Created inside the gunicorn worker, never before a fork."""
+
+    def __init__(self, spec: ReplicaSpec, data_dir: str, secret: str, limits: Limits) -> None:
+        self.spec = spec
+        self._limits = limits
+        self.state = ReplicatedPartition(len(spec.replicas), partition_limits(limits))
+        os.makedirs(data_dir, exist_ok=True)
+        conf = SyncObjConf(
+            password=secret,
+            bindAddress=spec.raft_address,
+            appendEntriesUseBatch=False,
+            leaderFallbackTimeout=limits.raft_leader_fallback_timeout_s,
+            raftMinTimeout=limits.raft_election_timeout_min_s,
+            raftMaxTimeout=limits.raft_election_timeout_max_s,
+            connectionTimeout=limits.raft_connection_timeout_s,
+            journalFile=os.path.join(data_dir, "raft.journal"),
+            fullDumpFile=os.path.join(data_dir, "raft.dump"),
+            logCompactionMinEntries=limits.raft_log_compaction_entries_min,
+            logCompactionMinTime=limits.raft_log_compaction_time_min_s,
+            useFork=False,
+            commandsWaitLeader=False,
+            dynamicMembershipChange=False,
+        )
+        self._sync = SyncObj(spec.raft_address, list(spec.partners), conf, consumers=[self.state])
+
+    def call(self, command: Callable[..., object], *args: object) -> object:
+        """Propose a command and wait until it is applied here; map failures to errors."""
+        if self._sync._getLeader() is None:
+            raise RaftQError(ErrorCode.NO_LEADER, f"{self.name} has no Raft leader (no majority?)")
+        try:
+            result = command(*args, sync=True, timeout=self._limits.raft_commit_timeout_s)
+        except SyncObjException as exc:
+            raise _raft_error(exc, self.name) from exc
+        if isinstance(result, Rejected):
+            raise RaftQError(result.code, result.message)
+        return result
+
+    def append(
+        self,
+        messages: list[tuple[str | None, str]],
+        timestamp_ms: int,
+        producer_id: str | None,
+        sequence: int | None,
+    ) -> Appended:
+        return _expect(
+            self.call(self.state.append, messages, timestamp_ms, producer_id, sequence), Appended
+        )
+
+    def consume(self, consumer_id: str, max_messages: int, request_id: str | None) -> Consumed:
+        return _expect(
+            self.call(self.state.consume, consumer_id, max_messages, request_id), Consumed
+        )
+
+    def mark_flushed(self, replica_id: int, flushed_offset: int) -> Flushed:
+        return _expect(self.call(self.state.mark_flushed, replica_id, flushed_offset), Flushed)
+
+    @property
+    def name(self) -> str:
+        return f"{self.spec.topic}/{self.spec.partition_id} replica {self.spec.replica_id}"
+
+    def role(self) -> RaftRole:
+        state = self._sync.getStatus()["state"]
+        return {0: RaftRole.FOLLOWER, 1: RaftRole.CANDIDATE, 2: RaftRole.LEADER}[state]
+
+    def status(self) -> dict[str, object]:
+        raw = self._sync.getStatus()
+        leader = raw["leader"]
+        return {
+            "role": self.role().value,
+            "leader": None if leader is None else str(getattr(leader, "address", leader)),
+            "term": raw["raft_term"],
+            "commit_index": raw["commit_idx"],
+            "last_applied": raw["last_applied"],
+            "has_quorum": bool(raw["has_quorum"]),
+            "partners": list(self.spec.partners),
+            "log_len": raw["log_len"],
+        }
+
+    def destroy(self) -> None:
+        self._sync.destroy()
+
+
+def _expect(result: object, kind: type[_Result]) -> _Result:
+    check(isinstance(result, kind), f"a replicated command returned {result!r}")
+    return result  # type: ignore[return-value]
+
+
+def partition_limits(limits: Limits) -> PartitionLimits:
+    return PartitionLimits(
+        unflushed_messages_max=limits.partition_unflushed_messages_max,
+        unflushed_bytes_max=limits.partition_unflushed_bytes_max,
+        producers_max=limits.partition_producers_max,
+        sequences_remembered=limits.producer_sequences_remembered,
+        consumers_max=limits.partition_consumers_max,
+    )
+
+
+def _raft_error(exc: SyncObjException, name: str) -> RaftQError:
+    reason = exc.errorCode
+    if reason == "Timeout":
+        return RaftQError(
+            ErrorCode.COMMIT_TIMEOUT,
+            f"{name}: no commit within the timeout; the outcome is unknown, retry with the "
+            "same sequence or request_id",
+        )
+    code, message = _FAIL_MESSAGES.get(reason, (ErrorCode.COMMIT_TIMEOUT, f"Raft failure {reason}"))
+    return RaftQError(code, f"{name}: {message}")

@@ -1,0 +1,160 @@
+"""``SqlMessageStore``: the broker's database on SQLite (one file per broker, WAL) or
+PostgreSQL (one database per broker), chosen by the database URL.
+
+With ``models``, the only broker module that imports SQLAlchemy.
+"""
+
+from __future__ import annotations
+
+import json
+
+from sqlalchemy import Engine, create_engine, event, func, select, text, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
+
+from broker.persistence.models import Base, Log, PartitionRaft
+from broker.persistence.store import FlushRow, RangeChecksum, range_checksum
+from protocol.types import (
+    BrokerId,
+    Offset,
+    PartitionId,
+    ReplicaAddress,
+    ReplicaId,
+    ReplicaSpec,
+    StoredMessage,
+)
+
+
+class SqlMessageStore:
+    def __init__(self, url: str) -> None:
+        _create_database_if_missing(url)
+        self._engine = _engine(url)
+        self._insert = (
+            postgresql.insert if self._engine.dialect.name == "postgresql" else sqlite.insert
+        )
+        Base.metadata.create_all(self._engine)
+
+    def insert_messages(
+        self, topic: str, partition_id: int, rows: list[FlushRow], flushed_offset: int
+    ) -> None:
+        values = [
+            {
+                "topic_name": topic,
+                "partition_id": partition_id,
+                "msg_offset": row.offset,
+                "msg": row.value,
+                "msg_key": row.key,
+                "timestamp_ms": row.timestamp_ms,
+                "msg_replicated_bitmask": row.replicated_bitmask,
+            }
+            for row in rows
+        ]
+        with Session(self._engine) as session, session.begin():
+            if values:
+                # One multi-row INSERT (insertmanyvalues), never a round trip per row.
+                session.execute(self._insert(Log).on_conflict_do_nothing(), values)
+            session.execute(
+                update(PartitionRaft)
+                .where(PartitionRaft.topic_name == topic)
+                .where(PartitionRaft.partition_id == partition_id)
+                .values(msg_count=flushed_offset)
+            )
+
+    def read_messages(
+        self, topic: str, partition_id: int, start: int, end: int
+    ) -> list[StoredMessage]:
+        query = (
+            select(Log.msg_offset, Log.msg, Log.msg_key, Log.timestamp_ms)
+            .where(Log.topic_name == topic, Log.partition_id == partition_id)
+            .where(Log.msg_offset >= start, Log.msg_offset < end)
+            .order_by(Log.msg_offset)
+        )
+        with Session(self._engine) as session:
+            return [
+                StoredMessage(Offset(offset), msg, key, timestamp_ms)
+                for offset, msg, key, timestamp_ms in session.execute(query)
+            ]
+
+    def checksum(self, topic: str, partition_id: int, start: int, end: int) -> RangeChecksum:
+        return range_checksum(start, end, self.read_messages(topic, partition_id, start, end))
+
+    def count_messages(self, topic: str, partition_id: int) -> int:
+        query = select(func.count()).where(
+            Log.topic_name == topic, Log.partition_id == partition_id
+        )
+        with Session(self._engine) as session:
+            return int(session.execute(query).scalar_one())
+
+    def save_replica(self, spec: ReplicaSpec) -> None:
+        row = {
+            "topic_name": spec.topic,
+            "partition_id": spec.partition_id,
+            "msg_count": 0,
+            "replica_id": spec.replica_id,
+            "raft_host": spec.raft_address,
+            "raft_partners": json.dumps(list(spec.partners)),
+            "replicas": json.dumps([r.to_json() for r in spec.replicas]),
+        }
+        with Session(self._engine) as session, session.begin():
+            session.execute(self._insert(PartitionRaft).on_conflict_do_nothing(), [row])
+
+    def load_replicas(self) -> list[ReplicaSpec]:
+        with Session(self._engine) as session:
+            rows = session.execute(select(PartitionRaft)).scalars().all()
+            return [_spec_from_row(row) for row in rows]
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+
+def _spec_from_row(row: PartitionRaft) -> ReplicaSpec:
+    replicas = tuple(
+        ReplicaAddress(
+            replica_id=ReplicaId(int(item["replica_id"])),
+            broker_id=BrokerId(int(item["broker_id"])),
+            address=str(item["address"]),
+            raft_address=str(item["raft_address"]),
+        )
+        for item in json.loads(row.replicas)
+    )
+    return ReplicaSpec(
+        topic=row.topic_name,
+        partition_id=PartitionId(row.partition_id),
+        replica_id=ReplicaId(row.replica_id),
+        replicas=replicas,
+    )
+
+
+def _engine(url: str) -> Engine:
+    if make_url(url).get_backend_name() != "sqlite":
+        return create_engine(url, pool_size=8, max_overflow=8, pool_pre_ping=True)
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+    @event.listens_for(engine, "connect")
+    def _sqlite_pragmas(connection: object, _record: object) -> None:
+        # WAL lets readers run beside the flusher; NORMAL syncs at checkpoints, which survives
+        # a process crash (the Raft journal is the durable copy until every replica flushed).
+        cursor = connection.cursor()  # type: ignore[attr-defined]
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    return engine
+
+
+def _create_database_if_missing(url: str) -> None:
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "postgresql" or not parsed.database:
+        return
+    admin = create_engine(parsed.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            exists = connection.execute(
+                text("SELECT 1 FROM pg_database WHERE datname = :name"),
+                {"name": parsed.database},
+            ).first()
+            if exists is None:
+                connection.execute(text(f'CREATE DATABASE "{parsed.database}"'))
+    finally:
+        admin.dispose()

@@ -1,0 +1,46 @@
+"""``Registration``: announces this broker to the managers, at start and periodically.
+
+Thread: one daemon thread. ``POST /brokers`` is idempotent, so repeating it is harmless; it
+also re-registers the broker after the managers' registry was lost or rebuilt.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from protocol.errors import RaftQError
+from protocol.limits import Limits
+from protocol.requests import RegisterBroker
+from runtime.http_client import JsonHttpClient
+
+_log = logging.getLogger(__name__)
+
+
+class Registration:
+    def __init__(self, managers_url: str, announcement: RegisterBroker, limits: Limits) -> None:
+        self._url = f"{managers_url}/brokers"
+        self._announcement = announcement
+        self._limits = limits
+        self._client = JsonHttpClient(limits)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="registration", daemon=True)
+        self.registered = threading.Event()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        retry_s = self._limits.http_retry_backoff_s_max
+        while not self._stop.is_set():
+            try:
+                self._client.call_ok("POST", self._url, self._announcement.to_json())
+                self.registered.set()
+                wait_s = self._limits.broker_register_period_s
+            except RaftQError as exc:
+                _log.info("registration with %s failed: %s", self._url, exc.message)
+                wait_s = retry_s
+            self._stop.wait(wait_s)

@@ -1,0 +1,209 @@
+"""``BrokerService``: what a broker does, independent of HTTP.
+
+Holds the replicas this broker hosts (``(topic, partition_id)`` → ``HostedReplica``), rebuilds
+them from the store at start, and serves produce, pop, fetch and checksum. Thread-safe: HTTP
+threads call it concurrently; Raft calls block until the command is applied locally.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from broker.persistence.store import MessageStore, RangeChecksum
+from broker.replica import HostedReplica
+from protocol.errors import ErrorCode, RaftQError
+from protocol.limits import Limits
+from protocol.types import (
+    NewMessage,
+    Offset,
+    PartitionId,
+    RaftRole,
+    ReplicaSpec,
+    StoredMessage,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaStatus:
+    spec: ReplicaSpec
+    is_leader: bool
+    leader_raft_address: str | None
+    end_offset: int
+    flushed_offsets: list[int]
+    has_quorum: bool
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            **self.spec.to_json(),
+            "is_leader": self.is_leader,
+            "leader_raft_address": self.leader_raft_address,
+            "end_offset": self.end_offset,
+            "flushed_offsets": self.flushed_offsets,
+            "has_quorum": self.has_quorum,
+        }
+
+
+ReplicaFactory = Callable[[ReplicaSpec], HostedReplica]
+
+
+class BrokerService:
+    def __init__(
+        self,
+        store: MessageStore,
+        make_replica: ReplicaFactory,
+        limits: Limits,
+        clock_ms: Callable[[], int],
+    ) -> None:
+        self._store = store
+        self._make_replica = make_replica
+        self._limits = limits
+        self._clock_ms = clock_ms
+        self._lock = threading.Lock()
+        self._replicas: dict[tuple[str, int], HostedReplica] = {}
+
+    def start(self) -> None:
+        """Rebuild every replica recorded in the store; they rejoin their Raft groups."""
+        for spec in self._store.load_replicas():
+            self._replicas[(spec.topic, spec.partition_id)] = self._make_replica(spec)
+
+    def close(self) -> None:
+        with self._lock:
+            replicas = list(self._replicas.values())
+            self._replicas.clear()
+        for replica in replicas:
+            replica.close()
+
+    # --- partitions -----------------------------------------------------------------------
+
+    def host(self, spec: ReplicaSpec) -> bool:
+        """Host a replica; idempotent. True when it was created now."""
+        with self._lock:
+            existing = self._replicas.get((spec.topic, spec.partition_id))
+            if existing is not None:
+                if existing.spec != spec:
+                    raise RaftQError(
+                        ErrorCode.TOPIC_EXISTS,
+                        f"{spec.topic}/{spec.partition_id} is hosted here with another spec",
+                    )
+                return False
+            # Recorded before the Raft node starts, so a crash right after still rebuilds it.
+            self._store.save_replica(spec)
+            self._replicas[(spec.topic, spec.partition_id)] = self._make_replica(spec)
+            return True
+
+    def statuses(self) -> list[ReplicaStatus]:
+        with self._lock:
+            replicas = list(self._replicas.values())
+        return [self._status(replica) for replica in replicas]
+
+    def raft_statuses(self) -> list[dict[str, object]]:
+        with self._lock:
+            replicas = list(self._replicas.values())
+        return [
+            {"topic": r.spec.topic, "partition_id": r.spec.partition_id, **r.raft.status()}
+            for r in replicas
+        ]
+
+    # --- data -----------------------------------------------------------------------------
+
+    def produce(
+        self,
+        topic: str,
+        partition_id: PartitionId,
+        messages: tuple[NewMessage, ...],
+        producer_id: str | None,
+        sequence: int | None,
+    ) -> list[Offset]:
+        replica = self._replica(topic, partition_id)
+        batch = [(m.key, m.value) for m in messages]
+        appended = replica.raft.append(batch, self._clock_ms(), producer_id, sequence)
+        return [Offset(o) for o in range(appended.start, appended.end)]
+
+    def pop(
+        self,
+        topic: str,
+        partition_id: PartitionId,
+        consumer_id: str,
+        max_messages: int,
+        request_id: str | None,
+    ) -> list[StoredMessage]:
+        replica = self._replica(topic, partition_id)
+        consumed = replica.raft.consume(consumer_id, max_messages, request_id)
+        return self._read(replica, consumed.start, consumed.end)
+
+    def fetch(
+        self, topic: str, partition_id: PartitionId, offset: int, max_messages: int
+    ) -> list[StoredMessage]:
+        """Committed messages ``[offset, offset + max_messages)`` this replica has applied."""
+        replica = self._replica(topic, partition_id)
+        with replica.raft.state.lock:
+            log = replica.raft.state.log
+            start = max(offset, log.log_start_offset)
+            end = min(offset + max_messages, log.end_offset)
+        return self._read(replica, start, end) if start < end else []
+
+    def checksum(
+        self, topic: str, partition_id: PartitionId, start: int, end: int
+    ) -> tuple[RangeChecksum, int]:
+        """Checksum of this replica's database rows in ``[start, end)``, and its flushed
+        offset (rows at or past it may still be missing)."""
+        replica = self._replica(topic, partition_id)
+        with replica.raft.state.lock:
+            flushed = replica.raft.state.log.flushed_offsets[replica.spec.replica_id]
+        return self._store.checksum(topic, partition_id, start, end), flushed
+
+    def check_hosted(self, topic: str, partition_id: PartitionId) -> None:
+        self._replica(topic, partition_id)
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _replica(self, topic: str, partition_id: PartitionId) -> HostedReplica:
+        with self._lock:
+            replica = self._replicas.get((topic, partition_id))
+        if replica is None:
+            raise RaftQError(
+                ErrorCode.UNKNOWN_PARTITION, f"partition {topic}/{partition_id} is not hosted here"
+            )
+        return replica
+
+    def _read(self, replica: HostedReplica, start: int, end: int) -> list[StoredMessage]:
+        """Messages ``[start, end)``: the part every replica has flushed from the database,
+        the rest from ``msg_dict``."""
+        with replica.raft.state.lock:
+            log = replica.raft.state.log
+            evicted = log.evicted_offset
+            in_memory = log.read(start, end)
+        messages: list[StoredMessage] = []
+        if start < evicted:
+            spec = replica.spec
+            messages = self._store.read_messages(
+                spec.topic, spec.partition_id, start, min(evicted, end)
+            )
+        messages.extend(
+            StoredMessage(Offset(offset), value, key, timestamp_ms)
+            for offset, (key, value, timestamp_ms) in in_memory
+        )
+        if len(messages) != end - start or (messages and messages[0].offset != start):
+            raise RaftQError(
+                ErrorCode.UNAVAILABLE,
+                f"{replica.raft.name} cannot read [{start}, {end}) yet: try another replica",
+            )
+        return messages
+
+    def _status(self, replica: HostedReplica) -> ReplicaStatus:
+        raft = replica.raft.status()
+        with replica.raft.state.lock:
+            log = replica.raft.state.log
+            end_offset = log.end_offset
+            flushed = list(log.flushed_offsets)
+        leader = raft["leader"]
+        return ReplicaStatus(
+            spec=replica.spec,
+            is_leader=raft["role"] == RaftRole.LEADER.value,
+            leader_raft_address=leader if isinstance(leader, str) else None,
+            end_offset=end_offset,
+            flushed_offsets=flushed,
+            has_quorum=bool(raft["has_quorum"]),
+        )

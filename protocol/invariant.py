@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 
-class InvariantViolation(RuntimeError):
+class InvariantError(RuntimeError):
     """A condition the code relies on does not hold: a bug, never bad input."""
 
 
 def check(condition: bool, message: str) -> None:
     if not condition:
-        raise InvariantViolation(message)
+        raise InvariantError(message)

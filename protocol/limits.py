@@ -111,7 +111,8 @@ class Limits:
                 raise LimitsError(f"{field.name} must be positive, got {value}")
         _require(self.key_bytes_max <= self.message_bytes_max, "key_bytes_max <= message_bytes_max")
         _require(
-            self.message_bytes_max <= self.request_bytes_max, "message_bytes_max <= request_bytes_max"
+            self.message_bytes_max <= self.request_bytes_max,
+            "message_bytes_max <= request_bytes_max",
         )
         _require(
             self.flush_batch_messages_max <= self.partition_unflushed_messages_max,

@@ -51,8 +51,10 @@ class ReplicatedPartition(SyncObjConsumer):
     pysyncobj numbers @replicated methods by their sorted names, so adding or renaming one
     changes the protocol of every node. Versions start at 0: pysyncobj enables a method of
     ``ver=N`` only once the leader has switched the whole group to code version N, so a changed
-    command is a new ``ver=N+1`` beside the old one, never an edit of it. Attributes set before ``super().__init__()`` (the lock) are not part of
-    snapshots; ``log`` (set after) is.
+    command is a new ``ver=N+1`` beside the old one, never an edit of it.
+
+    Attributes set before ``super().__init__()`` (the lock) are not part of snapshots;
+    ``log`` (set after) is.
     """
 
     def __init__(self, replica_count: int, limits: PartitionLimits) -> None:

@@ -1,0 +1,169 @@
+"""PartitionLog, the pure partition state machine: offsets, idempotence, pops, flush and
+eviction, bounds, and determinism (two replicas applying the same commands agree)."""
+
+from __future__ import annotations
+
+import pickle
+import random
+
+import pytest
+
+from broker.partition.log import (
+    Appended,
+    Consumed,
+    Flushed,
+    PartitionLimits,
+    PartitionLog,
+    Rejected,
+)
+from protocol.errors import ErrorCode
+
+LIMITS = PartitionLimits(
+    unflushed_messages_max=100,
+    unflushed_bytes_max=10_000,
+    producers_max=3,
+    sequences_remembered=2,
+    consumers_max=2,
+)
+
+
+def new_log() -> PartitionLog:
+    return PartitionLog(3, LIMITS)
+
+
+def batch(*values: str) -> list[tuple[str | None, str]]:
+    return [(None, v) for v in values]
+
+
+def test_offsets_are_contiguous_from_zero() -> None:
+    log = new_log()
+    assert log.append(batch("a", "b"), 1, None, None) == Appended(0, 2, duplicate=False)
+    assert log.append(batch("c"), 2, None, None) == Appended(2, 3, duplicate=False)
+    assert [o for o, _ in log.read(0, 10)] == [0, 1, 2]
+    assert log.read(1, 2) == [(1, (None, "b", 1))]
+
+
+def test_empty_append_is_rejected_and_changes_nothing() -> None:
+    log = new_log()
+    result = log.append([], 1, None, None)
+    assert isinstance(result, Rejected) and result.code == ErrorCode.INVALID_FIELD
+    assert log.end_offset == 0
+
+
+def test_retried_sequence_returns_original_offsets_and_appends_nothing() -> None:
+    log = new_log()
+    first = log.append(batch("a", "b"), 1, "p", 7)
+    log.append(batch("c"), 1, "q", 1)
+    again = log.append(batch("a", "b"), 9, "p", 7)
+    assert first == Appended(0, 2, duplicate=False)
+    assert again == Appended(0, 2, duplicate=True)
+    assert log.end_offset == 3
+
+
+def test_sequences_may_skip_but_not_go_back_past_the_window() -> None:
+    log = new_log()
+    for sequence in (1, 5, 9):
+        assert isinstance(log.append(batch("x"), 1, "p", sequence), Appended)
+    # 5 and 9 are remembered (window of 2); 1 is too old to be told apart from a new batch.
+    assert log.append(batch("x"), 1, "p", 5) == Appended(1, 2, duplicate=True)
+    old = log.append(batch("x"), 1, "p", 1)
+    assert isinstance(old, Rejected) and old.code == ErrorCode.SEQUENCE_OUT_OF_ORDER
+    assert log.end_offset == 3
+
+
+def test_least_recently_used_producer_is_forgotten_past_the_bound() -> None:
+    log = new_log()
+    for producer in ("p1", "p2", "p3", "p4"):
+        log.append(batch("x"), 1, producer, 1)
+    assert list(log.producers) == ["p2", "p3", "p4"]
+
+
+def test_pop_advances_and_a_repeated_request_id_gets_the_same_range() -> None:
+    log = new_log()
+    log.append(batch("a", "b", "c"), 1, None, None)
+    assert log.consume("c1", 2, "r1") == Consumed(0, 2)
+    assert log.consume("c1", 2, "r1") == Consumed(0, 2)
+    assert log.consume("c1", 2, "r2") == Consumed(2, 3)
+    assert log.consume("c1", 2, "r3") == Consumed(3, 3)
+    assert log.consume("c2", 5, None) == Consumed(0, 3)
+
+
+def test_consumers_are_bounded() -> None:
+    log = new_log()
+    log.consume("c1", 1, None)
+    log.consume("c2", 1, None)
+    result = log.consume("c3", 1, None)
+    assert isinstance(result, Rejected) and result.code == ErrorCode.TOO_MANY
+    bad = log.consume("c1", 0, None)
+    assert isinstance(bad, Rejected) and bad.code == ErrorCode.INVALID_FIELD
+
+
+def test_messages_leave_memory_only_when_every_replica_flushed_them() -> None:
+    log = new_log()
+    log.append(batch("a", "b", "c"), 1, None, None)
+    assert log.mark_flushed(0, 3) == Flushed(3, 0)
+    assert log.mark_flushed(1, 2) == Flushed(2, 0)
+    assert log.replicated_bitmask(2) == 0b110
+    assert log.mark_flushed(2, 2) == Flushed(2, 2)
+    assert log.replicated_bitmask(0) == 0
+    assert sorted(log.messages) == [2]
+    assert log.read(0, 3) == [(2, (None, "c", 1))]
+
+
+def test_mark_flushed_is_idempotent_and_checks_its_input() -> None:
+    log = new_log()
+    log.append(batch("a", "b"), 1, None, None)
+    log.mark_flushed(0, 2)
+    assert log.mark_flushed(0, 1) == Flushed(2, 0)
+    past_end = log.mark_flushed(1, 3)
+    assert isinstance(past_end, Rejected) and past_end.code == ErrorCode.INVALID_FIELD
+    no_replica = log.mark_flushed(3, 1)
+    assert isinstance(no_replica, Rejected)
+    assert log.flushed_offsets == [2, 0, 0]
+
+
+def test_backpressure_past_the_unflushed_bound_then_relief_after_flush() -> None:
+    log = new_log()
+    assert isinstance(log.append(batch(*["x"] * 100), 1, None, None), Appended)
+    full = log.append(batch("y"), 1, None, None)
+    assert isinstance(full, Rejected) and full.code == ErrorCode.BACKPRESSURE
+    for replica in range(3):
+        log.mark_flushed(replica, 50)
+    assert isinstance(log.append(batch("y"), 1, None, None), Appended)
+    too_big = log.append(batch("z" * 20_000), 1, None, None)
+    assert isinstance(too_big, Rejected) and too_big.code == ErrorCode.BACKPRESSURE
+
+
+def _random_commands(seed: int, count: int) -> list[tuple[str, tuple[object, ...]]]:
+    rng = random.Random(seed)
+    commands: list[tuple[str, tuple[object, ...]]] = []
+    end = 0
+    for _ in range(count):
+        kind = rng.choice(["append", "consume", "flush"])
+        if kind == "append":
+            size = rng.randint(1, 4)
+            producer = rng.choice([None, "p1", "p2"])
+            sequence = None if producer is None else rng.randint(0, 20)
+            commands.append(
+                ("append", (batch(*["m"] * size), rng.randint(0, 9), producer, sequence))
+            )
+            end += size
+        elif kind == "consume":
+            args = (rng.choice(["c1", "c2"]), rng.randint(1, 5), rng.choice(["r1", "r2", None]))
+            commands.append(("consume", args))
+        else:
+            commands.append(("mark_flushed", (rng.randint(0, 2), rng.randint(0, end))))
+    return commands
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_replicas_applying_the_same_commands_agree(seed: int) -> None:
+    """Determinism: the same commands give the same results and state, and a snapshot
+    (pickle, as pysyncobj takes it) restores an identical replica."""
+    one, two = new_log(), new_log()
+    for name, args in _random_commands(seed, 300):
+        assert getattr(one, name)(*args) == getattr(two, name)(*args)
+        covered = [o for o, _ in one.read(0, one.end_offset)]
+        assert covered == list(range(one.evicted_offset, one.end_offset))
+    restored = pickle.loads(pickle.dumps(one))
+    assert restored.__dict__ == two.__dict__

@@ -1,0 +1,111 @@
+"""Request parsing: every malformed input is refused with a precise error before anything
+is proposed."""
+
+from __future__ import annotations
+
+import pytest
+
+from protocol.errors import ErrorCode, RaftQError
+from protocol.limits import Limits
+from protocol.requests import CreateTopic, Fetch, Pop, Produce, RegisterBroker, parse_replica_spec
+from protocol.routing import partition_for_key, partition_for_unkeyed
+from protocol.types import NewMessage
+
+LIMITS = Limits(message_bytes_max=10, key_bytes_max=4, request_messages_max=3)
+
+
+def refused(parse: object, params: dict[str, object]) -> ErrorCode:
+    with pytest.raises(RaftQError) as info:
+        parse.parse(params, LIMITS)  # type: ignore[attr-defined]
+    return info.value.code
+
+
+def test_produce_single_and_batch() -> None:
+    one = Produce.parse({"topic": "t", "message": "hi", "key": "k", "producer_id": "p"}, LIMITS)
+    assert one.messages == (NewMessage("hi", "k"),) and not one.is_batch
+    many = Produce.parse(
+        {
+            "topic": "t",
+            "messages": [{"message": "a"}, {"message": "b", "key": "k"}],
+            "partition_id": "1",
+            "producer_id": "p",
+            "sequence": 4,
+        },
+        LIMITS,
+    )
+    assert many.is_batch and many.partition_id == 1 and many.sequence == 4
+    assert Produce.parse(many.to_json(), LIMITS) == many
+
+
+@pytest.mark.parametrize(
+    ("params", "code"),
+    [
+        ({"topic": "t"}, ErrorCode.INVALID_FIELD),
+        ({"topic": "t", "message": "a", "messages": []}, ErrorCode.INVALID_FIELD),
+        ({"topic": "t", "message": 5}, ErrorCode.INVALID_FIELD),
+        ({"topic": "t", "message": "a", "key": 3}, ErrorCode.INVALID_FIELD),
+        ({"topic": "t", "message": "x" * 11}, ErrorCode.TOO_LARGE),
+        ({"topic": "t", "message": "a", "key": "kkkkk"}, ErrorCode.TOO_LARGE),
+        ({"topic": "t", "messages": [{"message": "a"}] * 4}, ErrorCode.TOO_LARGE),
+        ({"topic": "t", "messages": ["a"]}, ErrorCode.INVALID_FIELD),
+        ({"topic": "bad topic", "message": "a"}, ErrorCode.INVALID_FIELD),
+        ({"topic": "t", "message": "a", "sequence": 1}, ErrorCode.INVALID_FIELD),
+        (
+            {"topic": "t", "message": "a", "producer_id": "p", "sequence": -1},
+            ErrorCode.INVALID_FIELD,
+        ),
+        ({"topic": "t", "message": "a", "partition_id": True}, ErrorCode.INVALID_FIELD),
+        ({"topic": "t", "message": "a", "partition_id": "1.5"}, ErrorCode.INVALID_FIELD),
+    ],
+)
+def test_bad_produce_requests(params: dict[str, object], code: ErrorCode) -> None:
+    assert refused(Produce, params) == code
+
+
+def test_pop_fetch_and_topic_defaults_and_bounds() -> None:
+    assert Pop.parse({"consumer_id": "c"}, LIMITS).max_messages == 1
+    assert Fetch.parse({"topic": "t", "partition_id": 0, "offset": "3"}, LIMITS).offset == 3
+    assert refused(Pop, {"consumer_id": "c", "max_messages": 0}) == ErrorCode.INVALID_FIELD
+    assert refused(Fetch, {"topic": "t", "partition_id": 0}) == ErrorCode.INVALID_FIELD
+    topic = CreateTopic.parse({"name": "t"}, LIMITS)
+    assert (topic.partitions, topic.replication_factor) == (1, 3)
+    assert refused(CreateTopic, {"name": "t", "partitions": 0}) == ErrorCode.INVALID_FIELD
+    assert refused(CreateTopic, {"name": "t", "replication_factor": 5}) == ErrorCode.INVALID_FIELD
+
+
+def test_broker_registration_and_replica_spec() -> None:
+    params = {
+        "broker_id": 1,
+        "address": "http://h:1/",
+        "raft_host": "h",
+        "raft_port_min": 10,
+        "raft_port_max": 20,
+    }
+    assert RegisterBroker.parse(params, LIMITS).address == "http://h:1"
+    assert refused(RegisterBroker, {**params, "raft_port_max": 5}) == ErrorCode.INVALID_FIELD
+    assert refused(RegisterBroker, {**params, "address": "h:1"}) == ErrorCode.INVALID_FIELD
+    replicas = [
+        {"replica_id": i, "broker_id": i, "address": f"http://b{i}", "raft_address": f"h:{i}"}
+        for i in range(3)
+    ]
+    spec = parse_replica_spec(
+        {"topic": "t", "partition_id": 0, "replica_id": 2, "replicas": replicas}, LIMITS
+    )
+    assert spec.partners == ("h:0", "h:1")
+    assert parse_replica_spec(spec.to_json(), LIMITS) == spec
+    with pytest.raises(RaftQError):
+        parse_replica_spec(
+            {"topic": "t", "partition_id": 0, "replica_id": 0, "replicas": [replicas[1]]}, LIMITS
+        )
+
+
+def test_key_routing_is_stable_and_spread() -> None:
+    # A fixed value (CRC-32 of 'a'): a change of hash function would re-route existing keys.
+    assert partition_for_key("a", 7) == 0xE8B7BE43 % 7
+    counts = [0] * 4
+    for i in range(4000):
+        counts[partition_for_key(f"key-{i}", 4)] += 1
+    assert min(counts) > 800
+    assert partition_for_unkeyed("p:1", 4) == partition_for_unkeyed("p:1", 4)
+    with pytest.raises(ValueError):
+        partition_for_key("a", 0)

@@ -1,0 +1,161 @@
+"""Raw HTTP operations the cluster tests share: produce with retries of the same sequence,
+pop until empty, and reading a partition from one replica's broker."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+
+from unit_tests.cluster.harness import Cluster
+
+RETRY_STATUSES = (429, 500, 502, 503, 504)
+
+
+@dataclass(frozen=True)
+class Ack:
+    value: str
+    key: str | None
+    partition_id: int
+    offset: int
+
+
+def produce(
+    cluster: Cluster,
+    producer_id: str,
+    sequence: int,
+    messages: list[tuple[str | None, str]],
+    *,
+    topic: str,
+    partition_id: int | None = None,
+    deadline_s: float = 30.0,
+) -> list[Ack]:
+    """Send one batch, retrying the same ``(producer_id, sequence)`` until it is acked."""
+    body: dict[str, Any] = {
+        "producer_id": producer_id,
+        "topic": topic,
+        "sequence": sequence,
+        "messages": [{"message": value, "key": key} for key, value in messages],
+    }
+    if partition_id is not None:
+        body["partition_id"] = partition_id
+    deadline = time.monotonic() + deadline_s
+    last = "no attempt"
+    while time.monotonic() < deadline:
+        try:
+            response = cluster.post("/logs", body)
+        except requests.RequestException as exc:
+            last = repr(exc)
+        else:
+            if response.status_code == 201:
+                offsets = response.json()["offsets"]
+                return [
+                    Ack(value, key, o["partition_id"], o["offset"])
+                    for (key, value), o in zip(messages, offsets, strict=True)
+                ]
+            if response.status_code not in RETRY_STATUSES:
+                raise AssertionError(f"produce refused: {response.status_code} {response.text}")
+            last = f"{response.status_code} {response.text}"
+        time.sleep(0.1)
+    raise AssertionError(f"batch {producer_id}/{sequence} not acked in {deadline_s} s: {last}")
+
+
+def pop_all(cluster: Cluster, consumer_id: str, batch: int = 500) -> list[dict[str, Any]]:
+    """Pop until a pop returns nothing; each pop is retried with its own request id."""
+    popped: list[dict[str, Any]] = []
+    for number in range(100_000):
+        messages = pop(cluster, consumer_id, batch, f"{consumer_id}-r{number}")
+        if not messages:
+            return popped
+        popped.extend(messages)
+    raise AssertionError("pop_all did not finish")
+
+
+def pop(
+    cluster: Cluster, consumer_id: str, max_messages: int, request_id: str, deadline_s: float = 30
+) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + deadline_s
+    while True:
+        response = cluster.get(
+            "/logs", consumer_id=consumer_id, max_messages=max_messages, request_id=request_id
+        )
+        if response.status_code == 200:
+            result: list[dict[str, Any]] = response.json()["messages"]
+            return result
+        if response.status_code not in RETRY_STATUSES or time.monotonic() > deadline:
+            raise AssertionError(f"pop failed: {response.status_code} {response.text}")
+        time.sleep(0.1)
+
+
+def read_replica(
+    cluster: Cluster, broker_url: str, topic: str, partition_id: int, end: int
+) -> list[dict[str, Any]]:
+    """Every message ``[0, end)`` of a partition as one replica's broker serves it."""
+    messages: list[dict[str, Any]] = []
+    while len(messages) < end:
+        response = cluster.http.get(
+            f"{broker_url}/logs",
+            params={
+                "topic": topic,
+                "partition_id": partition_id,
+                "offset": len(messages),
+                "max_messages": 5000,
+            },
+            timeout=30,
+        )
+        response.raise_for_status()
+        page = response.json()["messages"]
+        if not page:
+            break
+        messages.extend(page)
+    return messages
+
+
+def partition_brokers(cluster: Cluster, topic: str) -> dict[int, list[int]]:
+    """partition id → broker ids of its replicas."""
+    body = cluster.get("/partitions", topic=topic).json()
+    return {p["partition_id"]: [r["broker_id"] for r in p["replicas"]] for p in body["partitions"]}
+
+
+def partition_leader(cluster: Cluster, topic: str, partition_id: int) -> int:
+    """Broker id whose replica of the partition is the Raft leader (asked of the brokers)."""
+    for broker_id in partition_brokers(cluster, topic)[partition_id]:
+        try:
+            body = cluster.http.get(f"{cluster.broker_url(broker_id)}/partitions", timeout=2).json()
+        except requests.RequestException:
+            continue
+        for replica in body["partitions"]:
+            if (
+                replica["topic"] == topic
+                and replica["partition_id"] == partition_id
+                and replica["is_leader"]
+            ):
+                return broker_id
+    raise AssertionError(f"{topic}/{partition_id} has no leader")
+
+
+def checksums(
+    cluster: Cluster, topic: str, partition_id: int, end: int
+) -> dict[int, tuple[int, str, int]]:
+    """broker id → (row count, sha256, flushed offset) of its database for ``[0, end)``."""
+    result = {}
+    for broker_id in partition_brokers(cluster, topic)[partition_id]:
+        body = cluster.http.get(
+            f"{cluster.broker_url(broker_id)}/checksum",
+            params={"topic": topic, "partition_id": partition_id, "start": 0, "end": end},
+            timeout=10,
+        ).json()
+        result[broker_id] = (body["count"], body["sha256"], body["flushed_offset"])
+    return result
+
+
+def end_offset(cluster: Cluster, topic: str, partition_id: int) -> int:
+    """The partition's end offset as its leader's broker reports it."""
+    leader = partition_leader(cluster, topic, partition_id)
+    body = cluster.http.get(f"{cluster.broker_url(leader)}/partitions", timeout=5).json()
+    for replica in body["partitions"]:
+        if replica["topic"] == topic and replica["partition_id"] == partition_id:
+            return int(replica["end_offset"])
+    raise AssertionError("partition vanished")

@@ -1,0 +1,135 @@
+"""Drives a real local cluster for tests through the ``raftq`` CLI, as a user would.
+
+Nodes run detached in their own sessions (their process group id is their pid), so a
+"crash" is ``kill -9`` of the whole group: gunicorn master and worker together.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import requests
+
+_T = TypeVar("_T")
+CLI_TIMEOUT_S = 180
+
+
+class Cluster:
+    def __init__(self, directory: Path, base_port: int, db_url: str | None = None) -> None:
+        self.directory = directory
+        self.base_port = base_port
+        self.db_url = db_url
+        self.info: dict[str, Any] = {}
+        self.http = requests.Session()
+
+    # --- lifecycle through the CLI ----------------------------------------------------------
+
+    def up(self) -> None:
+        """``raftq cluster up``: start the cluster, or restart the nodes that are down."""
+        args = ["cluster", "up", "--dir", str(self.directory), "--base-port", str(self.base_port)]
+        if self.db_url:
+            args += ["--db-url", self.db_url]
+        self._cli(*args)
+        self.info = json.loads((self.directory / "cluster.json").read_text())
+
+    def down(self) -> None:
+        self._cli("cluster", "down", "--dir", str(self.directory))
+
+    def status(self) -> dict[str, Any]:
+        out = self._cli("cluster", "status", "--dir", str(self.directory), "--json")
+        result: dict[str, Any] = json.loads(out)
+        return result
+
+    def close(self) -> None:
+        try:
+            self.down()
+        finally:
+            self.http.close()
+
+    def _cli(self, *args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "raftq.cli", *args],
+            capture_output=True,
+            text=True,
+            timeout=CLI_TIMEOUT_S,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise AssertionError(f"raftq {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
+        return done.stdout
+
+    # --- nodes ------------------------------------------------------------------------------
+
+    @property
+    def lb_url(self) -> str:
+        return str(self.info["load_balancer_url"])
+
+    def node(self, name: str) -> dict[str, Any]:
+        for node in self.info["nodes"]:
+            if node["name"] == name:
+                return dict(node)
+        raise KeyError(name)
+
+    def kill(self, name: str, sig: signal.Signals = signal.SIGKILL) -> None:
+        pid = int(self.node(name)["pid"])
+        os.killpg(pid, sig)
+        if sig == signal.SIGKILL:
+            wait_until(lambda: not _alive(pid), 10, f"{name} to die")
+
+    def broker_name(self, broker_id: int) -> str:
+        return f"broker-{broker_id}"
+
+    def broker_url(self, broker_id: int) -> str:
+        return str(self.node(self.broker_name(broker_id))["http_address"])
+
+    def manager_leader(self) -> str:
+        """Name of the manager that says it leads."""
+        for node in self.info["nodes"]:
+            if node["role"] != "manager":
+                continue
+            try:
+                status = self.http.get(f"{node['http_address']}/raft_status", timeout=2).json()
+            except requests.RequestException:
+                continue
+            if status.get("is_leader"):
+                return str(node["name"])
+        raise AssertionError("no manager leads")
+
+    # --- HTTP through the load balancer -------------------------------------------------
+
+    def get(self, path: str, **params: object) -> requests.Response:
+        return self.http.get(f"{self.lb_url}{path}", params=params, timeout=30)
+
+    def post(self, path: str, body: object) -> requests.Response:
+        return self.http.post(f"{self.lb_url}{path}", json=body, timeout=30)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+def wait_until(check: Callable[[], _T], timeout_s: float, what: str, period_s: float = 0.1) -> _T:
+    """Poll ``check`` until it returns something truthy; fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            result = check()
+            if result:
+                return result
+        except (requests.RequestException, AssertionError, KeyError, ValueError) as exc:
+            last_error = exc
+        time.sleep(period_s)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}: {last_error}")

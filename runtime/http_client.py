@@ -16,7 +16,7 @@ from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 
 
-class NoAnswer(RaftQError):
+class NoAnswerError(RaftQError):
     """``UNAVAILABLE``: no answer came. ``refused`` says the connection was refused, which
     proves the request was not processed (safe to send elsewhere)."""
 
@@ -52,7 +52,7 @@ class JsonHttpClient:
         idempotent: bool = False,
         timeout_s: float | None = None,
     ) -> HttpAnswer:
-        """Send and return the answer whatever its status; raise ``NoAnswer`` (a
+        """Send and return the answer whatever its status; raise ``NoAnswerError`` (a
         ``RaftQError(UNAVAILABLE)``) when no answer came."""
         attempts = self._limits.http_retries_max
         last_error: Exception | None = None
@@ -79,7 +79,7 @@ class JsonHttpClient:
                 continue
             return HttpAnswer(response.status_code, _json_or_text(response), dict(response.headers))
         refused = isinstance(last_error, requests.ConnectionError) and _refused(last_error)
-        raise NoAnswer(f"{method} {url} got no answer: {last_error}", refused=refused)
+        raise NoAnswerError(f"{method} {url} got no answer: {last_error}", refused=refused)
 
     def call_ok(
         self,

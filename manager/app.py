@@ -1,0 +1,102 @@
+"""``create_app(config)``: builds the manager inside the gunicorn worker (after the fork),
+Raft node and leader-duties thread included."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from flask import Flask, Response, request
+
+from manager.api import brokers, cluster, consumers, logs, partitions, producers, status, topics
+from manager.broker_client import BrokerClient, BrokerRefusalError
+from manager.broker_monitor import BrokerMonitor
+from manager.cluster import ClusterView
+from manager.config import ManagerConfig
+from manager.leader_duties import LeaderDuties
+from manager.log_router import LogRouter
+from manager.raft import ManagerRaft
+from manager.service import ManagerService
+from protocol.errors import ErrorCode, RaftQError
+from runtime.http_api import install_error_handlers, json_response
+from runtime.metrics import Metrics
+
+_ANY_MANAGER = {("GET", "/"), ("GET", "/raft_status"), ("GET", "/metrics"), ("GET", "/cluster")}
+"""Requests a manager answers whether or not it leads; every other one needs the leader,
+whose registry is the only one known to be up to date."""
+
+
+def create_app(config: ManagerConfig) -> Flask:
+    limits = config.limits
+    raft = ManagerRaft(config)
+    monitor = BrokerMonitor(limits.broker_dead_after_s)
+    broker_client = BrokerClient(limits)
+    request_executor = ThreadPoolExecutor(limits.manager_http_threads_max, "broker-call")
+    poll_executor = ThreadPoolExecutor(limits.manager_http_threads_max, "broker-poll")
+    service = ManagerService(limits, raft, broker_client, monitor, request_executor)
+    router = LogRouter(raft, broker_client, monitor, request_executor)
+    view = ClusterView(config, raft, service, request_executor)
+    metrics = _metrics(raft)
+
+    app = Flask("manager")
+    install_error_handlers(app, limits)
+    _install_leader_gate(app, raft, view)
+    _install_refusal_passthrough(app)
+    _install_request_metrics(app, metrics)
+    app.register_blueprint(status.blueprint(config.manager_id, view, metrics))
+    app.register_blueprint(cluster.blueprint(view))
+    app.register_blueprint(topics.blueprint(service, limits))
+    app.register_blueprint(partitions.blueprint(service, limits))
+    app.register_blueprint(producers.blueprint(service, limits))
+    app.register_blueprint(consumers.blueprint(service, limits))
+    app.register_blueprint(brokers.blueprint(service, limits))
+    app.register_blueprint(logs.blueprint(router, limits))
+
+    LeaderDuties(limits, raft, service, broker_client, monitor, poll_executor).start()
+    return app
+
+
+def _install_leader_gate(app: Flask, raft: ManagerRaft, view: ClusterView) -> None:
+    @app.before_request
+    def _require_leader() -> None:
+        if (request.method, request.path) in _ANY_MANAGER or raft.is_leader():
+            return
+        raise RaftQError(
+            ErrorCode.NOT_LEADER, "this manager is not the leader", view.leader_http_url()
+        )
+
+
+def _install_refusal_passthrough(app: Flask) -> None:
+    @app.errorhandler(BrokerRefusalError)
+    def _refusal(error: BrokerRefusalError) -> Response:
+        # A broker's own error goes back unchanged: status, body and Retry-After.
+        response = json_response(error.answer.body, error.answer.status)
+        retry_after = error.answer.headers.get("Retry-After")
+        if retry_after is not None:
+            response.headers["Retry-After"] = retry_after
+        return response
+
+
+def _install_request_metrics(app: Flask, metrics: Metrics) -> None:
+    @app.after_request
+    def _count(response: Response) -> Response:
+        endpoint = request.url_rule.rule if request.url_rule is not None else "unknown"
+        metrics.inc(
+            "http_requests", method=request.method, path=endpoint, status=str(response.status_code)
+        )
+        return response
+
+
+def _metrics(raft: ManagerRaft) -> Metrics:
+    metrics = Metrics("raftq_manager")
+    metrics.gauge("is_leader", lambda: {(): 1.0 if raft.is_leader() else 0.0})
+    metrics.gauge(
+        "registry_objects",
+        lambda: raft.read(
+            lambda s: {
+                (("kind", "topics"),): float(len(s.topics)),
+                (("kind", "brokers"),): float(len(s.brokers)),
+                (("kind", "clients"),): float(len(s.clients)),
+            }
+        ),
+    )
+    return metrics

@@ -1,0 +1,51 @@
+"""HTTP calls from the manager to brokers (interfaces in ARCHITECTURE.md)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from protocol.errors import ErrorCode, RaftQError
+from protocol.limits import Limits
+from protocol.types import ReplicaSpec
+from runtime.http_client import HttpAnswer, JsonHttpClient
+
+
+class BrokerRefusalError(Exception):
+    """A broker's error answer that the manager passes back unchanged (status, body and
+    Retry-After): 4xx, 429, or a 503 that does not prove the request was not processed."""
+
+    def __init__(self, answer: HttpAnswer) -> None:
+        super().__init__(f"broker answered {answer.status}")
+        self.answer = answer
+
+
+class BrokerClient:
+    """Thread-safe; one per manager process."""
+
+    def __init__(self, limits: Limits) -> None:
+        self._http = JsonHttpClient(limits)
+        # A poll is its own retry (the next one comes within broker_poll_period_s), so one
+        # attempt with a short read timeout: a paused broker must not hold up the others.
+        self._poll_timeout_s = max(limits.broker_poll_period_s, limits.http_connect_timeout_s)
+        self._poll_http = JsonHttpClient(
+            replace(limits, http_retries_max=1), timeout_s=self._poll_timeout_s
+        )
+
+    def host_replica(self, address: str, spec: ReplicaSpec) -> None:
+        """Idempotent at the broker: 201 created or 200 already hosted."""
+        self._http.call_ok("POST", f"{address}/partitions", spec.to_json(), idempotent=True)
+
+    def hosted_partitions(self, address: str) -> list[dict[str, object]]:
+        """The broker's ``GET /partitions`` (the heartbeat); raises ``RaftQError``."""
+        body = self._poll_http.call_ok("GET", f"{address}/partitions", idempotent=True)
+        items = body.get("partitions") if isinstance(body, dict) else None
+        if not isinstance(items, list):
+            raise RaftQError(ErrorCode.UNAVAILABLE, f"{address}/partitions: malformed answer")
+        return [item for item in items if isinstance(item, dict)]
+
+    def produce(self, address: str, body: dict[str, object]) -> HttpAnswer:
+        return self._http.call("POST", f"{address}/logs", body)
+
+    def read(self, address: str, params: dict[str, str]) -> HttpAnswer:
+        """A pop (with ``consumer_id`` and ``request_id``) or a fetch: both safe to repeat."""
+        return self._http.call("GET", f"{address}/logs", params=params, idempotent=True)

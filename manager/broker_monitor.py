@@ -1,0 +1,65 @@
+"""Soft state the manager leader keeps in memory from polling brokers: when each broker last
+answered and which broker's replica leads each partition. Never replicated: a new leader
+rebuilds it within one poll period (and gives every broker a grace period first).
+
+Thread-safe: written by the leader-duties thread, read by HTTP threads. Times are monotonic
+seconds passed in by the caller.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+
+from protocol.types import BrokerId, PartitionId
+
+PartitionKey = tuple[str, PartitionId]
+
+
+class BrokerMonitor:
+    def __init__(self, dead_after_s: float) -> None:
+        self._dead_after_s = dead_after_s
+        self._lock = threading.Lock()
+        self._last_seen_s: dict[BrokerId, float] = {}
+        self._leaders: dict[PartitionKey, BrokerId] = {}
+
+    def start_grace(self, broker_ids: Iterable[BrokerId], now_s: float) -> None:
+        """Count every broker as seen now: a newly elected leader has not polled anyone yet
+        and must not mark brokers dead for its own ignorance."""
+        with self._lock:
+            self._last_seen_s = dict.fromkeys(broker_ids, now_s)
+            self._leaders.clear()
+
+    def record_answer(
+        self, broker_id: BrokerId, partitions: list[dict[str, object]], now_s: float
+    ) -> None:
+        led = set()
+        for item in partitions:
+            topic, pid = item.get("topic"), item.get("partition_id")
+            if item.get("is_leader") is True and isinstance(topic, str) and isinstance(pid, int):
+                led.add((topic, PartitionId(pid)))
+        with self._lock:
+            self._last_seen_s[broker_id] = now_s
+            for key, leader in list(self._leaders.items()):
+                if leader == broker_id and key not in led:
+                    del self._leaders[key]
+            for key in led:
+                self._leaders[key] = broker_id
+
+    def record_silence(self, broker_id: BrokerId, now_s: float) -> None:
+        """No answer: its replicas no longer count as leaders; a broker never seen before
+        starts its grace period now."""
+        with self._lock:
+            self._last_seen_s.setdefault(broker_id, now_s)
+            for key, leader in list(self._leaders.items()):
+                if leader == broker_id:
+                    del self._leaders[key]
+
+    def is_dead(self, broker_id: BrokerId, now_s: float) -> bool:
+        with self._lock:
+            last = self._last_seen_s.get(broker_id)
+        return last is not None and now_s - last > self._dead_after_s
+
+    def leader_of(self, topic: str, partition_id: PartitionId) -> BrokerId | None:
+        with self._lock:
+            return self._leaders.get((topic, partition_id))

@@ -1,0 +1,104 @@
+"""``LeaderDuties``: the background thread that works only while this manager leads.
+
+Every ``broker_poll_period_s`` it polls each registered broker's ``GET /partitions`` (the
+heartbeat, and who leads each partition) into the ``BrokerMonitor``, and proposes
+``set_broker_alive`` only when a broker's liveness changes. Every ``reconcile_period_s`` it
+resumes half-done topic operations. Its side effects are idempotent, so two managers that
+briefly both believe they lead do no harm.
+
+Thread: one daemon thread per manager process, started by ``create_app``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Executor
+
+from manager.broker_client import BrokerClient
+from manager.broker_monitor import BrokerMonitor
+from manager.registry.brokers import BrokerRecord
+from manager.replicated import ReplicatedRegistry
+from manager.service import ManagerService
+from protocol.errors import RaftQError
+from protocol.limits import Limits
+
+_log = logging.getLogger(__name__)
+
+
+class LeaderDuties:
+    def __init__(
+        self,
+        limits: Limits,
+        raft: ReplicatedRegistry,
+        service: ManagerService,
+        brokers: BrokerClient,
+        monitor: BrokerMonitor,
+        poll_executor: Executor,
+    ) -> None:
+        self._limits = limits
+        self._raft = raft
+        self._service = service
+        self._brokers = brokers
+        self._monitor = monitor
+        self._poll_executor = poll_executor
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="leader-duties", daemon=True)
+        self._was_leader = False
+        self._next_reconcile_s = 0.0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._limits.broker_poll_period_s):
+            try:
+                self._tick()
+            except Exception:  # the thread must outlive any one bad round
+                _log.exception("leader duties round failed")
+
+    def _tick(self) -> None:
+        if not self._raft.is_leader():
+            self._was_leader = False
+            return
+        brokers = self._raft.read(lambda s: s.brokers.all())
+        now_s = time.monotonic()
+        if not self._was_leader:
+            self._was_leader = True
+            self._monitor.start_grace((b.broker_id for b in brokers), now_s)
+            self._next_reconcile_s = now_s
+        self._poll(brokers)
+        if time.monotonic() >= self._next_reconcile_s:
+            self._service.resume_pending()
+            self._next_reconcile_s = time.monotonic() + self._limits.reconcile_period_s
+
+    def _poll(self, brokers: list[BrokerRecord]) -> None:
+        futures = [(b, self._poll_executor.submit(self._poll_one, b)) for b in brokers]
+        for broker, future in futures:
+            answered = future.result()
+            dead = not answered and self._monitor.is_dead(broker.broker_id, time.monotonic())
+            if answered and not broker.alive:
+                self._set_alive(broker, True)
+            elif dead and broker.alive:
+                self._set_alive(broker, False)
+
+    def _poll_one(self, broker: BrokerRecord) -> bool:
+        try:
+            partitions = self._brokers.hosted_partitions(broker.address)
+        except RaftQError:
+            self._monitor.record_silence(broker.broker_id, time.monotonic())
+            return False
+        self._monitor.record_answer(broker.broker_id, partitions, time.monotonic())
+        return True
+
+    def _set_alive(self, broker: BrokerRecord, alive: bool) -> None:
+        try:
+            self._raft.set_broker_alive(broker.broker_id, alive)
+            _log.warning("broker %s is %s", broker.broker_id, "alive" if alive else "dead")
+        except RaftQError as exc:
+            _log.warning("could not record broker %s liveness: %s", broker.broker_id, exc.message)

@@ -1,0 +1,221 @@
+"""``LogRouter``: forwards ``/logs`` (produce, pop, fetch) to brokers hosting the partition.
+
+A request goes to the partition leader's broker when polling knows it, else to another alive
+replica's. The next replica is tried only when the previous one provably did not process the
+request (connection refused, or a 503 NO_LEADER / NOT_LEADER / UNAVAILABLE), or when repeating
+is harmless anyway (a pop with its request id, a fetch, a produce with a sequence: each
+partition de-duplicates those). Any other broker error goes back to the caller unchanged.
+
+Threads: HTTP threads; produce groups for several partitions run on the shared executor.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Executor
+
+from manager.broker_client import BrokerClient, BrokerRefusalError
+from manager.broker_monitor import BrokerMonitor
+from manager.log_routing import PartitionGroup, broker_order, group_messages, pop_order
+from manager.registry.brokers import BrokerRecord
+from manager.registry.topics import PartitionRecord, TopicRecord
+from manager.replicated import ReplicatedRegistry
+from protocol.errors import ErrorCode, RaftQError
+from protocol.requests import Fetch, Pop, Produce, invalid
+from protocol.types import BrokerId, PartitionId
+from runtime.http_client import HttpAnswer, NoAnswerError
+
+_RETRY_ELSEWHERE = {
+    ErrorCode.NO_LEADER.value,
+    ErrorCode.NOT_LEADER.value,
+    ErrorCode.UNAVAILABLE.value,
+}
+"""503 codes with which a broker says it did not process the request."""
+
+BrokerCall = Callable[[str], HttpAnswer]
+
+
+class LogRouter:
+    def __init__(
+        self,
+        raft: ReplicatedRegistry,
+        brokers: BrokerClient,
+        monitor: BrokerMonitor,
+        executor: Executor,
+    ) -> None:
+        self._raft = raft
+        self._brokers = brokers
+        self._monitor = monitor
+        self._executor = executor
+        self._round_robin = itertools.count()  # next() is atomic under the GIL
+
+    # --- produce -----------------------------------------------------------------------------
+    def produce(self, request: Produce) -> dict[str, object]:
+        if request.producer_id is None:
+            raise invalid("missing field 'producer_id' (register with POST /producers)")
+        producer = self._raft.read(lambda s: s.clients.producer(request.producer_id or ""))
+        if producer is None:
+            raise RaftQError(ErrorCode.UNKNOWN_PRODUCER, "unknown producer; register it first")
+        if producer.topic != request.topic:
+            raise invalid(f"producer is registered for topic {producer.topic!r}")
+        topic = self._active_topic(request.topic)
+        count = topic.active_count
+        if request.partition_id is not None and request.partition_id >= count:
+            raise RaftQError(
+                ErrorCode.UNKNOWN_PARTITION,
+                f"{topic.name!r} has no partition {request.partition_id}",
+            )
+        salt = None if request.sequence is None else f"{request.producer_id}:{request.sequence}"
+        groups = group_messages(
+            request.messages,
+            count,
+            partition_id=request.partition_id,
+            unkeyed_salt=salt,
+            round_robin=next(self._round_robin),
+        )
+        offsets: list[dict[str, object]] = [{} for _ in request.messages]
+        futures = [
+            self._executor.submit(self._produce_group, request, topic, group) for group in groups
+        ]
+        for group, future in zip(groups, futures, strict=True):
+            for index, offset in zip(group.indexes, future.result(), strict=True):
+                offsets[index] = {"partition_id": group.partition_id, "offset": offset}
+        return {"offsets": offsets} if request.is_batch else offsets[0]
+
+    def _produce_group(
+        self, request: Produce, topic: TopicRecord, group: PartitionGroup
+    ) -> list[int]:
+        body = {
+            "topic": topic.name,
+            "partition_id": group.partition_id,
+            "messages": [
+                {"message": request.messages[i].value, "key": request.messages[i].key}
+                for i in group.indexes
+            ],
+            "producer_id": request.producer_id,
+            "sequence": request.sequence,
+        }
+        answer = self._send(
+            topic.partitions[group.partition_id],
+            topic.name,
+            lambda address: self._brokers.produce(address, body),
+            repeat_is_harmless=request.sequence is not None,
+        )
+        offsets = answer.body.get("offsets") if isinstance(answer.body, dict) else None
+        if not (isinstance(offsets, list) and len(offsets) == len(group.indexes)):
+            raise RaftQError(ErrorCode.INTERNAL, "a broker answered a produce without offsets")
+        return [int(o) for o in offsets]
+
+    # --- consume -----------------------------------------------------------------------------
+    def pop(self, request: Pop) -> dict[str, object]:
+        consumer = self._raft.read(lambda s: s.clients.consumer(request.consumer_id))
+        if consumer is None:
+            raise RaftQError(ErrorCode.UNKNOWN_CONSUMER, "unknown consumer; register it first")
+        topic = self._active_topic(consumer.topic)
+        if consumer.partition_id is not None:
+            partition_ids = [consumer.partition_id]
+        else:
+            partition_ids = [PartitionId(p) for p in range(topic.active_count)]
+        order = pop_order(
+            partition_ids, request.consumer_id, request.request_id, next(self._round_robin)
+        )
+        request_id = request.request_id or uuid.uuid4().hex
+        messages: list[object] = []
+        first_error: Exception | None = None
+        for partition_id in order:
+            remaining = request.max_messages - len(messages)
+            if remaining <= 0:
+                break
+            params = {
+                "topic": topic.name,
+                "partition_id": str(partition_id),
+                "consumer_id": request.consumer_id,
+                "max_messages": str(remaining),
+                "request_id": request_id,
+            }
+            try:
+                messages.extend(self._read(topic, partition_id, params)[:remaining])
+            except (RaftQError, BrokerRefusalError) as exc:
+                # Keep going: messages already popped elsewhere must reach the caller.
+                first_error = first_error or exc
+        if not messages and first_error is not None:
+            raise first_error
+        return {"messages": messages}
+
+    def fetch(self, request: Fetch) -> dict[str, object]:
+        topic = self._active_topic(request.topic)
+        if request.partition_id >= topic.active_count:
+            raise RaftQError(
+                ErrorCode.UNKNOWN_PARTITION,
+                f"{topic.name!r} has no partition {request.partition_id}",
+            )
+        params = {
+            "topic": topic.name,
+            "partition_id": str(request.partition_id),
+            "offset": str(request.offset),
+            "max_messages": str(request.max_messages),
+        }
+        return {"messages": self._read(topic, request.partition_id, params)}
+
+    def _read(
+        self, topic: TopicRecord, partition_id: PartitionId, params: dict[str, str]
+    ) -> list[object]:
+        answer = self._send(
+            topic.partitions[partition_id],
+            topic.name,
+            lambda address: self._brokers.read(address, params),
+            repeat_is_harmless=True,
+        )
+        found = answer.body.get("messages") if isinstance(answer.body, dict) else None
+        if not isinstance(found, list):
+            raise RaftQError(ErrorCode.INTERNAL, "a broker answered a read without messages")
+        return found
+
+    # --- choosing a broker -------------------------------------------------------------------
+    def _send(
+        self,
+        partition: PartitionRecord,
+        topic: str,
+        call: BrokerCall,
+        *,
+        repeat_is_harmless: bool,
+    ) -> HttpAnswer:
+        """The first 2xx answer of the partition's brokers, trying at most one per replica."""
+        brokers = self._raft.read(lambda s: {b.broker_id: b for b in s.brokers.all()})
+        alive = {b.broker_id for b in brokers.values() if b.alive}
+        leader = self._monitor.leader_of(topic, partition.partition_id)
+        last_reason = "no replica broker is registered"
+        for broker_id in broker_order(partition, leader, alive):
+            broker: BrokerRecord | None = brokers.get(BrokerId(broker_id))
+            if broker is None:
+                continue
+            try:
+                answer = call(broker.address)
+            except NoAnswerError as exc:
+                if not (exc.refused or repeat_is_harmless):
+                    raise
+                last_reason = exc.message
+                continue
+            if 200 <= answer.status < 300:
+                return answer
+            if not _says_not_processed(answer):
+                raise BrokerRefusalError(answer)
+            last_reason = f"broker {broker_id} answered {answer.status}: {answer.body}"
+        raise RaftQError(
+            ErrorCode.UNAVAILABLE,
+            f"no replica of {topic}/{partition.partition_id} took the request: {last_reason}",
+        )
+
+    def _active_topic(self, name: str) -> TopicRecord:
+        topic = self._raft.read(lambda s: s.topics.get(name))
+        if topic is None or not topic.is_active:
+            raise RaftQError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {name!r}")
+        return topic
+
+
+def _says_not_processed(answer: HttpAnswer) -> bool:
+    body = answer.body
+    code = body.get("error_code") if isinstance(body, dict) else None
+    return answer.status == 503 and code in _RETRY_ELSEWHERE

@@ -1,0 +1,62 @@
+"""Where new partitions' replicas go. Pure: the caller passes the registry's current view.
+
+Each partition goes on ``replication_factor`` distinct alive brokers, least loaded first (load =
+replicas hosted, counting the ones placed earlier in the same call, ties by broker id), so the
+partitions of one topic spread. The chosen brokers are rotated by partition id so that replica 0
+is not always on the same broker. Each replica gets the lowest port of its broker's range that
+no replica uses on that host (brokers sharing a host may have overlapping ranges, and an address
+must never be used twice).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from manager.registry.brokers import BrokerRecord
+from manager.registry.topics import Assignment
+from protocol.errors import ErrorCode, RaftQError
+from protocol.types import BrokerId
+
+
+def place_partitions(
+    partition_ids: Iterable[int],
+    replication_factor: int,
+    brokers: Iterable[BrokerRecord],
+    replica_counts: Mapping[BrokerId, int],
+    used_ports: Mapping[str, set[int]],
+) -> tuple[Assignment, ...]:
+    """One assignment per partition id; raises ``RaftQError(NOT_ENOUGH_BROKERS)``."""
+    alive = [b for b in brokers if b.alive]
+    if len(alive) < replication_factor:
+        raise RaftQError(
+            ErrorCode.NOT_ENOUGH_BROKERS,
+            f"need {replication_factor} alive brokers, have {len(alive)}",
+        )
+    load = {b.broker_id: replica_counts.get(b.broker_id, 0) for b in alive}
+    ports = {host: set(taken) for host, taken in used_ports.items()}
+    assignments = []
+    for partition_id in partition_ids:
+        chosen = sorted(alive, key=lambda b: (load[b.broker_id], b.broker_id))
+        chosen = chosen[:replication_factor]
+        shift = partition_id % replication_factor
+        chosen = chosen[shift:] + chosen[:shift]
+        assignment = []
+        for broker in chosen:
+            taken = ports.setdefault(broker.raft_host, set())
+            port = _lowest_free_port(broker, taken)
+            taken.add(port)
+            load[broker.broker_id] += 1
+            assignment.append((broker.broker_id, f"{broker.raft_host}:{port}"))
+        assignments.append(tuple(assignment))
+    return tuple(assignments)
+
+
+def _lowest_free_port(broker: BrokerRecord, used: set[int]) -> int:
+    for port in range(broker.raft_port_min, broker.raft_port_max + 1):
+        if port not in used:
+            return port
+    raise RaftQError(
+        ErrorCode.NOT_ENOUGH_BROKERS,
+        f"broker {broker.broker_id} has no free Raft port in "
+        f"[{broker.raft_port_min}, {broker.raft_port_max}]",
+    )

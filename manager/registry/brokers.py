@@ -1,0 +1,102 @@
+"""Registered brokers: where they answer HTTP, where their Raft ports are, and whether the
+manager leader last saw them alive. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from manager.registry.outcome import Outcome
+from protocol.types import BrokerId
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRecord:
+    broker_id: BrokerId
+    address: str
+    """HTTP base URL."""
+    raft_host: str
+    raft_port_min: int
+    raft_port_max: int
+    """Replicas on this broker get Raft ports in ``[raft_port_min, raft_port_max]`` (inclusive)."""
+    alive: bool
+    version: int
+
+    def same_registration(
+        self, address: str, raft_host: str, raft_port_min: int, raft_port_max: int
+    ) -> bool:
+        return (self.address, self.raft_host, self.raft_port_min, self.raft_port_max) == (
+            address,
+            raft_host,
+            raft_port_min,
+            raft_port_max,
+        )
+
+
+def _valid(broker_id: object, address: object, host: object, low: object, high: object) -> bool:
+    if not (isinstance(address, str) and address and isinstance(host, str) and host):
+        return False
+    if isinstance(broker_id, bool) or not isinstance(broker_id, int):
+        return False
+    if not (isinstance(low, int) and isinstance(high, int)):
+        return False
+    return 1 <= low <= high <= 65535
+
+
+class BrokerRegistry:
+    def __init__(self) -> None:
+        self._brokers: dict[BrokerId, BrokerRecord] = {}
+
+    def get(self, broker_id: BrokerId) -> BrokerRecord | None:
+        return self._brokers.get(broker_id)
+
+    def all(self) -> list[BrokerRecord]:
+        return [self._brokers[b] for b in sorted(self._brokers)]
+
+    def __len__(self) -> int:
+        return len(self._brokers)
+
+    def register(
+        self,
+        broker_id: int,
+        address: str,
+        raft_host: str,
+        raft_port_min: int,
+        raft_port_max: int,
+        *,
+        brokers_max: int,
+        version: int,
+    ) -> Outcome:
+        """Add or update a broker; the same data again is a no-op. A new broker starts alive:
+        it has just spoken to us."""
+        if not _valid(broker_id, address, raft_host, raft_port_min, raft_port_max):
+            return Outcome.INVALID
+        known = self._brokers.get(BrokerId(broker_id))
+        if known is not None:
+            if known.same_registration(address, raft_host, raft_port_min, raft_port_max):
+                return Outcome.UNCHANGED
+            self._brokers[known.broker_id] = replace(
+                known,
+                address=address,
+                raft_host=raft_host,
+                raft_port_min=raft_port_min,
+                raft_port_max=raft_port_max,
+                version=version,
+            )
+            return Outcome.UPDATED
+        if len(self._brokers) >= brokers_max:
+            return Outcome.TOO_MANY
+        self._brokers[BrokerId(broker_id)] = BrokerRecord(
+            BrokerId(broker_id), address, raft_host, raft_port_min, raft_port_max, True, version
+        )
+        return Outcome.CREATED
+
+    def set_alive(self, broker_id: int, alive: bool, *, version: int) -> Outcome:
+        if not isinstance(broker_id, int) or not isinstance(alive, bool):
+            return Outcome.INVALID
+        known = self._brokers.get(BrokerId(broker_id))
+        if known is None:
+            return Outcome.UNKNOWN_BROKER
+        if known.alive == alive:
+            return Outcome.UNCHANGED
+        self._brokers[known.broker_id] = replace(known, alive=alive, version=version)
+        return Outcome.UPDATED

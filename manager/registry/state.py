@@ -1,0 +1,137 @@
+"""The manager's replicated state machine: every command the managers' Raft log carries. Pure.
+
+Each command is deterministic (ids and bounds are arguments fixed by the proposer, so every
+manager applies it the same way even if their configured limits briefly differ), total (bad
+input returns an ``Outcome``, never raises) and stamps what it changes with the next revision,
+a counter that only grows (the Storm KeySequenceNumber idea: a stale view can be detected).
+"""
+
+from __future__ import annotations
+
+from manager.registry.brokers import BrokerRegistry
+from manager.registry.clients import ClientRegistry
+from manager.registry.outcome import Outcome
+from manager.registry.topics import Assignment, TopicRegistry
+from protocol.types import BrokerId
+
+_CHANGED = (Outcome.CREATED, Outcome.UPDATED)
+
+
+class ManagerState:
+    def __init__(self) -> None:
+        self.topics = TopicRegistry()
+        self.brokers = BrokerRegistry()
+        self.clients = ClientRegistry()
+        self.revision = 0
+        """Revision of the last change; every record's ``version`` is one of these."""
+
+    def _stamp(self, outcome: Outcome) -> Outcome:
+        if outcome in _CHANGED:
+            self.revision += 1
+        return outcome
+
+    def _known_brokers(self, assignments: tuple[Assignment, ...]) -> bool:
+        try:
+            return all(self.brokers.get(BrokerId(b)) is not None for a in assignments for b, _ in a)
+        except (TypeError, ValueError):
+            return False
+
+    def begin_topic(
+        self,
+        name: str,
+        assignments: tuple[Assignment, ...],
+        topics_max: int,
+        partitions_max: int,
+        replicas_max: int,
+    ) -> Outcome:
+        if isinstance(assignments, tuple) and not self._known_brokers(assignments):
+            return Outcome.UNKNOWN_BROKER
+        return self._stamp(
+            self.topics.begin_topic(
+                name,
+                assignments,
+                topics_max=topics_max,
+                partitions_max=partitions_max,
+                replicas_max=replicas_max,
+                version=self.revision + 1,
+            )
+        )
+
+    def begin_partition(
+        self,
+        name: str,
+        partition_id: int,
+        assignment: Assignment,
+        partitions_max: int,
+        replicas_max: int,
+    ) -> Outcome:
+        if isinstance(assignment, tuple) and not self._known_brokers((assignment,)):
+            return Outcome.UNKNOWN_BROKER
+        return self._stamp(
+            self.topics.begin_partition(
+                name,
+                partition_id,
+                assignment,
+                partitions_max=partitions_max,
+                replicas_max=replicas_max,
+                version=self.revision + 1,
+            )
+        )
+
+    def finish_partitions(self, name: str, partition_ids: tuple[int, ...]) -> Outcome:
+        return self._stamp(
+            self.topics.finish_partitions(name, partition_ids, version=self.revision + 1)
+        )
+
+    def register_broker(
+        self,
+        broker_id: int,
+        address: str,
+        raft_host: str,
+        raft_port_min: int,
+        raft_port_max: int,
+        brokers_max: int,
+    ) -> Outcome:
+        return self._stamp(
+            self.brokers.register(
+                broker_id,
+                address,
+                raft_host,
+                raft_port_min,
+                raft_port_max,
+                brokers_max=brokers_max,
+                version=self.revision + 1,
+            )
+        )
+
+    def set_broker_alive(self, broker_id: int, alive: bool) -> Outcome:
+        return self._stamp(self.brokers.set_alive(broker_id, alive, version=self.revision + 1))
+
+    def register_producer(self, producer_id: str, topic: str, clients_max: int) -> Outcome:
+        if not isinstance(topic, str) or self.topics.get(topic) is None:
+            return Outcome.UNKNOWN_TOPIC
+        return self._stamp(
+            self.clients.add_producer(
+                producer_id, topic, clients_max=clients_max, version=self.revision + 1
+            )
+        )
+
+    def register_consumer(
+        self, consumer_id: str, topic: str, partition_id: int | None, clients_max: int
+    ) -> Outcome:
+        record = self.topics.get(topic) if isinstance(topic, str) else None
+        if record is None:
+            return Outcome.UNKNOWN_TOPIC
+        if partition_id is not None and not (
+            isinstance(partition_id, int) and 0 <= partition_id < len(record.partitions)
+        ):
+            return Outcome.UNKNOWN_PARTITION
+        return self._stamp(
+            self.clients.add_consumer(
+                consumer_id,
+                topic,
+                partition_id,
+                clients_max=clients_max,
+                version=self.revision + 1,
+            )
+        )

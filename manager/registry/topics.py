@@ -1,0 +1,216 @@
+"""Topics, their partitions and where each partition's replicas live. Pure.
+
+A partition is CREATING from the moment its placement is recorded until every replica's broker
+has been told to host it (DESIGN §3, the Databus recorded steps); then it is ACTIVE. Partitions
+are only ever added at the end and finished in order, so the ACTIVE ones are always a prefix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from enum import Enum
+
+from manager.registry.outcome import Outcome
+from protocol.types import BrokerId, PartitionId, ReplicaId
+
+Assignment = tuple[tuple[BrokerId, str], ...]
+"""One partition's replicas as plain data for the Raft log: ``(broker_id, "host:port")`` per
+replica, the replica id being the index."""
+
+
+class PartitionState(Enum):
+    CREATING = "creating"
+    ACTIVE = "active"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaPlacement:
+    replica_id: ReplicaId
+    broker_id: BrokerId
+    raft_address: str
+    """``host:port`` of this replica's Raft node; unique across every replica."""
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRecord:
+    partition_id: PartitionId
+    replicas: tuple[ReplicaPlacement, ...]
+    state: PartitionState
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRecord:
+    name: str
+    partitions: tuple[PartitionRecord, ...]
+    version: int
+    """The registry revision of its last change; only grows."""
+
+    @property
+    def is_active(self) -> bool:
+        """Its creation finished: producers and consumers may use it."""
+        return self.partitions[0].state is PartitionState.ACTIVE
+
+    @property
+    def active_count(self) -> int:
+        """Partitions that take messages (the ACTIVE prefix)."""
+        count = 0
+        for partition in self.partitions:
+            if partition.state is not PartitionState.ACTIVE:
+                break
+            count += 1
+        return count
+
+    @property
+    def creating(self) -> tuple[PartitionRecord, ...]:
+        return tuple(p for p in self.partitions if p.state is PartitionState.CREATING)
+
+
+def valid_assignment(assignment: object, replicas_max: int) -> bool:
+    """Well-formed plain data with distinct brokers and distinct Raft addresses."""
+    if not isinstance(assignment, tuple) or not 1 <= len(assignment) <= replicas_max:
+        return False
+    for item in assignment:
+        if not (isinstance(item, tuple) and len(item) == 2):
+            return False
+        broker_id, address = item
+        if not isinstance(broker_id, int) or not isinstance(address, str) or ":" not in address:
+            return False
+    brokers = {item[0] for item in assignment}
+    addresses = {item[1] for item in assignment}
+    return len(brokers) == len(assignment) == len(addresses)
+
+
+def _partition(partition_id: int, assignment: Assignment, version: int) -> PartitionRecord:
+    replicas = tuple(
+        ReplicaPlacement(ReplicaId(index), BrokerId(broker_id), address)
+        for index, (broker_id, address) in enumerate(assignment)
+    )
+    return PartitionRecord(PartitionId(partition_id), replicas, PartitionState.CREATING, version)
+
+
+class TopicRegistry:
+    def __init__(self) -> None:
+        self._topics: dict[str, TopicRecord] = {}
+        self._raft_addresses: set[str] = set()
+        """Every replica's Raft address, of every topic and state: two replicas never share one."""
+
+    # --- reads -------------------------------------------------------------------------------
+    def get(self, name: str) -> TopicRecord | None:
+        return self._topics.get(name)
+
+    def all(self) -> list[TopicRecord]:
+        return [self._topics[name] for name in sorted(self._topics)]
+
+    def __len__(self) -> int:
+        return len(self._topics)
+
+    def replica_count_by_broker(self) -> dict[BrokerId, int]:
+        counts: dict[BrokerId, int] = {}
+        for replica in self._replicas():
+            counts[replica.broker_id] = counts.get(replica.broker_id, 0) + 1
+        return counts
+
+    def raft_ports_by_host(self) -> dict[str, set[int]]:
+        """Ports taken on each Raft host, by replicas of any broker, topic and state."""
+        ports: dict[str, set[int]] = {}
+        for replica in self._replicas():
+            host, port = replica.raft_address.rsplit(":", 1)
+            ports.setdefault(host, set()).add(int(port))
+        return ports
+
+    def _replicas(self) -> Iterable[ReplicaPlacement]:
+        for topic in self._topics.values():
+            for partition in topic.partitions:
+                yield from partition.replicas
+
+    # --- commands (called from apply: total, never raise) -----------------------------------
+    def begin_topic(
+        self,
+        name: str,
+        assignments: tuple[Assignment, ...],
+        *,
+        topics_max: int,
+        partitions_max: int,
+        replicas_max: int,
+        version: int,
+    ) -> Outcome:
+        if not isinstance(name, str) or not name:
+            return Outcome.INVALID
+        if name in self._topics:
+            return Outcome.EXISTS
+        if len(self._topics) >= topics_max:
+            return Outcome.TOO_MANY
+        if not isinstance(assignments, tuple) or not 1 <= len(assignments) <= partitions_max:
+            return Outcome.INVALID
+        if not all(valid_assignment(a, replicas_max) for a in assignments):
+            return Outcome.INVALID
+        if self._addresses_taken(assignments):
+            return Outcome.ADDRESS_TAKEN
+        partitions = tuple(_partition(i, a, version) for i, a in enumerate(assignments))
+        self._topics[name] = TopicRecord(name, partitions, version)
+        self._raft_addresses.update(address for a in assignments for _, address in a)
+        return Outcome.CREATED
+
+    def begin_partition(
+        self,
+        name: str,
+        partition_id: int,
+        assignment: Assignment,
+        *,
+        partitions_max: int,
+        replicas_max: int,
+        version: int,
+    ) -> Outcome:
+        """Add partition ``partition_id``, which must be the next one (so a repeat is refused)."""
+        if not isinstance(name, str) or not isinstance(partition_id, int):
+            return Outcome.INVALID
+        topic = self._topics.get(name)
+        if topic is None:
+            return Outcome.UNKNOWN_TOPIC
+        if topic.creating:
+            return Outcome.BUSY
+        if partition_id != len(topic.partitions):
+            return Outcome.EXISTS if 0 <= partition_id < len(topic.partitions) else Outcome.INVALID
+        if len(topic.partitions) >= partitions_max:
+            return Outcome.TOO_MANY
+        if not valid_assignment(assignment, replicas_max):
+            return Outcome.INVALID
+        if self._addresses_taken((assignment,)):
+            return Outcome.ADDRESS_TAKEN
+        added = _partition(partition_id, assignment, version)
+        self._topics[name] = TopicRecord(name, (*topic.partitions, added), version)
+        self._raft_addresses.update(address for _, address in assignment)
+        return Outcome.CREATED
+
+    def finish_partitions(
+        self, name: str, partition_ids: tuple[int, ...], *, version: int
+    ) -> Outcome:
+        """Mark the named partitions ACTIVE; only the named ones, so a finisher never activates
+        a partition begun after it sent its broker calls."""
+        if not isinstance(name, str):
+            return Outcome.INVALID
+        topic = self._topics.get(name)
+        if topic is None:
+            return Outcome.UNKNOWN_TOPIC
+        if not isinstance(partition_ids, tuple):
+            return Outcome.INVALID
+        if any(not isinstance(p, int) or not 0 <= p < len(topic.partitions) for p in partition_ids):
+            return Outcome.UNKNOWN_PARTITION
+        wanted = set(partition_ids)
+        changed = False
+        partitions = []
+        for partition in topic.partitions:
+            if partition.partition_id in wanted and partition.state is PartitionState.CREATING:
+                partitions.append(replace(partition, state=PartitionState.ACTIVE, version=version))
+                changed = True
+            else:
+                partitions.append(partition)
+        if not changed:
+            return Outcome.UNCHANGED
+        self._topics[name] = TopicRecord(name, tuple(partitions), version)
+        return Outcome.UPDATED
+
+    def _addresses_taken(self, assignments: tuple[Assignment, ...]) -> bool:
+        return any(address in self._raft_addresses for a in assignments for _, address in a)

@@ -1,0 +1,243 @@
+"""``ManagerService``: the registry operations behind the HTTP API (topics, partitions,
+brokers, producers, consumers) and the resumption of half-done topic operations.
+
+Threads: HTTP threads call every public method; the leader-duties thread calls
+``resume_pending``. Multi-step operations are serialized by one lock so two of them never
+place replicas on the same ports or finish each other's partitions early.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from concurrent.futures import Executor
+
+from manager.broker_client import BrokerClient
+from manager.broker_monitor import BrokerMonitor
+from manager.placement import place_partitions
+from manager.registry.brokers import BrokerRecord
+from manager.registry.outcome import Outcome
+from manager.registry.state import ManagerState
+from manager.registry.topics import TopicRecord
+from manager.replicated import ReplicatedRegistry
+from manager.views import broker_summary, partition_detail, topic_created, topic_summary
+from protocol.errors import ErrorCode, RaftQError
+from protocol.limits import Limits
+from protocol.requests import CreateTopic, RegisterBroker, RegisterConsumer, TopicRef
+from protocol.types import BrokerId, ReplicaAddress, ReplicaSpec
+
+_log = logging.getLogger(__name__)
+
+_ERRORS = {
+    Outcome.EXISTS: ErrorCode.TOPIC_EXISTS,
+    Outcome.TOO_MANY: ErrorCode.TOO_MANY,
+    Outcome.UNKNOWN_TOPIC: ErrorCode.UNKNOWN_TOPIC,
+    Outcome.UNKNOWN_PARTITION: ErrorCode.UNKNOWN_PARTITION,
+    Outcome.UNKNOWN_BROKER: ErrorCode.NOT_ENOUGH_BROKERS,
+    Outcome.INVALID: ErrorCode.INVALID_FIELD,
+    Outcome.BUSY: ErrorCode.UNAVAILABLE,
+    Outcome.ADDRESS_TAKEN: ErrorCode.UNAVAILABLE,
+    Outcome.FAILED: ErrorCode.INTERNAL,
+}
+
+
+def check_outcome(outcome: Outcome, what: str) -> Outcome:
+    """Return a successful outcome; raise the error a failed one maps to."""
+    if outcome.ok:
+        return outcome
+    raise RaftQError(_ERRORS.get(outcome, ErrorCode.INTERNAL), f"{what}: {outcome.value}")
+
+
+class ManagerService:
+    def __init__(
+        self,
+        limits: Limits,
+        raft: ReplicatedRegistry,
+        brokers: BrokerClient,
+        monitor: BrokerMonitor,
+        executor: Executor,
+    ) -> None:
+        self._limits = limits
+        self._raft = raft
+        self._brokers = brokers
+        self._monitor = monitor
+        self._executor = executor
+        self._operation_lock = threading.Lock()
+
+    # --- topics and partitions ---------------------------------------------------------------
+    def create_topic(self, request: CreateTopic) -> dict[str, object]:
+        limits = self._limits
+        with self._operation_lock:
+            if self._raft.read(lambda s: s.topics.get(request.name)) is not None:
+                raise RaftQError(ErrorCode.TOPIC_EXISTS, f"topic {request.name!r} exists")
+            assignments = self._raft.read(
+                lambda s: place_partitions(
+                    range(request.partitions),
+                    request.replication_factor,
+                    s.brokers.all(),
+                    s.topics.replica_count_by_broker(),
+                    s.topics.raft_ports_by_host(),
+                )
+            )
+            outcome = self._raft.begin_topic(
+                request.name,
+                assignments,
+                limits.registry_topics_max,
+                limits.topic_partitions_max,
+                limits.replication_factor,
+            )
+            check_outcome(outcome, f"topic {request.name!r}")
+            self._complete(request.name, tuple(range(request.partitions)))
+        return topic_created(self._topic(request.name), self._monitor.leader_of)
+
+    def add_partition(self, request: TopicRef) -> dict[str, object]:
+        with self._operation_lock:
+            topic = self._topic(request.topic)
+            if topic.creating:
+                raise RaftQError(ErrorCode.UNAVAILABLE, f"topic {topic.name!r} is being created")
+            partition_id = len(topic.partitions)
+            replication_factor = len(topic.partitions[0].replicas)
+            (assignment,) = self._raft.read(
+                lambda s: place_partitions(
+                    (partition_id,),
+                    replication_factor,
+                    s.brokers.all(),
+                    s.topics.replica_count_by_broker(),
+                    s.topics.raft_ports_by_host(),
+                )
+            )
+            outcome = self._raft.begin_partition(
+                topic.name,
+                partition_id,
+                assignment,
+                self._limits.topic_partitions_max,
+                self._limits.replication_factor,
+            )
+            check_outcome(outcome, f"partition {partition_id} of {topic.name!r}")
+            self._complete(topic.name, (partition_id,))
+        return self._partition_json(self._topic(request.topic), partition_id)
+
+    def partitions(self, request: TopicRef) -> dict[str, object]:
+        topic = self._topic(request.topic)
+        return {
+            "topic": topic.name,
+            "partitions": [self._partition_json(topic, p.partition_id) for p in topic.partitions],
+        }
+
+    def topics(self) -> dict[str, object]:
+        return {"topics": [topic_summary(t) for t in self._raft.read(lambda s: s.topics.all())]}
+
+    def resume_pending(self) -> None:
+        """Finish every CREATING partition (a failed request, or a previous leader's): re-send
+        its replica specs (idempotent at the brokers), then record it ACTIVE."""
+        pending = self._raft.read(
+            lambda s: [(t.name, tuple(p.partition_id for p in t.creating)) for t in s.topics.all()]
+        )
+        for name, partition_ids in pending:
+            if not partition_ids:
+                continue
+            try:
+                with self._operation_lock:
+                    self._complete(name, partition_ids)
+                _log.info("resumed topic %s partitions %s", name, partition_ids)
+            except RaftQError as exc:
+                _log.warning("topic %s still not created: %s", name, exc.message)
+
+    def _complete(self, name: str, partition_ids: tuple[int, ...]) -> None:
+        """Steps (b) and (c) of a topic operation; (a), the recorded placement, is done."""
+        topic = self._topic(name)
+        brokers = self._raft.read(lambda s: {b.broker_id: b for b in s.brokers.all()})
+        futures = []
+        for partition in topic.creating:
+            if partition.partition_id not in partition_ids:
+                continue
+            replicas = tuple(
+                ReplicaAddress(
+                    r.replica_id, r.broker_id, _broker(brokers, r.broker_id).address, r.raft_address
+                )
+                for r in partition.replicas
+            )
+            for replica in replicas:
+                spec = ReplicaSpec(name, partition.partition_id, replica.replica_id, replicas)
+                futures.append(
+                    self._executor.submit(self._brokers.host_replica, replica.address, spec)
+                )
+        failures = [str(f.exception()) for f in futures if f.exception() is not None]
+        if failures:
+            raise RaftQError(
+                ErrorCode.UNAVAILABLE,
+                f"topic {name!r} is recorded but {len(failures)} replica(s) are not yet hosted "
+                f"(retried in the background): {failures[0]}",
+            )
+        check_outcome(self._raft.finish_partitions(name, partition_ids), f"topic {name!r}")
+
+    def _topic(self, name: str) -> TopicRecord:
+        topic = self._raft.read(lambda s: s.topics.get(name))
+        if topic is None:
+            raise RaftQError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {name!r}")
+        return topic
+
+    def _partition_json(self, topic: TopicRecord, partition_id: int) -> dict[str, object]:
+        brokers = self._raft.read(lambda s: {b.broker_id: b for b in s.brokers.all()})
+        partition = topic.partitions[partition_id]
+        return partition_detail(topic.name, partition, brokers, self._monitor.leader_of)
+
+    # --- brokers -----------------------------------------------------------------------------
+    def register_broker(self, request: RegisterBroker) -> tuple[dict[str, object], int]:
+        """201 when registered or updated, 200 when it was already registered as is (and then
+        nothing is proposed: brokers re-register every broker_register_period_s)."""
+        known = self._raft.read(lambda s: s.brokers.get(request.broker_id))
+        same = known is not None and known.same_registration(
+            request.address, request.raft_host, request.raft_port_min, request.raft_port_max
+        )
+        if not same:
+            outcome = self._raft.register_broker(
+                request.broker_id,
+                request.address,
+                request.raft_host,
+                request.raft_port_min,
+                request.raft_port_max,
+                self._limits.registry_brokers_max,
+            )
+            same = check_outcome(outcome, f"broker {request.broker_id}") is Outcome.UNCHANGED
+        return {"broker_id": request.broker_id}, 200 if same else 201
+
+    def brokers(self) -> dict[str, object]:
+        return {"brokers": self._raft.read(_broker_summaries)}
+
+    # --- producers and consumers -------------------------------------------------------------
+    def register_producer(self, request: TopicRef) -> dict[str, object]:
+        self._topic(request.topic)
+        producer_id = uuid.uuid4().hex  # chosen by the proposer: apply stays deterministic
+        outcome = self._raft.register_producer(
+            producer_id, request.topic, self._limits.registry_clients_max
+        )
+        check_outcome(outcome, "producer")
+        return {"producer_id": producer_id}
+
+    def register_consumer(self, request: RegisterConsumer) -> dict[str, object]:
+        topic = self._topic(request.topic)
+        if request.partition_id is not None and request.partition_id >= len(topic.partitions):
+            raise RaftQError(
+                ErrorCode.UNKNOWN_PARTITION,
+                f"topic {topic.name!r} has no partition {request.partition_id}",
+            )
+        consumer_id = uuid.uuid4().hex
+        outcome = self._raft.register_consumer(
+            consumer_id, request.topic, request.partition_id, self._limits.registry_clients_max
+        )
+        check_outcome(outcome, "consumer")
+        return {"consumer_id": consumer_id}
+
+
+def _broker_summaries(state: ManagerState) -> list[dict[str, object]]:
+    counts = state.topics.replica_count_by_broker()
+    return [broker_summary(b, counts.get(b.broker_id, 0)) for b in state.brokers.all()]
+
+
+def _broker(brokers: dict[BrokerId, BrokerRecord], broker_id: BrokerId) -> BrokerRecord:
+    broker = brokers.get(broker_id)
+    if broker is None:  # placement only picks registered brokers, which are never removed
+        raise RaftQError(ErrorCode.INTERNAL, f"broker {broker_id} is not registered")
+    return broker

@@ -1,0 +1,195 @@
+"""ManagerService and LogRouter over the in-memory registry twin and a stub broker client."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from manager.broker_client import BrokerClient, BrokerRefusalError
+from manager.broker_monitor import BrokerMonitor
+from manager.log_router import LogRouter
+from manager.registry.topics import PartitionState
+from manager.replicated import LocalRegistry
+from manager.service import ManagerService
+from protocol.errors import ErrorCode, RaftQError
+from protocol.limits import Limits
+from protocol.requests import CreateTopic, Pop, Produce, RegisterBroker, RegisterConsumer, TopicRef
+from protocol.types import BrokerId, ReplicaSpec
+from runtime.http_client import HttpAnswer, NoAnswerError
+
+LIMITS = Limits()
+
+
+class StubBrokers(BrokerClient):
+    def __init__(self) -> None:
+        super().__init__(LIMITS)
+        self.down: set[str] = set()
+        self.hosted: list[tuple[str, ReplicaSpec]] = []
+        self.answers: dict[str, HttpAnswer] = {}
+        self.produced: list[tuple[str, dict[str, object]]] = []
+
+    def host_replica(self, address: str, spec: ReplicaSpec) -> None:
+        if address in self.down:
+            raise NoAnswerError(f"{address} down", refused=True)
+        self.hosted.append((address, spec))
+
+    def produce(self, address: str, body: dict[str, object]) -> HttpAnswer:
+        if address in self.down:
+            raise NoAnswerError(f"{address} down", refused=True)
+        self.produced.append((address, body))
+        messages = body["messages"]
+        assert isinstance(messages, list)
+        default = HttpAnswer(
+            201, {"partition_id": body["partition_id"], "offsets": list(range(len(messages)))}, {}
+        )
+        return self.answers.get(address, default)
+
+    def read(self, address: str, params: dict[str, str]) -> HttpAnswer:
+        message = {"partition_id": int(params["partition_id"]), "offset": 0, "message": "m"}
+        return HttpAnswer(200, {"messages": [message]}, {})
+
+
+@pytest.fixture
+def executor() -> Iterator[ThreadPoolExecutor]:
+    with ThreadPoolExecutor(4) as pool:
+        yield pool
+
+
+@pytest.fixture
+def setup(
+    executor: ThreadPoolExecutor,
+) -> tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter]:
+    registry = LocalRegistry()
+    brokers = StubBrokers()
+    monitor = BrokerMonitor(LIMITS.broker_dead_after_s)
+    service = ManagerService(LIMITS, registry, brokers, monitor, executor)
+    router = LogRouter(registry, brokers, monitor, executor)
+    for broker_id in (1, 2, 3):
+        request = RegisterBroker(BrokerId(broker_id), f"http://b{broker_id}", "h", 9000, 9099)
+        assert service.register_broker(request) == ({"broker_id": broker_id}, 201)
+    return registry, brokers, service, router
+
+
+def test_register_broker_again_proposes_nothing(
+    setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter],
+) -> None:
+    registry, _, service, _ = setup
+    before = list(registry.commands)
+    request = RegisterBroker(BrokerId(1), "http://b1", "h", 9000, 9099)
+    assert service.register_broker(request) == ({"broker_id": 1}, 200)
+    assert registry.commands == before
+
+
+def test_create_topic_records_then_hosts_then_finishes(
+    setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter],
+) -> None:
+    registry, brokers, service, _ = setup
+    body = service.create_topic(CreateTopic("t", 2, 3))
+    assert registry.commands[-2:] == ["begin_topic", "finish_partitions"]
+    assert len(brokers.hosted) == 6
+    partitions = body["partitions"]
+    assert isinstance(partitions, list) and len(partitions) == 2
+    assert partitions[0] == {"partition_id": 0, "replicas": [1, 2, 3], "leader": None}
+    with pytest.raises(RaftQError) as caught:
+        service.create_topic(CreateTopic("t", 1, 3))
+    assert caught.value.code is ErrorCode.TOPIC_EXISTS
+
+
+def test_failed_broker_call_leaves_creating_and_is_resumed(
+    setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter],
+) -> None:
+    registry, brokers, service, _ = setup
+    brokers.down.add("http://b2")
+    with pytest.raises(RaftQError) as caught:
+        service.create_topic(CreateTopic("t", 1, 3))
+    assert caught.value.code is ErrorCode.UNAVAILABLE
+    topic = registry.read(lambda s: s.topics.get("t"))
+    assert topic is not None and topic.partitions[0].state is PartitionState.CREATING
+    service.resume_pending()  # still down: stays CREATING, does not raise
+    brokers.down.clear()
+    service.resume_pending()
+    topic = registry.read(lambda s: s.topics.get("t"))
+    assert topic is not None and topic.is_active
+
+
+def test_not_enough_brokers(
+    setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter],
+) -> None:
+    registry, _, service, _ = setup
+    registry.set_broker_alive(3, False)
+    with pytest.raises(RaftQError) as caught:
+        service.create_topic(CreateTopic("t", 1, 3))
+    assert caught.value.code is ErrorCode.NOT_ENOUGH_BROKERS
+
+
+def test_add_partition(setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter]) -> None:
+    _, _, service, _ = setup
+    service.create_topic(CreateTopic("t", 1, 3))
+    added = service.add_partition(TopicRef("t"))
+    assert added["partition_id"] == 1
+    listed = service.partitions(TopicRef("t"))["partitions"]
+    assert isinstance(listed, list) and len(listed) == 2
+
+
+def _produce(producer_id: str, params: dict[str, object]) -> Produce:
+    return Produce.parse({"topic": "t", "producer_id": producer_id, **params}, LIMITS)
+
+
+def test_produce_routes_batches_and_keeps_request_order(
+    setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter],
+) -> None:
+    _, brokers, service, router = setup
+    service.create_topic(CreateTopic("t", 4, 3))
+    producer = service.register_producer(TopicRef("t"))["producer_id"]
+    assert isinstance(producer, str)
+    batch = [{"message": f"m{i}", "key": f"k{i}"} for i in range(10)]
+    body = router.produce(_produce(producer, {"messages": batch, "sequence": 3}))
+    offsets = body["offsets"]
+    assert isinstance(offsets, list) and len(offsets) == 10
+    assert all(b["sequence"] == 3 and b["producer_id"] == producer for _, b in brokers.produced)
+    one = router.produce(_produce(producer, {"message": "x", "partition_id": 1}))
+    assert one == {"partition_id": 1, "offset": 0}
+    with pytest.raises(RaftQError) as caught:
+        router.produce(_produce(producer, {"message": "x", "partition_id": 9}))
+    assert caught.value.code is ErrorCode.UNKNOWN_PARTITION
+    with pytest.raises(RaftQError) as caught:
+        router.produce(_produce("nobody", {"message": "x"}))
+    assert caught.value.code is ErrorCode.UNKNOWN_PRODUCER
+
+
+def test_produce_tries_next_replica_only_when_safe(
+    setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter],
+) -> None:
+    _, brokers, service, router = setup
+    service.create_topic(CreateTopic("t", 1, 3))
+    producer = str(service.register_producer(TopicRef("t"))["producer_id"])
+    brokers.answers["http://b1"] = HttpAnswer(
+        503, {"error_code": ErrorCode.NOT_LEADER.value, "message": "x"}, {}
+    )
+    assert router.produce(_produce(producer, {"message": "x"})) == {
+        "partition_id": 0,
+        "offset": 0,
+    }
+    assert [a for a, _ in brokers.produced] == ["http://b1", "http://b2"]
+    brokers.answers["http://b1"] = HttpAnswer(
+        429, {"error_code": ErrorCode.BACKPRESSURE.value, "message": "full"}, {"Retry-After": "1"}
+    )
+    with pytest.raises(BrokerRefusalError) as refused:
+        router.produce(_produce(producer, {"message": "x"}))
+    assert refused.value.answer.status == 429
+
+
+def test_pop_collects_across_partitions(
+    setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter],
+) -> None:
+    _, _, service, router = setup
+    service.create_topic(CreateTopic("t", 3, 3))
+    consumer = str(service.register_consumer(RegisterConsumer("t", None))["consumer_id"])
+    body = router.pop(Pop.parse({"consumer_id": consumer, "max_messages": 2}, LIMITS))
+    messages = body["messages"]
+    assert isinstance(messages, list) and len(messages) == 2
+    with pytest.raises(RaftQError) as caught:
+        router.pop(Pop.parse({"consumer_id": "nobody"}, LIMITS))
+    assert caught.value.code is ErrorCode.UNKNOWN_CONSUMER

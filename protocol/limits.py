@@ -60,6 +60,9 @@ class Limits:
     # --- Raft ------------------------------------------------------------------------------
     raft_commit_timeout_s: float = 5.0
     """Longest wait for a replicated command to commit and apply before answering 503."""
+    raft_leader_wait_s_max: float = 2.5
+    """Longest wait for a partition to have a Raft leader (an election in progress) before
+    answering 503 NO_LEADER."""
     raft_election_timeout_min_s: float = 0.4
     raft_election_timeout_max_s: float = 1.0
     raft_leader_fallback_timeout_s: float = 3.0
@@ -133,6 +136,10 @@ class Limits:
         _require(
             self.raft_election_timeout_max_s < self.raft_leader_fallback_timeout_s,
             "raft_election_timeout_max_s < raft_leader_fallback_timeout_s",
+        )
+        _require(
+            self.raft_leader_wait_s_max + self.raft_commit_timeout_s < self.http_timeout_s,
+            "raft_leader_wait_s_max + raft_commit_timeout_s < http_timeout_s",
         )
         _require(
             self.raft_commit_timeout_s < self.http_timeout_s,

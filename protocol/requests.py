@@ -336,9 +336,7 @@ def parse_replica_spec(params: Params, limits: Limits) -> ReplicaSpec:
             raise invalid(f"replicas[{index}] must be an object")
         replicas.append(
             ReplicaAddress(
-                replica_id=ReplicaId(
-                    get_int(item, "replica_id", minimum=index, maximum=index)
-                ),
+                replica_id=ReplicaId(get_int(item, "replica_id", minimum=index, maximum=index)),
                 broker_id=BrokerId(get_int(item, "broker_id", minimum=0, maximum=1_000_000)),
                 address=require_str(item, "address", 300).rstrip("/"),
                 raft_address=require_str(item, "raft_address", 300),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -33,6 +34,7 @@ from protocol.limits import Limits
 from protocol.types import RaftRole, ReplicaSpec
 
 _log = logging.getLogger(__name__)
+_LEADER_POLL_S = 0.02
 _Result = TypeVar("_Result")
 
 
@@ -125,8 +127,7 @@ class PartitionRaft:
 
     def call(self, command: Callable[..., object], *args: object) -> object:
         """Propose a command and wait until it is applied here; map failures to errors."""
-        if self._sync._getLeader() is None:
-            raise RaftQError(ErrorCode.NO_LEADER, f"{self.name} has no Raft leader (no majority?)")
+        self._wait_for_leader()
         try:
             result = command(*args, sync=True, timeout=self._limits.raft_commit_timeout_s)
         except SyncObjException as exc:
@@ -134,6 +135,18 @@ class PartitionRaft:
         if isinstance(result, Rejected):
             raise RaftQError(result.code, result.message)
         return result
+
+    def _wait_for_leader(self) -> None:
+        """Ride out an election in progress; fail fast when none ends within the bound."""
+        deadline = time.monotonic() + self._limits.raft_leader_wait_s_max
+        while self._sync._getLeader() is None:
+            if time.monotonic() >= deadline:
+                raise RaftQError(
+                    ErrorCode.NO_LEADER,
+                    f"{self.name} has had no Raft leader for "
+                    f"{self._limits.raft_leader_wait_s_max} s (no majority of replicas?)",
+                )
+            time.sleep(_LEADER_POLL_S)
 
     def append(
         self,

@@ -102,7 +102,8 @@ def test_bad_input_gets_a_clear_error_and_changes_nothing(cluster: Cluster) -> N
     produce(cluster, producer, 0, [(None, "kept")], topic="strict")
     cases = [
         ("/logs", {"producer_id": "nobody", "topic": "strict", "message": "x"}, 404),
-        ("/logs", {"producer_id": producer, "topic": "nope", "message": "x"}, 404),
+        ("/logs", {"producer_id": producer, "topic": "nope", "message": "x"}, 400),
+        ("/producers", {"topic": "nope"}, 404),
         ("/logs", {"producer_id": producer, "topic": "strict", "message": 5}, 400),
         ("/logs", {"producer_id": producer, "topic": "strict", "message": "x" * 2_000_000}, 413),
         (

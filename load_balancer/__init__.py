@@ -1,0 +1,1 @@
+"""RaftQ's load balancer: tracks the manager leader and forwards every request to it."""

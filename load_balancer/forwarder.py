@@ -1,0 +1,194 @@
+"""Forwards one HTTP request to the manager leader and hands back its answer unchanged.
+
+A request is retried once, on a freshly polled leader, only when the first attempt provably
+did nothing: the connection was never made (refused, connect timeout), or the manager
+answered 503 ``NOT_LEADER`` (a follower refuses before acting). Any other failure after the
+request was sent (read timeout, reset) may have had an effect, so it becomes 503
+``UNAVAILABLE`` and the client decides (its retries carry sequences and request ids).
+
+Thread-safe: request threads share one ``requests.Session`` (urllib3's pool is thread-safe).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import requests
+from urllib3.exceptions import MaxRetryError, NewConnectionError
+
+from load_balancer.leader_tracker import LeaderTracker
+from protocol.errors import ErrorCode, RaftQError
+from protocol.limits import Limits
+from runtime.metrics import Metrics
+
+HOP_BY_HOP_HEADERS = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+"""RFC 9110 section 7.6.1: meaningful for one connection only, never forwarded."""
+
+_NOT_FORWARDED_REQUEST = frozenset({"host", "content-length"})
+"""The upstream connection sets its own Host and Content-Length."""
+
+_NOT_RETURNED_RESPONSE = frozenset({"content-length", "server", "date"})
+"""Our server sets its own Content-Length, Server and Date (gunicorn always adds the last two,
+so passing the manager's would send them twice)."""
+
+Headers = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class IncomingRequest:
+    method: str
+    path_and_query: str
+    """As the client sent it, still percent-encoded, e.g. ``/logs?topic=t&offset=3``."""
+    headers: Headers
+    body: bytes
+    client_address: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardedAnswer:
+    status: int
+    headers: Headers
+    body: bytes
+
+
+def _connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
+    """Headers named in ``Connection`` are hop-by-hop for this message too."""
+    tokens: set[str] = set()
+    for name, value in headers:
+        if name.lower() == "connection":
+            tokens.update(t.strip().lower() for t in value.split(",") if t.strip())
+    return tokens
+
+
+def request_headers_to_forward(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
+    items = list(headers)
+    dropped = HOP_BY_HOP_HEADERS | _NOT_FORWARDED_REQUEST | _connection_tokens(items)
+    return {name: value for name, value in items if name.lower() not in dropped}
+
+
+def response_headers_to_return(headers: Iterable[tuple[str, str]]) -> Headers:
+    items = list(headers)
+    dropped = HOP_BY_HOP_HEADERS | _NOT_RETURNED_RESPONSE | _connection_tokens(items)
+    return tuple((name, value) for name, value in items if name.lower() not in dropped)
+
+
+def is_not_leader_answer(answer: ForwardedAnswer) -> bool:
+    """A follower's 503 ``NOT_LEADER``: it did nothing, so asking the real leader is safe."""
+    if answer.status != ErrorCode.NOT_LEADER.status:
+        return False
+    try:
+        body = json.loads(answer.body)
+    except ValueError:
+        return False
+    return isinstance(body, dict) and body.get("error_code") == ErrorCode.NOT_LEADER.value
+
+
+def nothing_was_sent(exc: requests.RequestException) -> bool:
+    """True when the TCP connection was never established, so the manager saw nothing."""
+    if isinstance(exc, requests.ConnectTimeout):
+        return True
+    if isinstance(exc, requests.ConnectionError) and exc.args:
+        cause = exc.args[0]
+        return isinstance(cause, MaxRetryError) and isinstance(cause.reason, NewConnectionError)
+    return False
+
+
+class Forwarder:
+    def __init__(
+        self, tracker: LeaderTracker, limits: Limits, metrics: Metrics, threads: int
+    ) -> None:
+        self._tracker = tracker
+        self._limits = limits
+        self._metrics = metrics
+        # The manager bounds its own calls to brokers by http_timeout_s after connecting;
+        # waiting a connect timeout longer lets its answer (even an error) reach the client.
+        self._timeout = (
+            limits.http_connect_timeout_s,
+            limits.http_timeout_s + limits.http_connect_timeout_s,
+        )
+        self._session = requests.Session()
+        self._session.headers.clear()  # forward the client's headers, not requests' defaults
+        adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=threads)
+        self._session.mount("http://", adapter)
+        self._session.mount("https://", adapter)
+
+    def close(self) -> None:
+        self._session.close()
+
+    def forward(self, incoming: IncomingRequest) -> ForwardedAnswer:
+        """The leader's answer; raises ``RaftQError`` (503) when there is none to give."""
+        leader = self._tracker.leader_url
+        for attempt in range(2):
+            if leader is None:
+                self._metrics.inc("no_leader")
+                raise RaftQError(
+                    ErrorCode.NO_LEADER, f"no manager leader: {self._tracker.no_leader_reason()}"
+                )
+            try:
+                answer = self._send(leader, incoming)
+            except requests.RequestException as exc:
+                if attempt == 0 and nothing_was_sent(exc):
+                    self._metrics.inc("retries", reason="connect_failed")
+                    leader = self._tracker.refresh()
+                    continue
+                self._metrics.inc("unavailable")
+                raise RaftQError(ErrorCode.UNAVAILABLE, _failure_message(leader, exc)) from exc
+            if attempt == 0 and is_not_leader_answer(answer):
+                self._metrics.inc("retries", reason="not_leader")
+                leader = self._tracker.refresh()
+                continue
+            self._metrics.inc("forwarded", status=str(answer.status))
+            return answer
+        # Unreachable: the second attempt always returns or raises. Kept for the type checker.
+        raise RaftQError(ErrorCode.UNAVAILABLE, "no answer from the manager leader")
+
+    def _send(self, leader: str, incoming: IncomingRequest) -> ForwardedAnswer:
+        headers = request_headers_to_forward(incoming.headers)
+        if incoming.client_address:
+            _append_forwarded_for(headers, incoming.client_address)
+        with self._session.request(
+            incoming.method,
+            leader + incoming.path_and_query,
+            data=incoming.body or None,
+            headers=headers,
+            timeout=self._timeout,
+            allow_redirects=False,
+            stream=True,
+        ) as response:
+            # The raw bytes, still encoded as the manager sent them (its Content-Encoding holds).
+            body = response.raw.read(decode_content=False)
+            return ForwardedAnswer(
+                response.status_code, response_headers_to_return(response.raw.headers.items()), body
+            )
+
+
+def _append_forwarded_for(headers: dict[str, str], client_address: str) -> None:
+    previous = [name for name in headers if name.lower() == "x-forwarded-for"]
+    chain = [headers.pop(name) for name in previous]
+    headers["X-Forwarded-For"] = ", ".join([*chain, client_address])
+
+
+def _failure_message(leader: str, exc: requests.RequestException) -> str:
+    if isinstance(exc, requests.Timeout):
+        what = "timed out waiting for its answer"
+    else:
+        what = f"lost the connection ({type(exc).__name__})"
+    return (
+        f"the manager leader {leader} {what}; the request may or may not have taken effect "
+        "(retry with the same sequence or request_id)"
+    )

@@ -1,0 +1,48 @@
+"""RaftQ's client library (``Admin``, ``Producer``, ``Consumer``) and the ``raftq`` CLI.
+
+Talks HTTP to the load balancer; imports only ``protocol`` of the project, so it stays light.
+"""
+
+from raftq.admin import Admin
+from raftq.client_limits import ClientLimits
+from raftq.consumer import Consumer
+from raftq.errors import (
+    ApiError,
+    BufferFullError,
+    ProduceError,
+    ProtocolError,
+    RaftQClientError,
+    UnavailableError,
+)
+from raftq.producer import Producer
+from raftq.records import (
+    BrokerInfo,
+    PartitionAssignment,
+    PartitionInfo,
+    PartitionOffset,
+    Record,
+    Replica,
+    Topic,
+    TopicSummary,
+)
+
+__all__ = [
+    "Admin",
+    "ApiError",
+    "BrokerInfo",
+    "BufferFullError",
+    "ClientLimits",
+    "Consumer",
+    "PartitionAssignment",
+    "PartitionInfo",
+    "PartitionOffset",
+    "ProduceError",
+    "Producer",
+    "ProtocolError",
+    "RaftQClientError",
+    "Record",
+    "Replica",
+    "Topic",
+    "TopicSummary",
+    "UnavailableError",
+]

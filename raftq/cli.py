@@ -1,0 +1,289 @@
+"""The ``raftq`` command: run a local cluster, manage topics, produce and consume.
+
+    raftq cluster up|status|down --dir DIR ...
+    raftq topic create NAME [--partitions N] [--replication-factor R]
+    raftq topic list
+    raftq produce --topic T [--key K] [--partition P] [MESSAGE ...]   (else one per stdin line)
+    raftq consume --topic T [--partition P] [--max-messages N] [--consumer-id C]
+
+The service URL: ``--url``, else ``--dir``'s cluster.json, else ``$RAFTQ_URL``, else
+``.cluster/cluster.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+from typing import TextIO
+
+from raftq.admin import Admin
+from raftq.client_limits import ClientLimits
+from raftq.cluster import ClusterError, ClusterStatus, LocalCluster
+from raftq.cluster_layout import CLUSTER_FILE, LayoutError
+from raftq.consumer import Consumer
+from raftq.errors import RaftQClientError
+from raftq.producer import Producer
+
+DEFAULT_DIR = ".cluster"
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """The command line or the environment does not say enough to act."""
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What ``main`` read once from the environment."""
+
+    env_url: str | None
+    stdin: TextIO
+    stdout: TextIO
+    stderr: TextIO
+
+
+def _limit(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"--limit wants name=value, got {text!r}")
+    return name.strip(), value.strip()
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="raftq", description="RaftQ command line.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_cluster_commands(commands)
+    target = argparse.ArgumentParser(add_help=False)
+    where = target.add_mutually_exclusive_group()
+    where.add_argument("--url", help="load balancer URL, e.g. http://127.0.0.1:17100")
+    where.add_argument("--dir", help=f"local cluster directory (default {DEFAULT_DIR})")
+
+    topic = commands.add_parser("topic", help="create and list topics")
+    topic_commands = topic.add_subparsers(dest="topic_command", required=True, metavar="ACTION")
+    create = topic_commands.add_parser("create", parents=[target], help="create a topic")
+    create.add_argument("name")
+    create.add_argument("--partitions", type=_positive, default=1)
+    create.add_argument("--replication-factor", type=_positive, default=3)
+    topic_commands.add_parser("list", parents=[target], help="list topics")
+
+    produce = commands.add_parser("produce", parents=[target], help="send messages")
+    produce.add_argument("--topic", required=True)
+    produce.add_argument("--key", help="key of every message (routes them to one partition)")
+    produce.add_argument("--partition", type=int, help="send to this partition")
+    produce.add_argument("messages", nargs="*", metavar="MESSAGE", help="else stdin lines")
+
+    consume = commands.add_parser("consume", parents=[target], help="pop messages")
+    consume.add_argument("--topic", required=True)
+    consume.add_argument("--partition", type=int)
+    consume.add_argument("--max-messages", type=_positive, default=100)
+    consume.add_argument("--consumer-id", help="resume this consumer instead of registering one")
+    return parser
+
+
+def _add_cluster_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    cluster = commands.add_parser("cluster", help="run a local cluster of processes")
+    actions = cluster.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
+    up = actions.add_parser("up", help="start (or restart) every node that is not running")
+    up.add_argument("--dir", default=DEFAULT_DIR, help=f"cluster directory (default {DEFAULT_DIR})")
+    up.add_argument("--base-port", type=int, help="first port (default 17100)")
+    up.add_argument("--host", help="address every node binds (default 127.0.0.1)")
+    up.add_argument("--db-url", help="PostgreSQL URL; broker i uses database <name>_broker_i")
+    up.add_argument("--limit", action="append", type=_limit, metavar="NAME=VALUE", default=None)
+    up.add_argument("--timeout-s", type=float, default=90.0, help="readiness wait (default 90)")
+    status = actions.add_parser("status", help="liveness of every node and the manager leader")
+    status.add_argument("--dir", default=DEFAULT_DIR)
+    status.add_argument("--json", action="store_true", help="print JSON")
+    down = actions.add_parser("down", help="stop every node (data is kept)")
+    down.add_argument("--dir", default=DEFAULT_DIR)
+    down.add_argument("--timeout-s", type=float, default=10.0, help="SIGTERM grace per node")
+
+
+def resolve_url(url: str | None, directory: str | None, env_url: str | None) -> str:
+    """``--url``, else ``--dir``'s cluster.json, else ``$RAFTQ_URL``, else the default dir."""
+    if url:
+        return url.rstrip("/")
+    if directory is None and env_url:
+        return env_url.rstrip("/")
+    path = Path(directory or DEFAULT_DIR) / CLUSTER_FILE
+    try:
+        body = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UsageError(
+            f"no {path}: give --url URL, --dir DIR of a cluster, or set RAFTQ_URL"
+        ) from None
+    except ValueError as exc:
+        raise UsageError(f"{path} is not valid JSON: {exc}") from exc
+    found = body.get("load_balancer_url") if isinstance(body, dict) else None
+    if not isinstance(found, str):
+        raise UsageError(f"{path} has no load_balancer_url")
+    return found
+
+
+def _print_json_lines(items: Iterable[object], out: TextIO) -> None:
+    for item in items:
+        out.write(json.dumps(item) + "\n")
+    out.flush()
+
+
+def _stdin_messages(stdin: TextIO) -> Iterator[str]:
+    for line in stdin:
+        yield line.rstrip("\n")
+
+
+def cmd_topic(args: argparse.Namespace, context: Context) -> int:
+    url = resolve_url(args.url, args.dir, context.env_url)
+    with Admin(url) as admin:
+        if args.topic_command == "create":
+            topic = admin.create_topic(args.name, args.partitions, args.replication_factor)
+            for part in topic.partitions:
+                context.stdout.write(
+                    f"{topic.name} partition {part.partition_id}: replicas on brokers "
+                    f"{list(part.replicas)}, leader {part.leader}\n"
+                )
+        else:
+            for summary in admin.list_topics():
+                context.stdout.write(f"{summary.name}\t{summary.partition_count} partitions\n")
+    return 0
+
+
+def cmd_produce(args: argparse.Namespace, context: Context) -> int:
+    url = resolve_url(args.url, args.dir, context.env_url)
+    limits = ClientLimits()
+    source = iter(args.messages) if args.messages else _stdin_messages(context.stdin)
+    with Producer(url, args.topic, partition_id=args.partition, limits=limits) as producer:
+        # Bounded chunks: stdin may be endless, and each chunk's offsets print as it lands.
+        while chunk := list(islice(source, limits.batch_messages_max)):
+            offsets = producer.produce_batch((value, args.key) for value in chunk)
+            _print_json_lines(
+                ({"partition_id": o.partition_id, "offset": o.offset} for o in offsets),
+                context.stdout,
+            )
+    return 0
+
+
+def cmd_consume(args: argparse.Namespace, context: Context) -> int:
+    url = resolve_url(args.url, args.dir, context.env_url)
+    with Consumer(url, args.topic, args.partition, consumer_id=args.consumer_id) as consumer:
+        context.stderr.write(f"consumer_id {consumer.consumer_id}\n")
+        records = consumer.poll(args.max_messages)
+        _print_json_lines(
+            (
+                {
+                    "topic": r.topic,
+                    "partition_id": r.partition_id,
+                    "offset": r.offset,
+                    "key": r.key,
+                    "message": r.value,
+                    "timestamp_ms": r.timestamp_ms,
+                }
+                for r in records
+            ),
+            context.stdout,
+        )
+    return 0
+
+
+def cmd_cluster(args: argparse.Namespace, context: Context) -> int:
+    def progress(line: str) -> None:
+        context.stderr.write(line + "\n")
+        context.stderr.flush()
+
+    if args.cluster_command == "up":
+        limits = None if args.limit is None else dict(args.limit)
+        cluster = LocalCluster(
+            args.dir,
+            host=args.host,
+            base_port=args.base_port,
+            db_url=args.db_url,
+            limits=limits,
+            progress=progress,
+        )
+        try:
+            cluster.up(timeout_s=args.timeout_s)
+        finally:
+            cluster.detach()
+        _print_summary(cluster, context.stdout)
+        return 0
+    cluster = LocalCluster(args.dir, progress=progress)
+    if args.cluster_command == "status":
+        status = cluster.status()
+        if args.json:
+            context.stdout.write(json.dumps(status.to_json(), indent=2) + "\n")
+        else:
+            context.stdout.write(format_status(status))
+        return 0 if all(n.process_alive and n.http_ok for n in status.nodes) else EXIT_FAILURE
+    cluster.down(timeout_s=args.timeout_s)
+    context.stdout.write(f"cluster in {cluster.directory} stopped (data kept)\n")
+    return 0
+
+
+def _print_summary(cluster: LocalCluster, out: TextIO) -> None:
+    out.write(
+        f"RaftQ cluster is up: load balancer {cluster.lb_url}\n"
+        f"  directory  {cluster.directory} (cluster.json, secret, logs in <node>/node.log)\n"
+        f"  status     raftq cluster status --dir {cluster.directory}\n"
+        f"  stop       raftq cluster down --dir {cluster.directory}\n"
+    )
+
+
+def format_status(status: ClusterStatus) -> str:
+    lines = [
+        f"load balancer {status.load_balancer_url}; manager leader: "
+        f"{status.manager_leader or 'none'}",
+        f"{'node':<10} {'role':<14} {'pid':>8}  {'process':<8} {'http':<5} address",
+    ]
+    for node in status.nodes:
+        lines.append(
+            f"{node.name:<10} {node.role:<14} {node.pid or '-':>8}  "
+            f"{'alive' if node.process_alive else 'DOWN':<8} "
+            f"{'ok' if node.http_ok else 'NO':<5} {node.http_address}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, Context], int]] = {
+    "cluster": cmd_cluster,
+    "topic": cmd_topic,
+    "produce": cmd_produce,
+    "consume": cmd_consume,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    context = Context(os.environ.get("RAFTQ_URL"), sys.stdin, sys.stdout, sys.stderr)
+    return run(args, context)
+
+
+def run(args: argparse.Namespace, context: Context) -> int:
+    try:
+        return COMMANDS[args.command](args, context)
+    except UsageError as exc:
+        context.stderr.write(f"raftq: {exc}\n")
+        return EXIT_USAGE
+    except (RaftQClientError, ClusterError, LayoutError) as exc:
+        context.stderr.write(f"raftq: {exc}\n")
+        return EXIT_FAILURE
+    except BrokenPipeError:
+        # The reader (e.g. `| head`) went away: not an error of ours.
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""Every wait, retry and buffer bound of the client library, with its unit in its name."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from protocol.limits import Limits
+
+
+@dataclass(frozen=True, slots=True)
+class ClientLimits:
+    connect_timeout_s: float = 2.0
+    """Longest wait to open a connection to the load balancer."""
+    request_timeout_s: float = 30.0
+    """Longest wait for an answer once sent. Longer than the load balancer's own wait for the
+    manager, so its precise 503 reaches us before we give up blind."""
+    attempts_max: int = 8
+    """Tries of one request (the first plus retries) before giving up."""
+    backoff_s_initial: float = 0.1
+    """Upper bound of the random pause before the first retry; doubles per retry."""
+    backoff_s_max: float = 2.0
+    """Cap of the random pause between retries."""
+    retry_after_s_max: float = 10.0
+    """Cap on how long a server's Retry-After may make us wait."""
+    batch_messages_max: int = 1_000
+    """Most messages a producer sends in one request."""
+    batch_bytes_max: int = 4 * 1024 * 1024
+    """Most UTF-8 bytes of values and keys a producer sends in one request."""
+    buffer_messages_max: int = 100_000
+    """Most messages a producer holds unsent; ``send`` refuses more until ``flush``."""
+
+    def validate(self, server: Limits | None = None) -> ClientLimits:
+        """Raise ``ValueError`` unless every bound is positive and fits the server's limits."""
+        server = Limits() if server is None else server
+        for field in fields(self):
+            if getattr(self, field.name) <= 0:
+                raise ValueError(f"{field.name} must be positive")
+        if self.backoff_s_initial > self.backoff_s_max:
+            raise ValueError("backoff_s_initial must not exceed backoff_s_max")
+        if self.batch_messages_max > server.request_messages_max:
+            raise ValueError(f"batch_messages_max exceeds {server.request_messages_max}")
+        # Half the request limit leaves room for JSON quoting and escaping.
+        if self.batch_bytes_max > server.request_bytes_max // 2:
+            raise ValueError(f"batch_bytes_max exceeds {server.request_bytes_max // 2}")
+        if self.batch_messages_max > self.buffer_messages_max:
+            raise ValueError("batch_messages_max must not exceed buffer_messages_max")
+        return self

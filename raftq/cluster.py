@@ -1,0 +1,463 @@
+"""``LocalCluster``: starts, inspects and stops a RaftQ cluster of local processes.
+
+Three managers, three brokers and one load balancer run detached (each in its own session,
+so a node is a process group: gunicorn's master and its workers), logging to
+``DIR/<node>/node.log``. ``DIR/cluster.json`` records the settings and pids, so any later
+``LocalCluster(DIR)`` (another CLI call, a test) can find, signal and restart the same nodes.
+
+Runs in the caller's thread only; not thread-safe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+
+from raftq.cluster_layout import (
+    CLUSTER_FILE,
+    NODES_PER_ROLE,
+    ClusterSettings,
+    NodeSpec,
+    cluster_json,
+    parse_cluster_json,
+    plan_nodes,
+)
+
+_REPO_ROOT = Path(__file__).resolve().parent.parent
+"""Where ``python -m manager`` finds its package even when RaftQ is not installed."""
+HTTP_PROBE_TIMEOUT_S = 1.0
+READY_POLL_PERIOD_S = 0.5
+PROGRESS_PERIOD_S = 5.0
+LOG_TAIL_LINES = 30
+LOG_TAIL_BYTES_MAX = 64 * 1024
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not be started, found or stopped as asked."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStatus:
+    name: str
+    role: str
+    pid: int | None
+    process_alive: bool
+    http_ok: bool
+    http_address: str
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "role": self.role,
+            "pid": self.pid,
+            "process_alive": self.process_alive,
+            "http_ok": self.http_ok,
+            "http_address": self.http_address,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterStatus:
+    load_balancer_url: str
+    manager_leader: str | None
+    nodes: tuple[NodeStatus, ...]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "load_balancer_url": self.load_balancer_url,
+            "manager_leader": self.manager_leader,
+            "nodes": [n.to_json() for n in self.nodes],
+        }
+
+
+class LocalCluster:
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        host: str | None = None,
+        base_port: int | None = None,
+        db_url: str | None = None,
+        limits: Mapping[str, str] | None = None,
+        python: str = sys.executable,
+        code_dir: Path = _REPO_ROOT,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        """Open the cluster in ``directory``: its ``cluster.json`` settings if it exists
+        (then any setting given here must agree), else these settings or the defaults.
+        Nodes run ``python -m <role>`` in ``code_dir`` (tests point it at stand-ins)."""
+        root = Path(directory).resolve()
+        given: dict[str, object] = {"host": host, "base_port": base_port, "db_url": db_url}
+        if limits is not None:
+            given["limits"] = tuple(sorted(limits.items()))
+        self._settings, self._pids = _open_settings(root, given)
+        self._nodes = {node.name: node for node in plan_nodes(self._settings, python)}
+        self._children: dict[str, subprocess.Popen[bytes]] = {}
+        self._code_dir = code_dir
+        self._progress = progress or (lambda _line: None)
+
+    # --- what the cluster is ---------------------------------------------------------------
+
+    @property
+    def settings(self) -> ClusterSettings:
+        return self._settings
+
+    @property
+    def directory(self) -> Path:
+        return self._settings.directory
+
+    @property
+    def lb_url(self) -> str:
+        return self._settings.lb_url
+
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        """``lb``, ``manager-1..3``, ``broker-1..3``, in start order."""
+        return tuple(self._nodes)
+
+    def node(self, name: str) -> NodeSpec:
+        try:
+            return self._nodes[name]
+        except KeyError:
+            raise ClusterError(f"no node {name!r}; nodes: {', '.join(self._nodes)}") from None
+
+    def pid(self, name: str) -> int | None:
+        self.node(name)
+        return self._pids.get(name)
+
+    def is_running(self, name: str) -> bool:
+        """Whether the node's process (the group leader) is alive and is that node."""
+        pid = self.pid(name)
+        if pid is None:
+            return False
+        child = self._children.get(name)
+        if child is not None:
+            return child.poll() is None  # also reaps it, so it does not linger as a zombie
+        return _is_node_process(pid, self.node(name).argv)
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def up(self, timeout_s: float = 90.0) -> None:
+        """Start every node that is not running, then wait until the load balancer lists
+        all brokers alive. Raises ``ClusterError`` with the failing node's log tail."""
+        self.ensure_secret()
+        for name in self._nodes:
+            if self.is_running(name):
+                self._progress(f"{name} already running (pid {self._pids[name]})")
+            else:
+                self._progress(f"starting {name} (pid {self.start_node(name)})")
+        self.wait_ready(timeout_s)
+
+    def ensure_secret(self) -> Path:
+        """Create the cluster secret (64 hex characters, mode 0600) unless it exists."""
+        path = self._settings.secret_file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return path
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_hex(32) + "\n")
+        return path
+
+    def start_node(self, name: str) -> int:
+        """Start one node detached (unless running) and return its pid."""
+        node = self.node(name)
+        running_pid = self._pids.get(name)
+        if running_pid is not None and self.is_running(name):
+            return running_pid
+        self.ensure_secret()
+        node.data_dir.mkdir(parents=True, exist_ok=True)
+        with open(node.log_file, "ab") as log:
+            log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting {name}\n".encode())
+            log.flush()
+            child = subprocess.Popen(
+                node.argv,
+                cwd=self._code_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
+        self._children[name] = child
+        self._pids[name] = child.pid
+        self.save()
+        return child.pid
+
+    def signal_node(self, name: str, sig: int) -> None:
+        """Send ``sig`` (e.g. SIGKILL, SIGSTOP, SIGCONT) to the node's whole process group."""
+        pid = self.pid(name)
+        if pid is None or not self.is_running(name):
+            raise ClusterError(f"{name} is not running")
+        os.killpg(pid, sig)
+
+    def stop_node(self, name: str, timeout_s: float = 10.0) -> None:
+        """SIGTERM the node's process group, then SIGKILL it if still there after
+        ``timeout_s``. Only a group verified to be this node's is signalled."""
+        pid = self.pid(name)
+        if pid is None:
+            return
+        if self.is_running(name):
+            _signal_group(pid, signal.SIGCONT)  # a paused node cannot act on SIGTERM
+            _signal_group(pid, signal.SIGTERM)
+            if not self._wait_stopped(name, pid, timeout_s):
+                self._progress(f"{name} ignored SIGTERM for {timeout_s:g} s: killing it")
+                _signal_group(pid, signal.SIGKILL)
+                self._wait_stopped(name, pid, timeout_s)
+        elif _orphaned_group(pid):
+            _signal_group(pid, signal.SIGKILL)  # workers that outlived their master
+            self._wait_stopped(name, pid, timeout_s)
+        self._children.pop(name, None)
+        self._pids.pop(name, None)
+        self.save()
+
+    def down(self, timeout_s: float = 10.0) -> None:
+        """Stop every node (data is kept); brokers first, the load balancer last."""
+        # Signal all first so they stop in parallel; stop_node then waits for each.
+        for name in reversed(self._nodes):
+            pid = self._pids.get(name)
+            if pid is not None and self.is_running(name):
+                _signal_group(pid, signal.SIGCONT)
+                _signal_group(pid, signal.SIGTERM)
+        for name in reversed(self._nodes):
+            self.stop_node(name, timeout_s)
+
+    def save(self) -> None:
+        """Write ``cluster.json`` atomically."""
+        body = cluster_json(self._settings, tuple(self._nodes.values()), self._pids)
+        path = self.directory / CLUSTER_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(".json.tmp")
+        temporary.write_text(json.dumps(body, indent=2) + "\n")
+        os.replace(temporary, path)
+
+    # --- readiness and status --------------------------------------------------------------
+
+    def wait_ready(self, timeout_s: float = 90.0) -> None:
+        """Wait until the load balancer lists every broker alive (which needs a manager
+        leader). Fails early when a node exits."""
+        deadline_s = time.monotonic() + timeout_s
+        next_progress_s = time.monotonic() + PROGRESS_PERIOD_S
+        with requests.Session() as session:
+            while True:
+                self._fail_if_exited()
+                waiting_for, culprit = self._readiness(session)
+                if waiting_for is None:
+                    return
+                now_s = time.monotonic()
+                if now_s >= deadline_s:
+                    raise ClusterError(
+                        f"cluster not ready after {timeout_s:g} s: {waiting_for}\n"
+                        f"last lines of {self.node(culprit).log_file}:\n{self.log_tail(culprit)}"
+                    )
+                if now_s >= next_progress_s:
+                    self._progress(f"waiting: {waiting_for}")
+                    next_progress_s = now_s + PROGRESS_PERIOD_S
+                time.sleep(READY_POLL_PERIOD_S)
+
+    def status(self) -> ClusterStatus:
+        with requests.Session() as session:
+            nodes = tuple(
+                NodeStatus(
+                    name,
+                    node.role,
+                    self._pids.get(name),
+                    self.is_running(name),
+                    _answers(session, node.http_address + "/") is not None,
+                    node.http_address,
+                )
+                for name, node in self._nodes.items()
+            )
+            leader = self._manager_leader(session)
+        return ClusterStatus(self.lb_url, leader, nodes)
+
+    def log_tail(self, name: str, lines: int = LOG_TAIL_LINES) -> str:
+        path = self.node(name).log_file
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(max(0, path.stat().st_size - LOG_TAIL_BYTES_MAX))
+                text = handle.read().decode("utf-8", "replace")
+        except FileNotFoundError:
+            return "(no log yet)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def detach(self) -> None:
+        """Forget the child handles without stopping the nodes, which run on detached (the
+        CLI calls this before it exits). A node that exits later stays a zombie until this
+        process exits; nodes started by a later ``LocalCluster`` are reaped by init."""
+        for child in self._children.values():
+            if child.poll() is None:
+                # Popen warns when a handle to a running child is dropped; here that is the
+                # intent, so mark it as settled.
+                child.returncode = 0
+        self._children.clear()
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    def _wait_stopped(self, name: str, pid: int, timeout_s: float) -> bool:
+        deadline_s = time.monotonic() + timeout_s
+        while time.monotonic() < deadline_s:
+            if not self.is_running(name) and not _orphaned_group(pid):
+                return True
+            time.sleep(0.05)
+        return False
+
+    def _fail_if_exited(self) -> None:
+        for name in self._nodes:
+            if not self.is_running(name):
+                raise ClusterError(
+                    f"{name} is not running (it exited?); last lines of "
+                    f"{self.node(name).log_file}:\n{self.log_tail(name)}"
+                )
+
+    def _readiness(self, session: requests.Session) -> tuple[str | None, str]:
+        """(what is still missing or None when ready, the node whose log would explain it)."""
+        answer = _answers(session, self.lb_url + "/brokers")
+        if answer is None:
+            return "the load balancer does not answer", "lb"
+        status, body = answer
+        if status != 200 or not isinstance(body, dict):
+            message = body.get("message") if isinstance(body, dict) else None
+            return f"no manager leader yet ({status}: {message})", self._silent_manager(session)
+        alive = {
+            b.get("broker_id")
+            for b in body.get("brokers", [])
+            if isinstance(b, dict) and b.get("alive") is True
+        }
+        missing = [i for i in range(1, NODES_PER_ROLE + 1) if i not in alive]
+        if not missing:
+            return None, "lb"
+        names = ", ".join(f"broker-{i}" for i in missing)
+        return f"brokers not yet registered and alive: {names}", f"broker-{missing[0]}"
+
+    def _silent_manager(self, session: requests.Session) -> str:
+        for i in range(1, NODES_PER_ROLE + 1):
+            if _answers(session, self.node(f"manager-{i}").http_address + "/") is None:
+                return f"manager-{i}"
+        return "manager-1"
+
+    def _manager_leader(self, session: requests.Session) -> str | None:
+        answer = _answers(session, self.lb_url + "/raft_status")
+        if answer is not None and isinstance(answer[1], dict):
+            leader = answer[1].get("leader_address")
+            if isinstance(leader, str):
+                return leader
+        for i in range(1, NODES_PER_ROLE + 1):
+            node = self.node(f"manager-{i}")
+            reply = _answers(session, node.http_address + "/raft_status")
+            if reply is not None and isinstance(reply[1], dict) and reply[1].get("is_leader"):
+                return node.http_address
+        return None
+
+
+def _open_settings(
+    root: Path, given: Mapping[str, object]
+) -> tuple[ClusterSettings, dict[str, int]]:
+    path = root / CLUSTER_FILE
+    if not path.exists():
+        chosen = {k: v for k, v in given.items() if v is not None}
+        return ClusterSettings(root, **chosen).validate(), {}  # type: ignore[arg-type]
+    try:
+        settings, pids = parse_cluster_json(root, json.loads(path.read_text()))
+    except ValueError as exc:
+        raise ClusterError(f"{path}: {exc}") from exc
+    for name, value in given.items():
+        if value is not None and value != getattr(settings, name):
+            raise ClusterError(
+                f"{path} says {name}={getattr(settings, name)!r}, not {value!r}: "
+                "an existing cluster keeps its settings (use another --dir for another one)"
+            )
+    return settings, dict(pids)
+
+
+def _answers(session: requests.Session, url: str) -> tuple[int, object] | None:
+    """(status, JSON body or None), or None when nothing answered in time."""
+    try:
+        with session.get(url, timeout=HTTP_PROBE_TIMEOUT_S) as response:
+            try:
+                return response.status_code, response.json()
+            except ValueError:
+                return response.status_code, None
+    except requests.RequestException:
+        return None
+
+
+def _is_node_process(pid: int, argv: tuple[str, ...]) -> bool:
+    """Whether ``pid`` is alive, not a zombie, and runs this node's command line (a pid in an
+    old cluster.json may since belong to another program)."""
+    if _process_state(pid) in (None, "Z"):
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except FileNotFoundError:
+        return not Path("/proc").is_dir()  # no /proc: the pid check is all there is
+    except OSError:
+        return False
+    return [part.decode("utf-8", "replace") for part in cmdline[1 : len(argv)]] == list(argv[1:])
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _orphaned_group(pgid: int) -> bool:
+    """Whether live processes remain in a group whose leader is gone (or a zombie). The
+    kernel does not reuse a pid while a group of that id exists, so such a group is still
+    this node's; a live leader with another command line is someone else's."""
+    if _process_state(pgid) not in (None, "Z"):
+        return False
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+    for entry in proc.iterdir():
+        if entry.name.isdigit():
+            fields = _stat_fields(int(entry.name))
+            # Zombies wait for a reaper (in a container, maybe none): they no longer run.
+            if fields is not None and int(fields[2]) == pgid and fields[0] != "Z":
+                return True
+    return False
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name: state, ppid, pgrp, ..."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _process_state(pid: int) -> str | None:
+    """One-letter state ("R", "S", "T", "Z", ...) or None when there is no such process."""
+    fields = _stat_fields(pid)
+    if fields is not None:
+        return fields[0]
+    if Path("/proc").is_dir():
+        return None
+    return "S" if _pid_alive(pid) else None
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, sig)

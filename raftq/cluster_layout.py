@@ -1,0 +1,221 @@
+"""The local cluster's shape: node names, ports, command lines and ``cluster.json``. Pure.
+
+Port layout for base port B (see ARCHITECTURE.md): load balancer B; manager i (1..3) HTTP
+B+10+i and Raft B+20+i; broker i HTTP B+30+i and Raft ports B+100*i .. B+100*i+99.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+NODES_PER_ROLE = 3
+DEFAULT_BASE_PORT = 17100
+DEFAULT_HOST = "127.0.0.1"
+LB_NAME = "lb"
+CLUSTER_FILE = "cluster.json"
+SECRET_FILE = "secret"
+LOG_FILE = "node.log"
+_PORT_SPAN = 100 * NODES_PER_ROLE + 99
+"""Highest port offset used from the base port (broker 3's last Raft port)."""
+
+
+class LayoutError(ValueError):
+    """The settings cannot describe a local cluster."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSettings:
+    directory: Path
+    """Absolute; holds cluster.json, the secret and one sub-directory per node."""
+    host: str = DEFAULT_HOST
+    base_port: int = DEFAULT_BASE_PORT
+    db_url: str | None = None
+    """PostgreSQL URL whose database name gets ``_broker_<i>`` per broker; None: SQLite."""
+    limits: tuple[tuple[str, str], ...] = ()
+    """``--limit name=value`` overrides given to every node."""
+
+    def validate(self) -> ClusterSettings:
+        if not self.directory.is_absolute():
+            raise LayoutError("the cluster directory must be absolute")
+        if not 1024 <= self.base_port <= 65535 - _PORT_SPAN:
+            raise LayoutError(f"--base-port must be between 1024 and {65535 - _PORT_SPAN}")
+        if self.db_url is not None:
+            broker_db_url(self.db_url, 1)  # raises LayoutError when unusable
+        return self
+
+    @property
+    def secret_file(self) -> Path:
+        return self.directory / SECRET_FILE
+
+    @property
+    def lb_url(self) -> str:
+        return f"http://{self.host}:{self.base_port}"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    name: str
+    role: str
+    """"manager", "broker" or "load_balancer" (also the module run with ``python -m``)."""
+    node_id: int | None
+    http_address: str
+    data_dir: Path
+    log_file: Path
+    argv: tuple[str, ...]
+    raft_address: str | None = None
+    raft_port_min: int | None = None
+    raft_port_max: int | None = None
+
+    def to_json(self, pid: int | None) -> dict[str, object]:
+        body: dict[str, object] = {
+            "name": self.name,
+            "role": self.role,
+            "id": self.node_id,
+            "pid": pid,
+            "http_address": self.http_address,
+        }
+        if self.raft_address is not None:
+            body["raft_address"] = self.raft_address
+        if self.raft_port_min is not None:
+            body["raft_port_min"] = self.raft_port_min
+            body["raft_port_max"] = self.raft_port_max
+        body.update(data_dir=str(self.data_dir), log_file=str(self.log_file), argv=list(self.argv))
+        return body
+
+
+def manager_ports(base_port: int, manager_id: int) -> tuple[int, int]:
+    """(HTTP port, Raft port) of manager ``manager_id`` (1-based)."""
+    return base_port + 10 + manager_id, base_port + 20 + manager_id
+
+
+def broker_ports(base_port: int, broker_id: int) -> tuple[int, int, int]:
+    """(HTTP port, lowest Raft port, highest Raft port) of broker ``broker_id`` (1-based)."""
+    return base_port + 30 + broker_id, base_port + 100 * broker_id, base_port + 100 * broker_id + 99
+
+
+def broker_db_url(db_url: str, broker_id: int) -> str:
+    """``postgresql://u:p@h:5432/raftq`` -> ``postgresql://u:p@h:5432/raftq_broker_1``."""
+    parts = urlsplit(db_url)
+    if not parts.scheme.startswith("postgresql"):
+        raise LayoutError("--db-url must be a postgresql:// URL (without it brokers use SQLite)")
+    name = parts.path.lstrip("/")
+    if not name or "/" in name:
+        raise LayoutError(f"--db-url must name a database, e.g. .../raftq: {db_url!r}")
+    return urlunsplit(parts._replace(path=f"/{name}_broker_{broker_id}"))
+
+
+def _limit_args(settings: ClusterSettings) -> list[str]:
+    args: list[str] = []
+    for name, value in settings.limits:
+        args += ["--limit", f"{name}={value}"]
+    return args
+
+
+def _manager(settings: ClusterSettings, python: str, i: int) -> NodeSpec:
+    host, name = settings.host, f"manager-{i}"
+    http_port, raft_port = manager_ports(settings.base_port, i)
+    peers = ",".join(
+        f"{j}=http://{host}:{manager_ports(settings.base_port, j)[0]}"
+        f"@{host}:{manager_ports(settings.base_port, j)[1]}"
+        for j in range(1, NODES_PER_ROLE + 1)
+    )
+    data_dir = settings.directory / name
+    argv = [python, "-m", "manager", "--id", str(i), "--host", host, "--port", str(http_port)]
+    argv += ["--raft-port", str(raft_port), "--peers", peers, "--data-dir", str(data_dir)]
+    argv += ["--secret-file", str(settings.secret_file), *_limit_args(settings)]
+    return NodeSpec(
+        name,
+        "manager",
+        i,
+        f"http://{host}:{http_port}",
+        data_dir,
+        data_dir / LOG_FILE,
+        tuple(argv),
+        raft_address=f"{host}:{raft_port}",
+    )
+
+
+def _broker(settings: ClusterSettings, python: str, i: int) -> NodeSpec:
+    host, name = settings.host, f"broker-{i}"
+    http_port, raft_min, raft_max = broker_ports(settings.base_port, i)
+    data_dir = settings.directory / name
+    argv = [python, "-m", "broker", "--id", str(i), "--host", host, "--port", str(http_port)]
+    argv += ["--raft-port-min", str(raft_min), "--raft-port-max", str(raft_max)]
+    argv += ["--data-dir", str(data_dir)]
+    if settings.db_url is not None:
+        argv += ["--db-url", broker_db_url(settings.db_url, i)]
+    argv += ["--managers-url", settings.lb_url, "--secret-file", str(settings.secret_file)]
+    return NodeSpec(
+        name,
+        "broker",
+        i,
+        f"http://{host}:{http_port}",
+        data_dir,
+        data_dir / LOG_FILE,
+        tuple(argv + _limit_args(settings)),
+        raft_port_min=raft_min,
+        raft_port_max=raft_max,
+    )
+
+
+def _load_balancer(settings: ClusterSettings, python: str) -> NodeSpec:
+    managers = ",".join(
+        f"http://{settings.host}:{manager_ports(settings.base_port, j)[0]}"
+        for j in range(1, NODES_PER_ROLE + 1)
+    )
+    data_dir = settings.directory / LB_NAME
+    argv = [python, "-m", "load_balancer", "--host", settings.host]
+    argv += ["--port", str(settings.base_port), "--managers", managers, *_limit_args(settings)]
+    return NodeSpec(
+        LB_NAME, "load_balancer", None, settings.lb_url, data_dir, data_dir / LOG_FILE, tuple(argv)
+    )
+
+
+def plan_nodes(settings: ClusterSettings, python: str) -> tuple[NodeSpec, ...]:
+    """Every node, in start order: load balancer, managers, brokers."""
+    ids = range(1, NODES_PER_ROLE + 1)
+    return (
+        _load_balancer(settings, python),
+        *(_manager(settings, python, i) for i in ids),
+        *(_broker(settings, python, i) for i in ids),
+    )
+
+
+def cluster_json(
+    settings: ClusterSettings, nodes: tuple[NodeSpec, ...], pids: Mapping[str, int | None]
+) -> dict[str, object]:
+    return {
+        "load_balancer_url": settings.lb_url,
+        "secret_file": str(settings.secret_file),
+        "base_port": settings.base_port,
+        "host": settings.host,
+        "db_url": settings.db_url,
+        "limits": dict(settings.limits),
+        "nodes": [node.to_json(pids.get(node.name)) for node in nodes],
+    }
+
+
+def parse_cluster_json(directory: Path, body: object) -> tuple[ClusterSettings, dict[str, int]]:
+    """The settings and the recorded pids of a ``cluster.json``."""
+    if not isinstance(body, dict):
+        raise LayoutError(f"{CLUSTER_FILE} is not a JSON object")
+    host, base_port, db_url = body.get("host"), body.get("base_port"), body.get("db_url")
+    limits = body.get("limits", {})
+    if not isinstance(host, str) or not isinstance(base_port, int):
+        raise LayoutError(f"{CLUSTER_FILE} lacks host or base_port")
+    if db_url is not None and not isinstance(db_url, str):
+        raise LayoutError(f"{CLUSTER_FILE}: db_url must be a string or null")
+    if not isinstance(limits, dict) or not all(isinstance(v, str) for v in limits.values()):
+        raise LayoutError(f"{CLUSTER_FILE}: limits must map names to strings")
+    settings = ClusterSettings(directory, host, base_port, db_url, tuple(sorted(limits.items())))
+    pids: dict[str, int] = {}
+    nodes = body.get("nodes", [])
+    for node in nodes if isinstance(nodes, list) else []:
+        if isinstance(node, dict) and isinstance(node.get("name"), str):
+            pid = node.get("pid")
+            if isinstance(pid, int) and pid > 0:
+                pids[node["name"]] = pid
+    return settings.validate(), pids

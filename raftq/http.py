@@ -1,0 +1,192 @@
+"""JSON over HTTP to the load balancer, with bounded, jittered retries where they are safe.
+
+Which failures prove that nothing happened on the server, so that any request may be resent:
+the connection was never made; 429 (backpressure); 503 ``NO_LEADER``, ``NOT_LEADER`` or
+``NOT_ENOUGH_BROKERS`` (refused before acting). Which leave the outcome unknown: a timeout or
+lost connection after sending; 503 ``COMMIT_TIMEOUT`` or ``UNAVAILABLE``; 502/504. Those are
+resent only for idempotent calls (reads, and writes that carry a sequence or request id).
+
+Not thread-safe: one transport per client object, used by one thread at a time.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import requests
+from urllib3.exceptions import MaxRetryError, NewConnectionError
+
+from protocol.errors import ErrorCode
+from raftq.client_limits import ClientLimits
+from raftq.errors import ApiError, ProtocolError, UnavailableError
+
+_NOTHING_DONE_503 = frozenset(
+    {ErrorCode.NO_LEADER.value, ErrorCode.NOT_LEADER.value, ErrorCode.NOT_ENOUGH_BROKERS.value}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """One attempt that may be worth repeating."""
+
+    description: str
+    outcome_unknown: bool
+    retry_after_s: float | None = None
+
+
+def classify_answer(status: int, body: object, retry_after: str | None) -> Failure | None:
+    """The retryable failure an answer represents, or ``None`` if it is final. Pure."""
+    code = body.get("error_code") if isinstance(body, dict) else None
+    message = body.get("message") if isinstance(body, dict) else None
+    description = f"{status} {code or ''} {message or ''}".strip()
+    wait_s = _parse_retry_after(retry_after)
+    if status == 429:
+        return Failure(description, outcome_unknown=False, retry_after_s=wait_s)
+    if status == 503:
+        unknown = code not in _NOTHING_DONE_503
+        return Failure(description, outcome_unknown=unknown, retry_after_s=wait_s)
+    if status in (502, 504):
+        return Failure(description, outcome_unknown=True, retry_after_s=wait_s)
+    return None
+
+
+def classify_exception(exc: requests.RequestException) -> Failure:
+    if isinstance(exc, requests.ConnectTimeout):
+        return Failure(f"could not connect: {exc}", outcome_unknown=False)
+    if isinstance(exc, requests.ConnectionError) and exc.args:
+        cause = exc.args[0]
+        if isinstance(cause, MaxRetryError) and isinstance(cause.reason, NewConnectionError):
+            return Failure("could not connect (connection refused)", outcome_unknown=False)
+    if isinstance(exc, requests.Timeout):
+        return Failure("timed out waiting for the answer", outcome_unknown=True)
+    return Failure(f"lost the connection: {type(exc).__name__}", outcome_unknown=True)
+
+
+def backoff_s(retry_index: int, limits: ClientLimits, rng: random.Random) -> float:
+    """Full jitter: uniform in ``[0, min(max, initial * 2**retry_index)]``."""
+    ceiling_s = min(limits.backoff_s_max, limits.backoff_s_initial * (2 ** min(retry_index, 30)))
+    return rng.uniform(0.0, ceiling_s)
+
+
+def _parse_retry_after(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None  # an HTTP date: rare from our services, and the backoff still applies
+
+
+class HttpTransport:
+    def __init__(
+        self,
+        url: str,
+        limits: ClientLimits,
+        *,
+        rng: random.Random | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self._limits = limits
+        self._rng = rng or random.Random()
+        self._sleep = sleep
+        self._session = requests.Session()
+
+    def close(self) -> None:
+        self._session.close()
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: object | None = None,
+        params: Mapping[str, str | int] | None = None,
+        idempotent: bool,
+    ) -> object:
+        """The JSON body of a 2xx answer. Raises ``ApiError`` for a final error answer and
+        ``UnavailableError`` once retries are spent or a retry would be unsafe."""
+        attempts_max = self._limits.attempts_max
+        unknown_so_far = False
+        failure = Failure("not attempted", outcome_unknown=False)
+        for attempt in range(attempts_max):
+            if attempt > 0:
+                self._pause(attempt - 1, failure)
+            failure_or_body = self._attempt(method, path, body, params, unknown_so_far)
+            if not isinstance(failure_or_body, Failure):
+                return failure_or_body
+            failure = failure_or_body
+            unknown_so_far = unknown_so_far or failure.outcome_unknown
+            if failure.outcome_unknown and not idempotent:
+                raise UnavailableError(
+                    f"{method} {path}: {failure.description}; the request may or may not have "
+                    "taken effect (not retried: it is not idempotent)",
+                    outcome_unknown=True,
+                    attempts=attempt + 1,
+                )
+        raise UnavailableError(
+            f"{method} {path} failed after {attempts_max} attempts; last: {failure.description}"
+            + ("; the outcome is unknown: it may have taken effect" if unknown_so_far else ""),
+            outcome_unknown=unknown_so_far,
+            attempts=attempts_max,
+        )
+
+    def _pause(self, retry_index: int, failure: Failure) -> None:
+        wait_s = backoff_s(retry_index, self._limits, self._rng)
+        if failure.retry_after_s is not None:
+            wait_s = max(wait_s, min(failure.retry_after_s, self._limits.retry_after_s_max))
+        self._sleep(wait_s)
+
+    def _attempt(
+        self,
+        method: str,
+        path: str,
+        body: object | None,
+        params: Mapping[str, str | int] | None,
+        unknown_so_far: bool,
+    ) -> object:
+        """The 2xx body, or the ``Failure`` of a retryable attempt; raises a final error."""
+        try:
+            with self._session.request(
+                method,
+                self.url + path,
+                json=body,
+                params=params,
+                timeout=(self._limits.connect_timeout_s, self._limits.request_timeout_s),
+            ) as response:
+                status, retry_after = response.status_code, response.headers.get("Retry-After")
+                answer = _json_or_none(response)
+        except requests.RequestException as exc:
+            return classify_exception(exc)
+        if 200 <= status < 300:
+            if answer is None:
+                raise ProtocolError(f"{method} {path}: the {status} answer is not JSON")
+            return answer
+        failure = classify_answer(status, answer, retry_after)
+        if failure is not None:
+            return failure
+        raise _api_error(status, answer, after_unknown_outcome=unknown_so_far)
+
+
+def _json_or_none(response: requests.Response) -> object:
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
+def _api_error(status: int, body: object, *, after_unknown_outcome: bool) -> ApiError:
+    if isinstance(body, dict):
+        code = body.get("error_code")
+        hint = body.get("leader_hint")
+        return ApiError(
+            status,
+            code if isinstance(code, int) else None,
+            str(body.get("message", "")),
+            hint if isinstance(hint, str) else None,
+            after_unknown_outcome=after_unknown_outcome,
+        )
+    return ApiError(status, None, "no JSON error body", after_unknown_outcome=after_unknown_outcome)

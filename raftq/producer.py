@@ -1,0 +1,196 @@
+"""``Producer``: buffers messages and sends them in batches, each with its own sequence.
+
+A batch is retried with the same ``sequence``, so the partition applies it once however many
+times it arrives (the service remembers each producer's recent sequences). A batch whose
+retries are spent stays queued with its sequence, and the next ``flush`` resends it first.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from types import TracebackType
+
+from protocol.types import NewMessage
+from raftq.client_limits import ClientLimits
+from raftq.errors import ApiError, BufferFullError, ProduceError, ProtocolError, UnavailableError
+from raftq.http import HttpTransport
+from raftq.records import PartitionOffset, parse_offsets
+
+MessageLike = str | tuple[str, str | None] | NewMessage
+"""A value, a ``(value, key)`` pair, or a ``NewMessage``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    sequence: int
+    messages: tuple[NewMessage, ...]
+
+
+def message_bytes(message: NewMessage) -> int:
+    key_bytes = 0 if message.key is None else len(message.key.encode("utf-8"))
+    return len(message.value.encode("utf-8")) + key_bytes
+
+
+def take_batch(buffer: deque[NewMessage], messages_max: int, bytes_max: int) -> list[NewMessage]:
+    """Pop the longest prefix within both bounds (at least one message: an oversized one
+    goes alone, and the service answers 413 for it)."""
+    taken: list[NewMessage] = []
+    size = 0
+    while buffer and len(taken) < messages_max:
+        next_size = message_bytes(buffer[0])
+        if taken and size + next_size > bytes_max:
+            break
+        taken.append(buffer.popleft())
+        size += next_size
+    return taken
+
+
+def as_message(item: MessageLike) -> NewMessage:
+    if isinstance(item, NewMessage):
+        return item
+    if isinstance(item, str):
+        return NewMessage(item)
+    value, key = item
+    return NewMessage(value, key)
+
+
+class Producer:
+    """Registers with ``POST /producers`` on creation. Not thread-safe: one per thread."""
+
+    def __init__(
+        self,
+        url: str,
+        topic: str,
+        *,
+        partition_id: int | None = None,
+        batch_messages_max: int | None = None,
+        limits: ClientLimits | None = None,
+    ) -> None:
+        limits = (limits or ClientLimits()).validate()
+        self.topic = topic
+        self.partition_id = partition_id
+        """Send every message to this partition; ``None`` lets the service route by key."""
+        self._batch_messages_max = min(
+            batch_messages_max or limits.batch_messages_max, limits.batch_messages_max
+        )
+        self._batch_bytes_max = limits.batch_bytes_max
+        self._buffer_messages_max = limits.buffer_messages_max
+        self._http = HttpTransport(url, limits)
+        self._buffer: deque[NewMessage] = deque()
+        self._in_flight: Batch | None = None
+        self._next_sequence = 0
+        try:
+            self.producer_id = self._register()
+        except BaseException:
+            self._http.close()
+            raise
+
+    def close(self) -> None:
+        """Release the connection; unsent messages are dropped (call ``flush`` first)."""
+        self._http.close()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            if kind is None:
+                self.flush()
+        finally:
+            self.close()
+
+    @property
+    def pending_messages(self) -> int:
+        """Messages not yet acknowledged, including a retained batch."""
+        in_flight = 0 if self._in_flight is None else len(self._in_flight.messages)
+        return len(self._buffer) + in_flight
+
+    def send(self, value: str, key: str | None = None) -> None:
+        """Buffer one message; ``flush`` sends it."""
+        if self.pending_messages >= self._buffer_messages_max:
+            raise BufferFullError(
+                f"{self.pending_messages} messages are unsent (buffer_messages_max): flush first"
+            )
+        self._buffer.append(NewMessage(value, key))
+
+    def produce_batch(self, messages: Iterable[MessageLike]) -> list[PartitionOffset]:
+        """Send these messages (after any buffered ones) and return the offsets of all, in
+        order. Each full batch is sent as soon as it forms, so the buffer stays bounded
+        however long ``messages`` is."""
+        acked: list[PartitionOffset] = []
+        for item in messages:
+            if len(self._buffer) >= self._batch_messages_max:
+                self._flush_into(acked)
+            self._buffer.append(as_message(item))
+        self._flush_into(acked)
+        return acked
+
+    def flush(self) -> list[PartitionOffset]:
+        """Send everything buffered; return each message's offset in send order.
+
+        Raises ``ProduceError`` when a batch fails; see its ``retained`` and ``completed``.
+        """
+        acked: list[PartitionOffset] = []
+        self._flush_into(acked)
+        return acked
+
+    def _flush_into(self, acked: list[PartitionOffset]) -> None:
+        while self._in_flight is not None or self._buffer:
+            if self._in_flight is None:
+                messages = take_batch(self._buffer, self._batch_messages_max, self._batch_bytes_max)
+                self._in_flight = Batch(self._next_sequence, tuple(messages))
+                self._next_sequence += 1
+            acked.extend(self._send_in_flight(tuple(acked)))
+            self._in_flight = None
+
+    def _send_in_flight(self, completed: tuple[PartitionOffset, ...]) -> list[PartitionOffset]:
+        batch = self._in_flight
+        if batch is None:
+            return []
+        try:
+            body = self._http.call("POST", "/logs", body=self._body(batch), idempotent=True)
+            return parse_offsets(body, len(batch.messages))
+        except UnavailableError as exc:
+            raise ProduceError(
+                f"batch with sequence {batch.sequence} ({len(batch.messages)} messages) not "
+                f"acknowledged: {exc}. It stays queued; flush() resends it with the same "
+                "sequence, which is safe",
+                completed=completed,
+                retained=True,
+                outcome_unknown=exc.outcome_unknown,
+            ) from exc
+        except (ApiError, ProtocolError) as exc:
+            self._in_flight = None
+            raise ProduceError(
+                f"batch with sequence {batch.sequence} ({len(batch.messages)} messages) "
+                f"rejected and dropped: {exc}",
+                completed=completed,
+                retained=False,
+                outcome_unknown=isinstance(exc, ProtocolError),
+            ) from exc
+
+    def _body(self, batch: Batch) -> dict[str, object]:
+        body: dict[str, object] = {
+            "producer_id": self.producer_id,
+            "topic": self.topic,
+            "sequence": batch.sequence,
+            "messages": [
+                {"message": m.value} if m.key is None else {"message": m.value, "key": m.key}
+                for m in batch.messages
+            ],
+        }
+        if self.partition_id is not None:
+            body["partition_id"] = self.partition_id
+        return body
+
+    def _register(self) -> str:
+        # Retrying may register a second, unused producer id: harmless, so idempotent=True.
+        body = self._http.call("POST", "/producers", body={"topic": self.topic}, idempotent=True)
+        if not isinstance(body, dict) or not isinstance(body.get("producer_id"), str):
+            raise ProtocolError("POST /producers: expected {'producer_id': str}")
+        producer_id: str = body["producer_id"]
+        return producer_id

@@ -1,0 +1,225 @@
+"""Frozen records of what the service answers, parsed strictly from its JSON.
+
+A field the service must send and did not raises ``ProtocolError`` naming the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from raftq.errors import ProtocolError
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One message read from a partition."""
+
+    topic: str
+    partition_id: int
+    offset: int
+    key: str | None
+    value: str
+    timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOffset:
+    """Where one produced message landed."""
+
+    partition_id: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionAssignment:
+    """A partition of a newly created topic: the brokers holding its replicas."""
+
+    partition_id: int
+    replicas: tuple[int, ...]
+    leader: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Topic:
+    name: str
+    partitions: tuple[PartitionAssignment, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSummary:
+    name: str
+    partition_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Replica:
+    broker_id: int
+    address: str | None
+    raft_address: str
+    is_leader: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    partition_id: int
+    leader: int | None
+    replicas: tuple[Replica, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    broker_id: int
+    address: str
+    alive: bool
+    partition_count: int
+    """Replicas this broker hosts."""
+
+
+# --- parsing -------------------------------------------------------------------------------
+
+
+def _obj(value: object, where: str) -> Mapping[str, object]:
+    if not isinstance(value, dict):
+        raise ProtocolError(f"{where}: expected a JSON object")
+    return value
+
+
+def _list(body: Mapping[str, object], name: str, where: str) -> list[object]:
+    value = body.get(name)
+    if not isinstance(value, list):
+        raise ProtocolError(f"{where}: field {name!r} must be a list")
+    return value
+
+
+def _int(body: Mapping[str, object], name: str, where: str) -> int:
+    value = body.get(name)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ProtocolError(f"{where}: field {name!r} must be an integer")
+    return value
+
+
+def _opt_int(body: Mapping[str, object], name: str) -> int | None:
+    value = body.get(name)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _str(body: Mapping[str, object], name: str, where: str) -> str:
+    value = body.get(name)
+    if not isinstance(value, str):
+        raise ProtocolError(f"{where}: field {name!r} must be a string")
+    return value
+
+
+def _opt_str(body: Mapping[str, object], name: str) -> str | None:
+    value = body.get(name)
+    return value if isinstance(value, str) else None
+
+
+def _bool(body: Mapping[str, object], name: str, where: str) -> bool:
+    value = body.get(name)
+    if not isinstance(value, bool):
+        raise ProtocolError(f"{where}: field {name!r} must be true or false")
+    return value
+
+
+def _count(body: Mapping[str, object], name: str, where: str) -> int:
+    """A count the service may send as a number or as the list it counts."""
+    value = body.get(name)
+    if isinstance(value, list):
+        return len(value)
+    return _int(body, name, where)
+
+
+def parse_records(body: object) -> list[Record]:
+    items = _list(_obj(body, "GET /logs"), "messages", "GET /logs")
+    records = []
+    for index, item in enumerate(items):
+        where = f"GET /logs messages[{index}]"
+        message = _obj(item, where)
+        records.append(
+            Record(
+                topic=_str(message, "topic", where),
+                partition_id=_int(message, "partition_id", where),
+                offset=_int(message, "offset", where),
+                key=_opt_str(message, "key"),
+                value=_str(message, "message", where),
+                timestamp_ms=_int(message, "timestamp_ms", where),
+            )
+        )
+    return records
+
+
+def parse_offsets(body: object, expected_count: int) -> list[PartitionOffset]:
+    where = "POST /logs"
+    answer = _obj(body, where)
+    if "offsets" in answer:
+        items = [_obj(i, f"{where} offsets") for i in _list(answer, "offsets", where)]
+    else:  # the single-message answer {"partition_id", "offset"}
+        items = [answer]
+    offsets = [
+        PartitionOffset(_int(i, "partition_id", where), _int(i, "offset", where)) for i in items
+    ]
+    if len(offsets) != expected_count:
+        raise ProtocolError(f"{where}: {len(offsets)} offsets for {expected_count} messages")
+    return offsets
+
+
+def parse_topic(body: object) -> Topic:
+    where = "POST /topics"
+    answer = _obj(body, where)
+    partitions = []
+    for item in _list(answer, "partitions", where):
+        part = _obj(item, f"{where} partitions")
+        replicas = tuple(r for r in _list(part, "replicas", where) if isinstance(r, int))
+        partitions.append(
+            PartitionAssignment(
+                _int(part, "partition_id", where), replicas, _opt_int(part, "leader")
+            )
+        )
+    return Topic(_str(answer, "name", where), tuple(partitions))
+
+
+def parse_topic_summaries(body: object) -> list[TopicSummary]:
+    where = "GET /topics"
+    items = _list(_obj(body, where), "topics", where)
+    return [
+        TopicSummary(_str(t, "name", where), _count(t, "partitions", where))
+        for t in (_obj(i, where) for i in items)
+    ]
+
+
+def parse_partition(body: object, where: str) -> PartitionInfo:
+    part = _obj(body, where)
+    replicas = []
+    for item in _list(part, "replicas", where):
+        replica = _obj(item, f"{where} replicas")
+        replicas.append(
+            Replica(
+                broker_id=_int(replica, "broker_id", where),
+                address=_opt_str(replica, "address"),
+                raft_address=_str(replica, "raft_address", where),
+                is_leader=_bool(replica, "is_leader", where),
+            )
+        )
+    return PartitionInfo(
+        _int(part, "partition_id", where), _opt_int(part, "leader"), tuple(replicas)
+    )
+
+
+def parse_partitions(body: object) -> list[PartitionInfo]:
+    where = "GET /partitions"
+    return [parse_partition(p, where) for p in _list(_obj(body, where), "partitions", where)]
+
+
+def parse_brokers(body: object) -> list[BrokerInfo]:
+    where = "GET /brokers"
+    return [
+        BrokerInfo(
+            broker_id=_int(b, "broker_id", where),
+            address=_str(b, "address", where),
+            alive=_bool(b, "alive", where),
+            partition_count=_count(b, "partitions", where),
+        )
+        for b in (_obj(i, where) for i in _list(_obj(body, where), "brokers", where))
+    ]

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Sets up the development environment, idempotently:
+#   - python3 (>= 3.11) with venv and pip (on Debian, installed with apt-get when missing);
+#   - .venv in the repository root;
+#   - requirements-dev.txt and RaftQ itself (editable) installed into it, again only when
+#     requirements*.txt or pyproject.toml changed (a hash of them is kept in .venv).
+# Afterwards .venv/bin/raftq exists.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON="${PYTHON:-python3}"
+VENV=.venv
+STAMP="$VENV/.raftq-install-stamp"
+
+log() { echo "setup: $*"; }
+die() { echo "setup: error: $*" >&2; exit 1; }
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+python_usable() {
+    command -v "$PYTHON" >/dev/null 2>&1 \
+        && "$PYTHON" -c "import ensurepip, venv" >/dev/null 2>&1
+}
+
+ensure_python() {
+    if ! python_usable; then
+        command -v apt-get >/dev/null 2>&1 \
+            || die "$PYTHON with venv and ensurepip is missing and apt-get is not available"
+        log "installing python3 with venv and pip (apt-get)"
+        as_root apt-get update
+        as_root env DEBIAN_FRONTEND=noninteractive \
+            apt-get install -y python3 python3-venv python3-pip python3-dev
+        python_usable || die "$PYTHON still lacks venv or ensurepip after apt-get install"
+    fi
+    "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+        || die "RaftQ needs Python >= 3.11; $PYTHON is $("$PYTHON" --version 2>&1)"
+    log "using $("$PYTHON" --version 2>&1) ($(command -v "$PYTHON"))"
+}
+
+ensure_venv() {
+    if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import sys" >/dev/null 2>&1; then
+        return
+    fi
+    log "creating $VENV"
+    "$PYTHON" -m venv "$VENV"
+}
+
+inputs_hash() {
+    cat requirements.txt requirements-dev.txt pyproject.toml | sha256sum | cut -d' ' -f1
+}
+
+ensure_packages() {
+    local wanted
+    wanted="$(inputs_hash)"
+    if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$wanted" ] && [ -x "$VENV/bin/raftq" ]; then
+        log "dependencies up to date"
+        return
+    fi
+    log "installing requirements-dev.txt and RaftQ (editable)"
+    "$VENV/bin/python" -m pip install --disable-pip-version-check -q -r requirements-dev.txt
+    "$VENV/bin/python" -m pip install --disable-pip-version-check -q -e . --no-deps
+    echo "$wanted" > "$STAMP"
+}
+
+ensure_python
+ensure_venv
+ensure_packages
+[ -x "$VENV/bin/raftq" ] || die "$VENV/bin/raftq is missing after installation"
+log "ready: $VENV/bin/raftq"

@@ -1,0 +1,119 @@
+"""The ``raftq`` command line: parsing, where the URL comes from, and the client commands
+against a scripted fake of the load balancer."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from raftq.cli import DEFAULT_DIR, Context, UsageError, build_parser, main, resolve_url, run
+from unit_tests.raftq.fake_service import FakeService
+
+
+def test_cluster_up_arguments() -> None:
+    args = build_parser().parse_args(
+        ["cluster", "up", "--dir", "d", "--base-port", "18000", "--limit", "a=1", "--limit", "b=2"]
+    )
+    assert (args.command, args.cluster_command, args.dir, args.base_port) == (
+        "cluster",
+        "up",
+        "d",
+        18000,
+    )
+    assert args.limit == [("a", "1"), ("b", "2")]
+    assert args.db_url is None and args.host is None and args.timeout_s == 90.0
+    assert build_parser().parse_args(["cluster", "down"]).dir == DEFAULT_DIR
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["topic", "create"],
+        ["topic", "create", "t", "--partitions", "0"],
+        ["produce"],
+        ["consume", "--topic", "t", "--max-messages", "-1"],
+        ["topic", "list", "--url", "u", "--dir", "d"],
+        ["cluster", "up", "--limit", "novalue"],
+        ["nonsense"],
+    ],
+)
+def test_bad_command_lines_exit_2(argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(argv)
+    assert exit_.value.code == 2
+
+
+def test_url_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "cluster.json").write_text(json.dumps({"load_balancer_url": "http://from-dir"}))
+    assert resolve_url("http://explicit/", str(tmp_path), "http://env") == "http://explicit"
+    assert resolve_url(None, str(tmp_path), "http://env") == "http://from-dir"
+    assert resolve_url(None, None, "http://env/") == "http://env"
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match="RAFTQ_URL"):
+        resolve_url(None, None, None)
+    (tmp_path / DEFAULT_DIR).mkdir()
+    (tmp_path / DEFAULT_DIR / "cluster.json").write_text('{"load_balancer_url": "http://dflt"}')
+    assert resolve_url(None, None, None) == "http://dflt"
+
+
+def _run(argv: list[str], stdin: str = "") -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = run(build_parser().parse_args(argv), Context(None, io.StringIO(stdin), out, err))
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_produce_from_arguments_and_stdin(service: FakeService) -> None:
+    service.default(
+        "POST",
+        "/logs",
+        lambda p: (201, {"offsets": [{"partition_id": 0, "offset": i} for i in range(2)]}),
+    )
+    code, out, _ = _run(["produce", "--url", service.url, "--topic", "t", "--key", "k", "a", "b"])
+    assert code == 0
+    assert out.splitlines() == [
+        '{"partition_id": 0, "offset": 0}',
+        '{"partition_id": 0, "offset": 1}',
+    ]
+    assert service.calls("POST", "/logs")[0]["messages"] == [
+        {"message": "a", "key": "k"},
+        {"message": "b", "key": "k"},
+    ]
+    code, out, _ = _run(["produce", "--url", service.url, "--topic", "t"], stdin="x\ny\n")
+    assert code == 0 and len(out.splitlines()) == 2
+    assert service.calls("POST", "/logs")[1]["messages"] == [{"message": "x"}, {"message": "y"}]
+
+
+def test_consume_prints_json_lines(service: FakeService) -> None:
+    message = {"topic": "t", "partition_id": 0, "offset": 3, "key": None, "message": "m"}
+    message["timestamp_ms"] = 9
+    service.default("GET", "/logs", lambda _p: (200, {"messages": [message]}))
+    code, out, err = _run(["consume", "--url", service.url, "--topic", "t", "--partition", "0"])
+    assert code == 0 and json.loads(out) == message
+    assert "consumer_id c-1" in err
+
+
+def test_topic_commands_and_errors(service: FakeService) -> None:
+    service.default(
+        "GET", "/topics", lambda _p: (200, {"topics": [{"name": "t", "partitions": 2}]})
+    )
+    assert _run(["topic", "list", "--url", service.url])[1] == "t\t2 partitions\n"
+    service.default("POST", "/topics", lambda _p: (409, {"error_code": 40901, "message": "exists"}))
+    code, _, err = _run(["topic", "create", "t", "--url", service.url])
+    assert code == 1 and "exists" in err
+
+
+def test_main_reads_raftq_url(service: FakeService, monkeypatch: pytest.MonkeyPatch) -> None:
+    service.default("GET", "/topics", lambda _p: (200, {"topics": []}))
+    monkeypatch.setenv("RAFTQ_URL", service.url)
+    assert main(["topic", "list"]) == 0
+
+
+def test_status_of_a_directory_without_a_cluster(tmp_path: Path) -> None:
+    code, out, _ = _run(["cluster", "status", "--dir", str(tmp_path / "none"), "--json"])
+    assert code == 1
+    status = json.loads(out)
+    assert [n["name"] for n in status["nodes"]][:2] == ["lb", "manager-1"]
+    assert not any(n["process_alive"] for n in status["nodes"])

@@ -1,0 +1,65 @@
+"""Pure parts of the client: failure classification, backoff, batching, limits."""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+
+import pytest
+
+from protocol.types import NewMessage
+from raftq.client_limits import ClientLimits
+from raftq.http import backoff_s, classify_answer
+from raftq.producer import take_batch
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "unknown"),
+    [
+        (503, 50301, False),
+        (503, 50302, False),
+        (503, 50305, False),
+        (429, 42901, False),
+        (503, 50303, True),
+        (503, 50304, True),
+        (503, None, True),
+        (502, None, True),
+    ],
+)
+def test_retryable_answers(status: int, code: int | None, unknown: bool) -> None:
+    failure = classify_answer(status, {"error_code": code, "message": "m"}, "2")
+    assert failure is not None
+    assert failure.outcome_unknown is unknown
+    assert failure.retry_after_s == 2.0
+
+
+@pytest.mark.parametrize("status", [200, 400, 404, 409, 413, 500])
+def test_final_answers(status: int) -> None:
+    assert classify_answer(status, {"error_code": status * 100 + 1}, None) is None
+
+
+def test_backoff_is_jittered_and_capped() -> None:
+    limits = ClientLimits(backoff_s_initial=0.1, backoff_s_max=1.0)
+    rng = random.Random(7)
+    assert all(0.0 <= backoff_s(0, limits, rng) <= 0.1 for _ in range(100))
+    assert all(0.0 <= backoff_s(50, limits, rng) <= 1.0 for _ in range(100))
+    assert max(backoff_s(50, limits, rng) for _ in range(100)) > 0.5
+
+
+def test_take_batch_respects_both_bounds() -> None:
+    buffer = deque(NewMessage("x" * 10) for _ in range(5))
+    assert len(take_batch(buffer, messages_max=3, bytes_max=1000)) == 3
+    assert len(take_batch(buffer, messages_max=3, bytes_max=15)) == 1
+    big = deque([NewMessage("y" * 100), NewMessage("z")])
+    assert len(take_batch(big, messages_max=3, bytes_max=15)) == 1  # alone, not stuck
+    assert [m.value for m in take_batch(big, 3, 15)] == ["z"]
+
+
+def test_client_limits_are_checked() -> None:
+    ClientLimits().validate()
+    with pytest.raises(ValueError, match="positive"):
+        ClientLimits(attempts_max=0).validate()
+    with pytest.raises(ValueError, match="batch_messages_max"):
+        ClientLimits(batch_messages_max=10**6).validate()
+    with pytest.raises(ValueError, match="backoff"):
+        ClientLimits(backoff_s_initial=5.0).validate()

@@ -4,6 +4,7 @@ pop until empty, and reading a partition from one replica's broker."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +27,7 @@ def produce(
     cluster: Cluster,
     producer_id: str,
     sequence: int,
-    messages: list[tuple[str | None, str]],
+    messages: Sequence[tuple[str | None, str]],
     *,
     topic: str,
     partition_id: int | None = None,
@@ -99,9 +100,9 @@ def read_replica(
             f"{broker_url}/logs",
             params={
                 "topic": topic,
-                "partition_id": partition_id,
-                "offset": len(messages),
-                "max_messages": 5000,
+                "partition_id": str(partition_id),
+                "offset": str(len(messages)),
+                "max_messages": "5000",
             },
             timeout=30,
         )
@@ -144,7 +145,12 @@ def checksums(
     for broker_id in partition_brokers(cluster, topic)[partition_id]:
         body = cluster.http.get(
             f"{cluster.broker_url(broker_id)}/checksum",
-            params={"topic": topic, "partition_id": partition_id, "start": 0, "end": end},
+            params={
+                "topic": topic,
+                "partition_id": str(partition_id),
+                "start": "0",
+                "end": str(end),
+            },
             timeout=10,
         ).json()
         result[broker_id] = (body["count"], body["sha256"], body["flushed_offset"])

@@ -105,7 +105,7 @@ class Cluster:
 
     # --- HTTP through the load balancer -------------------------------------------------
 
-    def get(self, path: str, **params: object) -> requests.Response:
+    def get(self, path: str, **params: str | int) -> requests.Response:
         return self.http.get(f"{self.lb_url}{path}", params=params, timeout=30)
 
     def post(self, path: str, body: object) -> requests.Response:
@@ -120,7 +120,9 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def wait_until(check: Callable[[], _T], timeout_s: float, what: str, period_s: float = 0.1) -> _T:
+def wait_until(
+    check: Callable[[], _T | None], timeout_s: float, what: str, period_s: float = 0.1
+) -> _T:
     """Poll ``check`` until it returns something truthy; fail after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     last_error: Exception | None = None

@@ -62,7 +62,7 @@ def test_ten_thousand_keyed_messages_are_popped_exactly_once_in_order(cluster: C
         acks += produce(cluster, producer, sequence, batch, topic="orders")
     assert len(acks) == 10_000
 
-    key_partition = {}
+    key_partition: dict[str | None, int] = {}
     for ack in acks:  # a key always lands in the same partition
         assert key_partition.setdefault(ack.key, ack.partition_id) == ack.partition_id
     assert len(set(key_partition.values())) == 3
@@ -209,7 +209,9 @@ def test_cluster_down_and_up_keeps_messages_and_consumer_offsets(cluster: Cluste
     cluster.down()
     cluster.up()
 
-    rest = wait_until(lambda: pop_all(cluster, consumer) or None, 60, "pops after restart")
+    rest: list[dict[str, Any]] = wait_until(
+        lambda: pop_all(cluster, consumer) or None, 60, "pops after restart"
+    )
     assert sorted(m["message"] for m in first + rest) == sorted(a.value for a in acks)
     # The producer's sequence survived too: a retry of batch 0 is still recognised.
     again = produce(cluster, producer, 0, [(f"k{i}", f"d{i}") for i in range(300)], topic="durable")

@@ -24,7 +24,13 @@ from manager.replicated import ReplicatedRegistry
 from manager.views import broker_summary, partition_detail, topic_created, topic_summary
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
-from protocol.requests import CreateTopic, RegisterBroker, RegisterConsumer, TopicRef
+from protocol.requests import (
+    CreateTopic,
+    RegisterBroker,
+    RegisterConsumer,
+    RegisterProducer,
+    TopicRef,
+)
 from protocol.types import BrokerId, ReplicaAddress, ReplicaSpec
 
 _log = logging.getLogger(__name__)
@@ -207,14 +213,16 @@ class ManagerService:
         return {"brokers": self._raft.read(_broker_summaries)}
 
     # --- producers and consumers -------------------------------------------------------------
-    def register_producer(self, request: TopicRef) -> dict[str, object]:
+    def register_producer(self, request: RegisterProducer) -> tuple[dict[str, object], bool]:
+        """Register a producer; True when it is new (a known id with the same topic is not)."""
         self._topic(request.topic)
-        producer_id = uuid.uuid4().hex  # chosen by the proposer: apply stays deterministic
+        # Chosen by the proposer (or the client): apply stays deterministic.
+        producer_id = request.producer_id or uuid.uuid4().hex
         outcome = self._raft.register_producer(
             producer_id, request.topic, self._limits.registry_clients_max
         )
         check_outcome(outcome, "producer")
-        return {"producer_id": producer_id}
+        return {"producer_id": producer_id}, outcome is not Outcome.UNCHANGED
 
     def register_consumer(self, request: RegisterConsumer) -> dict[str, object]:
         topic = self._topic(request.topic)

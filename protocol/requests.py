@@ -130,6 +130,24 @@ class TopicRef:
 
 
 @dataclass(frozen=True, slots=True)
+class RegisterProducer:
+    """``POST /producers {"topic", "producer_id"?}``. A client-chosen ``producer_id`` (like
+    Kafka's ``transactional.id``) registers idempotently, so a retried Spark task or a
+    restarted job keeps its id and its sequences."""
+
+    topic: str
+    producer_id: ProducerId | None
+
+    @classmethod
+    def parse(cls, params: Params, limits: Limits) -> RegisterProducer:
+        producer = get_str(params, "producer_id", limits.id_chars_max, required=False)
+        return cls(
+            topic=topic_name(params, limits),
+            producer_id=None if producer is None else ProducerId(producer),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class RegisterConsumer:
     topic: str
     partition_id: PartitionId | None

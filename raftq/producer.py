@@ -67,7 +67,12 @@ class Producer:
         partition_id: int | None = None,
         batch_messages_max: int | None = None,
         limits: ClientLimits | None = None,
+        producer_id: str | None = None,
+        first_sequence: int = 0,
     ) -> None:
+        """``producer_id`` reuses a client-chosen id (registered idempotently, like Kafka's
+        ``transactional.id``); its batches must then start above every sequence it used
+        before (``first_sequence``), or replay the same batches with the same sequences."""
         limits = (limits or ClientLimits()).validate()
         self.topic = topic
         self.partition_id = partition_id
@@ -80,9 +85,9 @@ class Producer:
         self._http = HttpTransport(url, limits)
         self._buffer: deque[NewMessage] = deque()
         self._in_flight: Batch | None = None
-        self._next_sequence = 0
+        self._next_sequence = first_sequence
         try:
-            self.producer_id = self._register()
+            self.producer_id = self._register(producer_id)
         except BaseException:
             self._http.close()
             raise
@@ -187,9 +192,12 @@ class Producer:
             body["partition_id"] = self.partition_id
         return body
 
-    def _register(self) -> str:
+    def _register(self, producer_id: str | None) -> str:
         # Retrying may register a second, unused producer id: harmless, so idempotent=True.
-        body = self._http.call("POST", "/producers", body={"topic": self.topic}, idempotent=True)
+        request: dict[str, object] = {"topic": self.topic}
+        if producer_id is not None:
+            request["producer_id"] = producer_id
+        body = self._http.call("POST", "/producers", body=request, idempotent=True)
         if not isinstance(body, dict) or not isinstance(body.get("producer_id"), str):
             raise ProtocolError("POST /producers: expected {'producer_id': str}")
         producer_id: str = body["producer_id"]

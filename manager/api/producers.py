@@ -6,7 +6,7 @@ from flask import Blueprint, Response
 
 from manager.service import ManagerService
 from protocol.limits import Limits
-from protocol.requests import TopicRef
+from protocol.requests import RegisterProducer
 from runtime.http_api import json_response, request_params
 
 
@@ -15,7 +15,8 @@ def blueprint(service: ManagerService, limits: Limits) -> Blueprint:
 
     @api.post("/producers")
     def register_producer() -> Response:
-        request = TopicRef.parse(request_params(), limits)
-        return json_response(service.register_producer(request), 201)
+        request = RegisterProducer.parse(request_params(), limits)
+        body, created = service.register_producer(request)
+        return json_response(body, 201 if created else 200)
 
     return api

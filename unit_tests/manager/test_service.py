@@ -15,8 +15,16 @@ from manager.replicated import LocalRegistry
 from manager.service import ManagerService
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
-from protocol.requests import CreateTopic, Pop, Produce, RegisterBroker, RegisterConsumer, TopicRef
-from protocol.types import BrokerId, ReplicaSpec
+from protocol.requests import (
+    CreateTopic,
+    Pop,
+    Produce,
+    RegisterBroker,
+    RegisterConsumer,
+    RegisterProducer,
+    TopicRef,
+)
+from protocol.types import BrokerId, ProducerId, ReplicaSpec
 from runtime.http_client import HttpAnswer, NoAnswerError
 
 LIMITS = Limits()
@@ -142,7 +150,7 @@ def test_produce_routes_batches_and_keeps_request_order(
 ) -> None:
     _, brokers, service, router = setup
     service.create_topic(CreateTopic("t", 4, 3))
-    producer = service.register_producer(TopicRef("t"))["producer_id"]
+    producer = service.register_producer(RegisterProducer("t", None))[0]["producer_id"]
     assert isinstance(producer, str)
     batch = [{"message": f"m{i}", "key": f"k{i}"} for i in range(10)]
     body = router.produce(_produce(producer, {"messages": batch, "sequence": 3}))
@@ -164,7 +172,7 @@ def test_produce_tries_next_replica_only_when_safe(
 ) -> None:
     _, brokers, service, router = setup
     service.create_topic(CreateTopic("t", 1, 3))
-    producer = str(service.register_producer(TopicRef("t"))["producer_id"])
+    producer = str(service.register_producer(RegisterProducer("t", None))[0]["producer_id"])
     brokers.answers["http://b1"] = HttpAnswer(
         503, {"error_code": ErrorCode.NOT_LEADER.value, "message": "x"}, {}
     )
@@ -193,3 +201,17 @@ def test_pop_collects_across_partitions(
     with pytest.raises(RaftQError) as caught:
         router.pop(Pop.parse({"consumer_id": "nobody"}, LIMITS))
     assert caught.value.code is ErrorCode.UNKNOWN_CONSUMER
+
+
+def test_a_client_chosen_producer_id_registers_idempotently(
+    setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter],
+) -> None:
+    _, _, service, _ = setup
+    service.create_topic(CreateTopic("t", 1, 3))
+    service.create_topic(CreateTopic("u", 1, 3))
+    body, created = service.register_producer(RegisterProducer("t", ProducerId("job-7-task-2")))
+    assert body == {"producer_id": "job-7-task-2"} and created
+    assert service.register_producer(RegisterProducer("t", ProducerId("job-7-task-2")))[1] is False
+    with pytest.raises(RaftQError) as info:
+        service.register_producer(RegisterProducer("u", ProducerId("job-7-task-2")))
+    assert info.value.status == 409

@@ -200,5 +200,5 @@ class Producer:
         body = self._http.call("POST", "/producers", body=request, idempotent=True)
         if not isinstance(body, dict) or not isinstance(body.get("producer_id"), str):
             raise ProtocolError("POST /producers: expected {'producer_id': str}")
-        producer_id: str = body["producer_id"]
-        return producer_id
+        registered: str = body["producer_id"]
+        return registered

@@ -22,6 +22,8 @@ class BrokerMonitor:
         self._lock = threading.Lock()
         self._last_seen_s: dict[BrokerId, float] = {}
         self._leaders: dict[PartitionKey, BrokerId] = {}
+        self._silent: set[BrokerId] = set()
+        """Brokers whose last poll got no answer (crashed, paused or cut off): tried last."""
 
     def start_grace(self, broker_ids: Iterable[BrokerId], now_s: float) -> None:
         """Count every broker as seen now: a newly elected leader has not polled anyone yet
@@ -29,6 +31,7 @@ class BrokerMonitor:
         with self._lock:
             self._last_seen_s = dict.fromkeys(broker_ids, now_s)
             self._leaders.clear()
+            self._silent.clear()
 
     def record_answer(
         self, broker_id: BrokerId, partitions: list[dict[str, object]], now_s: float
@@ -40,6 +43,7 @@ class BrokerMonitor:
                 led.add((topic, PartitionId(pid)))
         with self._lock:
             self._last_seen_s[broker_id] = now_s
+            self._silent.discard(broker_id)
             for key, leader in list(self._leaders.items()):
                 if leader == broker_id and key not in led:
                     del self._leaders[key]
@@ -51,6 +55,7 @@ class BrokerMonitor:
         starts its grace period now."""
         with self._lock:
             self._last_seen_s.setdefault(broker_id, now_s)
+            self._silent.add(broker_id)
             for key, leader in list(self._leaders.items()):
                 if leader == broker_id:
                     del self._leaders[key]
@@ -59,6 +64,10 @@ class BrokerMonitor:
         with self._lock:
             last = self._last_seen_s.get(broker_id)
         return last is not None and now_s - last > self._dead_after_s
+
+    def silent(self) -> frozenset[BrokerId]:
+        with self._lock:
+            return frozenset(self._silent)
 
     def leader_of(self, topic: str, partition_id: PartitionId) -> BrokerId | None:
         with self._lock:

@@ -187,7 +187,8 @@ class LogRouter:
         alive = {b.broker_id for b in brokers.values() if b.alive}
         leader = self._monitor.leader_of(topic, partition.partition_id)
         last_reason = "no replica broker is registered"
-        for broker_id in broker_order(partition, leader, alive):
+        silent = self._monitor.silent()
+        for broker_id in broker_order(partition, leader, alive, silent):
             broker: BrokerRecord | None = brokers.get(BrokerId(broker_id))
             if broker is None:
                 continue

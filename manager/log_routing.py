@@ -59,12 +59,18 @@ def pop_order(
 
 
 def broker_order(
-    partition: PartitionRecord, leader: BrokerId | None, alive: Collection[BrokerId]
+    partition: PartitionRecord,
+    leader: BrokerId | None,
+    alive: Collection[BrokerId],
+    silent: Collection[BrokerId] = (),
 ) -> list[BrokerId]:
     """The partition leader's broker first (when known), then the other alive replicas' brokers
-    in replica order. If none is known alive, every replica is tried: liveness may be stale."""
+    in replica order; brokers silent at the last poll (a paused broker accepts connections but
+    answers only after the HTTP timeout) come last. If none is known alive, every replica is
+    tried: liveness may be stale."""
     replicas = [r.broker_id for r in partition.replicas]
     ordered = [b for b in replicas if b in alive and b != leader]
     if leader is not None and leader in replicas:
         ordered.insert(0, leader)
-    return ordered or replicas
+    ordered = ordered or replicas
+    return [b for b in ordered if b not in silent] + [b for b in ordered if b in silent]

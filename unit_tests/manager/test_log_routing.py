@@ -59,3 +59,10 @@ def test_broker_order_leader_first_then_alive() -> None:
     assert broker_order(partition, None, alive) == [1, 3]
     assert broker_order(partition, None, set()) == [1, 2, 3]
     assert broker_order(partition, BrokerId(9), alive) == [1, 3]
+
+
+def test_brokers_silent_at_the_last_poll_are_tried_last() -> None:
+    partition = _partition(1, 2, 3)
+    alive = {BrokerId(1), BrokerId(2), BrokerId(3)}
+    assert broker_order(partition, None, alive, {BrokerId(1)}) == [2, 3, 1]
+    assert broker_order(partition, BrokerId(2), alive, {BrokerId(2), BrokerId(3)}) == [1, 2, 3]

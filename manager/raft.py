@@ -22,6 +22,7 @@ from manager.registry.state import ManagerState
 from manager.registry.topics import Assignment
 from manager.replicated import RaftStatus
 from protocol.errors import ErrorCode, RaftQError
+from runtime import durable_journal
 
 _log = logging.getLogger(__name__)
 
@@ -136,6 +137,7 @@ class ManagerRaft:
             logCompactionMinTime=limits.raft_log_compaction_time_min_s,
         )
         self._consumer = _RegistryConsumer()
+        durable_journal.install()  # entries and votes on disk before Raft acts on them
         self._syncobj = SyncObj(
             config.raft_address, config.partner_raft_addresses, conf, consumers=[self._consumer]
         )

@@ -32,6 +32,7 @@ from protocol.errors import ErrorCode, RaftQError
 from protocol.invariant import check
 from protocol.limits import Limits
 from protocol.types import RaftRole, ReplicaSpec
+from runtime import durable_journal
 
 _log = logging.getLogger(__name__)
 _LEADER_POLL_S = 0.02
@@ -123,6 +124,7 @@ class PartitionRaft:
             commandsWaitLeader=False,
             dynamicMembershipChange=False,
         )
+        durable_journal.install()
         self._sync = SyncObj(spec.raft_address, list(spec.partners), conf, consumers=[self.state])
 
     def call(self, command: Callable[..., object], *args: object) -> object:

@@ -1,0 +1,101 @@
+"""A pysyncobj journal that is on disk before Raft acts on it.
+
+pysyncobj 0.3.17 writes its journal through ``mmap`` and never syncs it, and writes its
+metadata (current term, vote) without ``fsync``: an acknowledged entry, or a vote, survives a
+process crash (the kernel keeps the pages) but not a power loss. Raft's safety needs both on
+stable storage before a node answers: a follower must have the entries durable before it
+acknowledges them (the leader counts that acknowledgement toward the commit that acks a
+produce), and a vote must be durable before it is granted.
+
+``install()`` makes every ``SyncObj`` created afterwards in this process use
+``DurableFileJournal``: pysyncobj offers no hook for its journal class, so this replaces its
+module-level factory. Call it in the Raft adapters, right before creating a ``SyncObj``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any
+
+import pysyncobj.journal
+import pysyncobj.syncobj
+from pysyncobj.journal import FileJournal, MemoryJournal, MetaStorer
+from pysyncobj.pickle import dumps, loads
+
+
+class DurableMetaStorer(MetaStorer):
+    """Writes term and vote to a temporary file, fsyncs it, renames it, fsyncs the folder."""
+
+    def getMeta(self) -> dict[str, Any]:  # noqa: N802 (pysyncobj's name)
+        # pysyncobj's own getMeta leaves the file open.
+        try:
+            with open(self.getPath(), "rb") as file:
+                meta: dict[str, Any] = loads(file.read())
+        except (OSError, ValueError, EOFError):
+            return {}
+        return meta
+
+    def storeMeta(self, meta: dict[str, Any]) -> None:  # noqa: N802 (pysyncobj's name)
+        path = self.getPath()
+        with open(path + ".tmp", "wb") as file:
+            file.write(dumps(meta))
+            file.flush()
+            os.fsync(file.fileno())
+        shutil.move(path + ".tmp", path)
+        _fsync_directory(os.path.dirname(path) or ".")
+
+
+class DurableFileJournal(FileJournal):
+    """``FileJournal`` that syncs its file after every change, before pysyncobj answers."""
+
+    def __init__(self, journal_file: str) -> None:
+        install()  # FileJournal.__init__ builds its MetaStorer from the module's global name
+        super().__init__(journal_file)
+        self._deferring = False
+
+    def add(self, command: bytes, idx: int, term: int) -> None:
+        super().add(command, idx, term)
+        self._sync()
+
+    def clear(self) -> None:
+        super().clear()
+        self._sync()
+
+    def deleteEntriesFrom(self, entryFrom: int) -> None:  # noqa: N802, N803
+        super().deleteEntriesFrom(entryFrom)
+        self._sync()
+
+    def deleteEntriesTo(self, entryTo: int) -> None:  # noqa: N802, N803
+        # Log compaction rewrites the kept entries one add() at a time: sync once at the end.
+        self._deferring = True
+        try:
+            super().deleteEntriesTo(entryTo)
+        finally:
+            self._deferring = False
+        self._sync()
+
+    def _sync(self) -> None:
+        if not self._deferring:
+            self.flush()
+
+
+def create_journal(journal_file: str | None = None) -> Any:
+    if journal_file is None:
+        return MemoryJournal()
+    return DurableFileJournal(journal_file)
+
+
+def install() -> None:
+    """Idempotent: later ``SyncObj``s in this process use ``DurableFileJournal`` (and its
+    ``DurableMetaStorer``)."""
+    pysyncobj.syncobj.createJournal = create_journal
+    pysyncobj.journal.MetaStorer = DurableMetaStorer
+
+
+def _fsync_directory(path: str) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)

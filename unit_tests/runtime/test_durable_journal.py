@@ -1,0 +1,65 @@
+"""The durable journal: every Raft log change and every vote is synced before pysyncobj
+acts on it, and a restarted node reads back what it wrote."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pysyncobj.syncobj
+import pytest
+
+from runtime import durable_journal
+from runtime.durable_journal import DurableFileJournal, DurableMetaStorer
+
+
+def test_every_append_and_truncation_is_synced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[str] = []
+    monkeypatch.setattr(DurableFileJournal, "flush", lambda self: synced.append("flush"))
+    journal = DurableFileJournal(str(tmp_path / "raft.journal"))
+    journal.add(b"one", 1, 1)
+    journal.add(b"two", 2, 1)
+    assert synced == ["flush", "flush"]
+    journal.deleteEntriesFrom(1)
+    assert len(synced) == 3
+    synced.clear()
+    for index in range(2, 50):
+        journal.add(b"x", index, 1)
+    synced.clear()
+    journal.deleteEntriesTo(40)  # compaction rewrites entries: one sync, not one per entry
+    assert synced == ["flush"]
+    journal._destroy()
+
+
+def test_entries_and_votes_survive_a_reopen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fsyncs: list[int] = []
+    real_fsync = os.fsync
+
+    def counting_fsync(descriptor: int) -> None:
+        fsyncs.append(descriptor)
+        real_fsync(descriptor)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    path = str(tmp_path / "raft.journal")
+    journal = DurableFileJournal(path)
+    journal.add(b"cmd", 1, 3)
+    journal.setCurrentTerm(3, "node-b")
+    assert len(fsyncs) >= 2  # the vote's file and its folder
+    journal._destroy()
+    reopened = DurableFileJournal(path)
+    assert reopened[0] == (b"cmd", 1, 3)
+    assert (reopened.getCurrentTerm(), reopened.getVotedForNodeId()) == (3, "node-b")
+    assert isinstance(DurableMetaStorer(path + ".meta").getMeta(), dict)
+    reopened._destroy()
+
+
+def test_install_makes_new_syncobjs_use_it(tmp_path: Path) -> None:
+    durable_journal.install()
+    journal = pysyncobj.syncobj.createJournal(str(tmp_path / "j"))
+    assert isinstance(journal, DurableFileJournal)
+    journal._destroy()
+    assert not isinstance(pysyncobj.syncobj.createJournal(None), DurableFileJournal)

@@ -53,12 +53,15 @@ class DurableFileJournal(FileJournal):
         install()  # FileJournal.__init__ builds its MetaStorer from the module's global name
         super().__init__(journal_file)
         self._deferring = False
+        self._dump_file = dump_file_for(journal_file)
 
     def add(self, command: bytes, idx: int, term: int) -> None:
         super().add(command, idx, term)
         self._sync()
 
     def clear(self) -> None:
+        # Called when a snapshot replaces the log: the snapshot must be on disk first.
+        self._sync_dump()
         super().clear()
         self._sync()
 
@@ -67,7 +70,9 @@ class DurableFileJournal(FileJournal):
         self._sync()
 
     def deleteEntriesTo(self, entryTo: int) -> None:  # noqa: N802, N803
-        # Log compaction rewrites the kept entries one add() at a time: sync once at the end.
+        # Compaction drops entries that the full dump now holds: the dump must be on disk
+        # first. It rewrites the kept entries one add() at a time: sync once at the end.
+        self._sync_dump()
         self._deferring = True
         try:
             super().deleteEntriesTo(entryTo)
@@ -78,6 +83,23 @@ class DurableFileJournal(FileJournal):
     def _sync(self) -> None:
         if not self._deferring:
             self.flush()
+
+    def _sync_dump(self) -> None:
+        if self._deferring or not os.path.exists(self._dump_file):
+            return
+        descriptor = os.open(self._dump_file, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+        _fsync_directory(os.path.dirname(self._dump_file) or ".")
+
+
+def dump_file_for(journal_file: str) -> str:
+    """The full dump that goes with a journal: the adapters name them ``X.journal`` and
+    ``X.dump`` side by side."""
+    base, _ = os.path.splitext(journal_file)
+    return base + ".dump"
 
 
 def create_journal(journal_file: str | None = None) -> Any:

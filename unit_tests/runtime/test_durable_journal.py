@@ -63,3 +63,25 @@ def test_install_makes_new_syncobjs_use_it(tmp_path: Path) -> None:
     assert isinstance(journal, DurableFileJournal)
     journal._destroy()
     assert not isinstance(pysyncobj.syncobj.createJournal(None), DurableFileJournal)
+
+
+def test_the_full_dump_is_synced_before_the_log_drops_what_it_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal = DurableFileJournal(str(tmp_path / "raft.journal"))
+    (tmp_path / "raft.dump").write_bytes(b"snapshot")
+    order: list[str] = []
+    monkeypatch.setattr(DurableFileJournal, "flush", lambda self: order.append("journal"))
+    real_fsync = os.fsync
+
+    def fsync(descriptor: int) -> None:
+        order.append("dump-or-folder")
+        real_fsync(descriptor)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    for index in range(1, 10):
+        journal.add(b"x", index, 1)
+    order.clear()
+    journal.deleteEntriesTo(5)
+    assert order == ["dump-or-folder", "dump-or-folder", "journal"]
+    journal._destroy()

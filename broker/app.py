@@ -12,6 +12,7 @@ from broker.api.logs import logs_blueprint
 from broker.api.partitions import partitions_blueprint
 from broker.api.status import status_blueprint
 from broker.config import BrokerConfig
+from broker.peer_copy import PeerCopy
 from broker.persistence.sql_store import SqlMessageStore
 from broker.registration import Registration
 from broker.replica import HostedReplica
@@ -27,8 +28,10 @@ def create_app(config: BrokerConfig) -> Flask:
     os.makedirs(config.data_dir, exist_ok=True)
     store = SqlMessageStore(config.db_url)
 
+    peers = PeerCopy(config.limits)
+
     def make_replica(spec: ReplicaSpec) -> HostedReplica:
-        return HostedReplica(spec, config.data_dir, config.secret, store, config.limits)
+        return HostedReplica(spec, config.data_dir, config.secret, store, config.limits, peers.read)
 
     service = BrokerService(store, make_replica, config.limits, lambda: int(time.time() * 1000))
     service.start()

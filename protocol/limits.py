@@ -39,6 +39,10 @@ class Limits:
     past it appends get 429 with Retry-After."""
     partition_unflushed_bytes_max: int = 256 * 1024 * 1024
     """Same bound in bytes of message values and keys."""
+    partition_replica_lag_messages_max: int = 100_000
+    """A replica whose flushed offset is this far behind the most advanced one no longer holds
+    messages in memory for itself (Kafka's old ``replica.lag.max.messages``); it copies what it
+    missed from a peer's database when it returns. Never below what a majority has flushed."""
     partition_producers_max: int = 10_000
     """Producers whose last sequences a partition remembers; the least recently used is
     forgotten first (like Kafka's producer-id expiry)."""
@@ -120,6 +124,10 @@ class Limits:
         _require(
             self.flush_batch_messages_max <= self.partition_unflushed_messages_max,
             "flush_batch_messages_max <= partition_unflushed_messages_max",
+        )
+        _require(
+            self.partition_replica_lag_messages_max < self.partition_unflushed_messages_max,
+            "partition_replica_lag_messages_max < partition_unflushed_messages_max",
         )
         _require(
             self.request_messages_max <= self.partition_unflushed_messages_max,

@@ -26,6 +26,7 @@ class PartitionLimits:
 
     unflushed_messages_max: int
     unflushed_bytes_max: int
+    replica_lag_messages_max: int
     producers_max: int
     sequences_remembered: int
     consumers_max: int
@@ -90,7 +91,8 @@ class PartitionLog:
         self.flushed_offsets = [0] * replica_count
         """Per replica, the end of the prefix it has flushed: always ``<= end_offset``."""
         self.evicted_offset = 0
-        """``min(flushed_offsets)``: messages below it are in every replica's database."""
+        """Messages below it have left ``msg_dict``: every in-sync replica (and always a
+        majority) has them in its database; a lagging replica copies them from a peer."""
         self.consumers: dict[str, _Consumer] = {}
         self.producers: OrderedDict[str, _Producer] = OrderedDict()
         """Least recently used first, so the oldest is forgotten when over the bound."""
@@ -156,11 +158,16 @@ class PartitionLog:
             return Rejected(ErrorCode.INVALID_FIELD, "cannot flush past the end offset")
         if flushed_offset > self.flushed_offsets[replica_id]:
             self.flushed_offsets[replica_id] = flushed_offset
-            self._evict(min(self.flushed_offsets))
+            self._evict(self._eviction_floor())
         self._check_invariants()
         return Flushed(self.flushed_offsets[replica_id], self.evicted_offset)
 
     # --- queries (any thread, under the adapter's lock) -----------------------------------
+
+    def lagging(self, replica_id: int) -> bool:
+        """True when messages this replica has not flushed have already left memory: it must
+        copy ``[its flushed offset, evicted_offset)`` from a peer's database."""
+        return self.flushed_offsets[replica_id] < self.evicted_offset
 
     def read(self, start: int, end: int) -> list[tuple[int, MessageTuple]]:
         """Messages of ``[start, end)`` still in memory, in offset order."""
@@ -218,6 +225,14 @@ class PartitionLog:
             )
         return None
 
+    def _eviction_floor(self) -> int:
+        """Wait for every replica within ``replica_lag_messages_max`` of the most advanced
+        one, but never evict what fewer than a majority have flushed."""
+        flushed = sorted(self.flushed_offsets)
+        majority_floor = flushed[len(flushed) - (len(flushed) // 2 + 1)]
+        in_sync = [f for f in flushed if f >= flushed[-1] - self.limits.replica_lag_messages_max]
+        return min(*in_sync, majority_floor)
+
     def _evict(self, new_evicted_offset: int) -> None:
         for offset in range(self.evicted_offset, new_evicted_offset):
             key, value, _ = self.messages.pop(offset)
@@ -225,9 +240,10 @@ class PartitionLog:
         self.evicted_offset = max(self.evicted_offset, new_evicted_offset)
 
     def _check_invariants(self) -> None:
+        flushed = sorted(self.flushed_offsets)
         check(
-            self.evicted_offset <= min(self.flushed_offsets) <= self.end_offset,
-            "evicted <= every flushed offset <= end",
+            self.evicted_offset <= flushed[len(flushed) // 2] and flushed[-1] <= self.end_offset,
+            "evicted <= what a majority flushed, every flushed offset <= end",
         )
         check(
             len(self.messages) == self.end_offset - self.evicted_offset,

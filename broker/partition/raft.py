@@ -204,6 +204,7 @@ def partition_limits(limits: Limits) -> PartitionLimits:
     return PartitionLimits(
         unflushed_messages_max=limits.partition_unflushed_messages_max,
         unflushed_bytes_max=limits.partition_unflushed_bytes_max,
+        replica_lag_messages_max=limits.partition_replica_lag_messages_max,
         producers_max=limits.partition_producers_max,
         sequences_remembered=limits.producer_sequences_remembered,
         consumers_max=limits.partition_consumers_max,

@@ -21,6 +21,7 @@ from protocol.errors import ErrorCode
 LIMITS = PartitionLimits(
     unflushed_messages_max=100,
     unflushed_bytes_max=10_000,
+    replica_lag_messages_max=30,
     producers_max=3,
     sequences_remembered=2,
     consumers_max=2,
@@ -108,6 +109,29 @@ def test_messages_leave_memory_only_when_every_replica_flushed_them() -> None:
     assert log.replicated_bitmask(0) == 0
     assert sorted(log.messages) == [2]
     assert log.read(0, 3) == [(2, (None, "c", 1))]
+
+
+def test_a_replica_lagging_too_far_no_longer_holds_memory_but_a_majority_does() -> None:
+    log = new_log()
+    log.append(batch(*["x"] * 60), 1, None, None)
+    log.mark_flushed(0, 60)
+    assert log.evicted_offset == 0  # only one replica has them: keep them
+    log.mark_flushed(1, 60)
+    assert log.evicted_offset == 60  # replica 2 is 60 behind (> 30): stop waiting for it
+    assert log.messages == {} and log.lagging(2) and not log.lagging(0)
+    assert log.replicated_bitmask(10) == 0b100
+    log.append(batch("y"), 2, None, None)
+    log.mark_flushed(2, 60)  # it copied [0, 60) from a peer
+    assert not log.lagging(2) and log.evicted_offset == 60
+
+
+def test_a_replica_within_the_lag_bound_holds_eviction_back() -> None:
+    log = new_log()
+    log.append(batch(*["x"] * 40), 1, None, None)
+    log.mark_flushed(2, 20)
+    log.mark_flushed(0, 40)
+    log.mark_flushed(1, 40)  # replica 2 is 20 behind (<= 30): still waited for
+    assert log.evicted_offset == 20 and not log.lagging(2)
 
 
 def test_mark_flushed_is_idempotent_and_checks_its_input() -> None:

@@ -23,10 +23,17 @@ CLI_TIMEOUT_S = 180
 
 
 class Cluster:
-    def __init__(self, directory: Path, base_port: int, db_url: str | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        base_port: int,
+        db_url: str | None = None,
+        limits: dict[str, str] | None = None,
+    ) -> None:
         self.directory = directory
         self.base_port = base_port
         self.db_url = db_url
+        self.limits = limits or {}
         self.info: dict[str, Any] = {}
         self.http = requests.Session()
 
@@ -37,6 +44,8 @@ class Cluster:
         args = ["cluster", "up", "--dir", str(self.directory), "--base-port", str(self.base_port)]
         if self.db_url:
             args += ["--db-url", self.db_url]
+        for name, value in self.limits.items():
+            args += ["--limit", f"{name}={value}"]
         self._cli(*args)
         self.info = json.loads((self.directory / "cluster.json").read_text())
 

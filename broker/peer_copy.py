@@ -1,0 +1,63 @@
+"""``PeerCopy``: reads a range of a partition from a peer replica's broker.
+
+A replica that fell more than ``partition_replica_lag_messages_max`` behind finds the
+messages it missed gone from memory (the Storm blob-store idea: a node whose sequence is
+behind syncs from one that is not). Its flusher copies them from a peer that has them in its
+database, through the peer's stateless fetch, then flushes them as usual.
+"""
+
+from __future__ import annotations
+
+from protocol.errors import ErrorCode, RaftQError
+from protocol.limits import Limits
+from protocol.types import Offset, ReplicaSpec, StoredMessage
+from runtime.http_client import JsonHttpClient
+
+
+class PeerCopy:
+    def __init__(self, limits: Limits) -> None:
+        self._client = JsonHttpClient(limits)
+        self._fetch_messages_max = limits.fetch_messages_max
+
+    def read(self, spec: ReplicaSpec, start: int, end: int) -> list[StoredMessage]:
+        """Messages ``[start, end)`` (at most ``fetch_messages_max``) from the first peer that
+        has all of them."""
+        end = min(end, start + self._fetch_messages_max)
+        reasons = []
+        for peer in spec.replicas:
+            if peer.replica_id == spec.replica_id:
+                continue
+            try:
+                messages = self._fetch(peer.address, spec, start, end)
+            except RaftQError as exc:
+                reasons.append(f"{peer.address}: {exc.message}")
+                continue
+            if [m.offset for m in messages] == list(range(start, end)):
+                return messages
+            reasons.append(f"{peer.address}: has only {len(messages)} of them")
+        raise RaftQError(
+            ErrorCode.UNAVAILABLE,
+            f"no peer of {spec.topic}/{spec.partition_id} could give [{start}, {end}): "
+            + "; ".join(reasons),
+        )
+
+    def _fetch(self, address: str, spec: ReplicaSpec, start: int, end: int) -> list[StoredMessage]:
+        params = {
+            "topic": spec.topic,
+            "partition_id": str(spec.partition_id),
+            "offset": str(start),
+            "max_messages": str(end - start),
+        }
+        body = self._client.call_ok("GET", f"{address}/logs", params=params, idempotent=True)
+        items = body.get("messages") if isinstance(body, dict) else None
+        if not isinstance(items, list):
+            raise RaftQError(ErrorCode.INTERNAL, "a peer answered a fetch without messages")
+        return [
+            StoredMessage(
+                Offset(int(item["offset"])),
+                str(item["message"]),
+                None if item.get("key") is None else str(item["key"]),
+                int(item["timestamp_ms"]),
+            )
+            for item in items
+        ]

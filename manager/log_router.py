@@ -27,6 +27,8 @@ from protocol.requests import Fetch, Pop, Produce, invalid
 from protocol.types import BrokerId, PartitionId
 from runtime.http_client import HttpAnswer, NoAnswerError
 
+_NOTHING_DONE = {ErrorCode.NO_LEADER.value, ErrorCode.NOT_LEADER.value}
+"""503 codes that prove a broker did not act (its Raft group refused before proposing)."""
 _RETRY_ELSEWHERE = {
     ErrorCode.NO_LEADER.value,
     ErrorCode.NOT_LEADER.value,
@@ -75,12 +77,24 @@ class LogRouter:
             unkeyed_salt=salt,
             round_robin=next(self._round_robin),
         )
-        offsets: list[dict[str, object]] = [{} for _ in request.messages]
         futures = [
             self._executor.submit(self._produce_group, request, topic, group) for group in groups
         ]
-        for group, future in zip(groups, futures, strict=True):
-            for index, offset in zip(group.indexes, future.result(), strict=True):
+        # Wait for every group: answering at the first failure could tell the client
+        # "nothing was done" (429, 503 NO_LEADER) while another partition stored its part.
+        results: list[list[int] | Exception] = []
+        for future in futures:
+            try:
+                results.append(future.result())
+            except (RaftQError, BrokerRefusalError) as exc:
+                results.append(exc)
+        failures = [r for r in results if isinstance(r, Exception)]
+        if failures:
+            raise _produce_failure(failures, stored_groups=len(results) - len(failures))
+        stored = [r for r in results if not isinstance(r, Exception)]
+        offsets: list[dict[str, object]] = [{} for _ in request.messages]
+        for group, found in zip(groups, stored, strict=True):
+            for index, offset in zip(group.indexes, found, strict=True):
                 offsets[index] = {"partition_id": group.partition_id, "offset": offset}
         return {"offsets": offsets} if request.is_batch else offsets[0]
 
@@ -123,7 +137,6 @@ class LogRouter:
         )
         request_id = request.request_id or uuid.uuid4().hex
         messages: list[object] = []
-        first_error: Exception | None = None
         for partition_id in order:
             remaining = request.max_messages - len(messages)
             if remaining <= 0:
@@ -135,13 +148,13 @@ class LogRouter:
                 "max_messages": str(remaining),
                 "request_id": request_id,
             }
-            try:
-                messages.extend(self._read(topic, partition_id, params)[:remaining])
-            except (RaftQError, BrokerRefusalError) as exc:
-                # Keep going: messages already popped elsewhere must reach the caller.
-                first_error = first_error or exc
-        if not messages and first_error is not None:
-            raise first_error
+            # A failure fails the whole pop, even with messages from other partitions in
+            # hand: the failed partition may have advanced the consumer's offset before its
+            # answer was lost (e.g. its leader was killed), and answering would end this
+            # request id, so the next pop's new id would skip that range for good. The
+            # client retries with the same request id and every partition that served it
+            # hands back the same range. (Found by stress_tests: offset_gap after kill -9.)
+            messages.extend(self._read(topic, partition_id, params)[:remaining])
         return {"messages": messages}
 
     def fetch(self, request: Fetch) -> dict[str, object]:
@@ -214,6 +227,32 @@ class LogRouter:
         if topic is None or not topic.is_active:
             raise RaftQError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {name!r}")
         return topic
+
+
+def _produce_failure(failures: list[Exception], stored_groups: int) -> Exception:
+    """The error for a batch some of whose partition groups failed. It may claim "nothing
+    was done" only if no group stored anything and no failure leaves its outcome open."""
+    if stored_groups == 0 and len(failures) == 1:
+        return failures[0]
+    unknown = [f for f in failures if not _proves_nothing_done(f)]
+    if stored_groups == 0 and not unknown:
+        return failures[0]
+    return RaftQError(
+        ErrorCode.PARTIALLY_WRITTEN,
+        f"{stored_groups} of {stored_groups + len(failures)} partitions stored their part of "
+        f"the batch; retry it with the same sequence. First failure: {failures[0]}",
+    )
+
+
+def _proves_nothing_done(failure: Exception) -> bool:
+    if isinstance(failure, BrokerRefusalError):
+        status, body = failure.answer.status, failure.answer.body
+        code = body.get("error_code") if isinstance(body, dict) else None
+    elif isinstance(failure, RaftQError):
+        status, code = failure.status, failure.code.value
+    else:
+        return False
+    return status < 500 or code in _NOTHING_DONE
 
 
 def _says_not_processed(answer: HttpAnswer) -> bool:

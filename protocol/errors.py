@@ -29,6 +29,9 @@ class ErrorCode(Enum):
     request id, which is safe."""
     UNAVAILABLE = 50304
     NOT_ENOUGH_BROKERS = 50305
+    PARTIALLY_WRITTEN = 50306
+    """Some partitions of a batch stored their part, others failed: retry with the same
+    sequence (the stored parts are recognised as duplicates)."""
 
     @property
     def status(self) -> int:

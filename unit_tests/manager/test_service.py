@@ -24,6 +24,7 @@ from protocol.requests import (
     RegisterProducer,
     TopicRef,
 )
+from protocol.routing import partition_for_key
 from protocol.types import BrokerId, ProducerId, ReplicaSpec
 from runtime.http_client import HttpAnswer, NoAnswerError
 
@@ -215,3 +216,27 @@ def test_a_client_chosen_producer_id_registers_idempotently(
     with pytest.raises(RaftQError) as info:
         service.register_producer(RegisterProducer("u", ProducerId("job-7-task-2")))
     assert info.value.status == 409
+
+
+def test_a_batch_stored_in_some_partitions_only_is_never_reported_as_not_done(
+    setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter],
+) -> None:
+    _, brokers, service, router = setup
+    body = service.create_topic(CreateTopic("t", 2, 3))
+    partitions = body["partitions"]
+    assert isinstance(partitions, list)
+    first_of_p1 = partitions[1]["replicas"][0]
+    producer = str(service.register_producer(RegisterProducer("t", None))[0]["producer_id"])
+    keys = {int(partition_for_key(f"k{i}", 2)): f"k{i}" for i in range(20)}
+    batch = [{"message": "a", "key": keys[0]}, {"message": "b", "key": keys[1]}]
+    # Partition 1's brokers all push back (429: "nothing done" there); partition 0 stores.
+    for broker_id in (1, 2, 3):
+        if broker_id != partitions[0]["replicas"][0]:
+            brokers.answers[f"http://b{broker_id}"] = HttpAnswer(
+                429, {"error_code": ErrorCode.BACKPRESSURE.value, "message": "full"}, {}
+            )
+    assert first_of_p1 != partitions[0]["replicas"][0]
+    with pytest.raises(RaftQError) as caught:
+        router.produce(_produce(producer, {"messages": batch, "sequence": 1}))
+    assert caught.value.code is ErrorCode.PARTIALLY_WRITTEN
+    assert caught.value.status == 503

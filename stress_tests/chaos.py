@@ -1,0 +1,55 @@
+"""The tiers: ``python -m stress_tests.chaos --tier fast`` (what CI runs, a few minutes) and
+``python -m stress_tests.chaos --tier long`` (about 15 minutes: network partitions and mixed
+chaos too, several seeds). One cluster per tier; exits 1 when any run fails."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from stress_tests.runner import RunConfig
+from stress_tests.scheduler import FaultPlan
+from stress_tests.session import base_arguments, cluster_session, run_all, seed_or_clock, work_dir
+from stress_tests.tiers import (
+    FAST_TIER,
+    LONG_TIER_EXTRA_CHAOS_SEEDS,
+    LONG_TIER_PLANS,
+    LONG_TIER_SEEDS,
+    MIXED_CHAOS,
+)
+
+FAST_MESSAGES_TARGET = 3_000
+"""Enough above the 1,000-message validity floor, small enough for the CI time budget."""
+
+
+def fast_configs(seed: int) -> list[RunConfig]:
+    return [fast_config(plan, seed) for plan in FAST_TIER]
+
+
+def fast_config(plan: FaultPlan, seed: int) -> RunConfig:
+    return RunConfig(plan, seed, messages_target=FAST_MESSAGES_TARGET, duration_s_max=90.0)
+
+
+def long_configs(seed: int) -> list[RunConfig]:
+    seeds = [seed + s for s in LONG_TIER_SEEDS]
+    configs = [RunConfig(plan, s, duration_s_max=150.0) for s in seeds for plan in LONG_TIER_PLANS]
+    configs += [
+        RunConfig(MIXED_CHAOS, seed + s, duration_s_max=150.0) for s in LONG_TIER_EXTRA_CHAOS_SEEDS
+    ]
+    return configs
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = base_arguments(__doc__ or "")
+    parser.add_argument("--tier", choices=("fast", "long"), default="fast")
+    args = parser.parse_args(argv)
+    seed = seed_or_clock(args.seed)
+    print(f"tier {args.tier}, seed {seed} (replay with --seed {seed})", flush=True)
+    configs = fast_configs(seed) if args.tier == "fast" else long_configs(seed)
+    with cluster_session(work_dir(args.dir), args.base_port) as cluster:
+        reports = run_all(cluster, configs, args.out / args.tier)
+    return 0 if all(r.passed for r in reports) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

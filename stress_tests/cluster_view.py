@@ -1,0 +1,72 @@
+"""Who leads what, asked of the nodes themselves (not of the managers' possibly stale view).
+
+Functions of a ``LocalCluster`` and a ``requests.Session``; every call has a short timeout, so
+a paused node makes an answer ``None``, never a hang.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import requests
+
+from raftq.cluster import LocalCluster
+
+PROBE_TIMEOUT_S = 1.0
+BROKER_NAMES = ("broker-1", "broker-2", "broker-3")
+MANAGER_NAMES = ("manager-1", "manager-2", "manager-3")
+
+
+def get_json(session: requests.Session, url: str, timeout_s: float = PROBE_TIMEOUT_S) -> Any:
+    """The JSON body of a 200 answer, or None (no answer, other status, not JSON)."""
+    try:
+        with session.get(url, timeout=timeout_s) as response:
+            return response.json() if response.status_code == 200 else None
+    except (requests.RequestException, ValueError):
+        return None
+
+
+def broker_partitions(
+    cluster: LocalCluster, session: requests.Session, broker: str
+) -> list[dict[str, Any]]:
+    body = get_json(session, cluster.node(broker).http_address + "/partitions")
+    parts = body.get("partitions") if isinstance(body, dict) else None
+    return [p for p in parts if isinstance(p, dict)] if isinstance(parts, list) else []
+
+
+def partition_leader(
+    cluster: LocalCluster, session: requests.Session, topic: str, partition_id: int
+) -> str | None:
+    """Name of the broker whose replica says it leads the partition (running brokers only)."""
+    for broker in BROKER_NAMES:
+        if not cluster.is_running(broker):
+            continue
+        for part in broker_partitions(cluster, session, broker):
+            if (part.get("topic"), part.get("partition_id")) == (topic, partition_id) and part.get(
+                "is_leader"
+            ):
+                return broker
+    return None
+
+
+def manager_leader(cluster: LocalCluster, session: requests.Session) -> str | None:
+    for manager in MANAGER_NAMES:
+        if not cluster.is_running(manager):
+            continue
+        body = get_json(session, cluster.node(manager).http_address + "/raft_status")
+        if isinstance(body, dict) and body.get("is_leader") is True:
+            return manager
+    return None
+
+
+def replica_status(
+    cluster: LocalCluster, session: requests.Session, topic: str, partition_id: int
+) -> dict[str, dict[str, Any]]:
+    """broker name -> its replica's status (end offset, flushed offsets, leader), for the
+    brokers that answer."""
+    found = {}
+    for broker in BROKER_NAMES:
+        for part in broker_partitions(cluster, session, broker):
+            if (part.get("topic"), part.get("partition_id")) == (topic, partition_id):
+                found[broker] = part
+    return found

@@ -1,0 +1,118 @@
+"""The final full read: every partition through every broker, directly (not through the
+managers), once the replicas have caught up and flushed. Produces the ``FinalRead`` the
+checker compares with the history.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import requests
+
+from raftq.cluster import LocalCluster
+from stress_tests.cluster_view import BROKER_NAMES, get_json, replica_status
+from stress_tests.history import Entry, FinalRead, RangeSum, ReplicaLog
+
+FETCH_PAGE_MESSAGES = 10_000
+"""The broker's fetch limit (``fetch_messages_max``)."""
+CHECKSUM_RANGE_MESSAGES = 5_000
+READ_TIMEOUT_S = 30.0
+CONVERGE_TIMEOUT_S = 90.0
+CONVERGE_POLL_S = 0.5
+PAGES_MAX = 1_000
+
+
+def wait_converged(
+    cluster: LocalCluster, session: requests.Session, topic: str, partition_id: int
+) -> int | None:
+    """The partition's end offset once all three replicas report it and have flushed it;
+    None if that does not happen within ``CONVERGE_TIMEOUT_S`` (the checker will then see
+    the difference)."""
+    deadline_s = time.monotonic() + CONVERGE_TIMEOUT_S
+    while time.monotonic() < deadline_s:
+        status = replica_status(cluster, session, topic, partition_id)
+        ends = {int(s.get("end_offset", -1)) for s in status.values()}
+        if len(status) == len(BROKER_NAMES) and len(ends) == 1:
+            end = ends.pop()
+            flushed = [_flushed(cluster, session, b, topic, partition_id) for b in BROKER_NAMES]
+            if all(f is not None and f >= end for f in flushed):
+                return end
+        time.sleep(CONVERGE_POLL_S)
+    return None
+
+
+def _flushed(
+    cluster: LocalCluster, session: requests.Session, broker: str, topic: str, partition_id: int
+) -> int | None:
+    url = cluster.node(broker).http_address + "/checksum"
+    body = get_json(session, f"{url}?topic={topic}&partition_id={partition_id}&start=0&end=0")
+    return int(body["flushed_offset"]) if isinstance(body, dict) else None
+
+
+def read_replica(
+    cluster: LocalCluster, session: requests.Session, broker: str, topic: str, partition_id: int
+) -> tuple[Entry, ...]:
+    """Every message the replica serves from offset 0 until it returns an empty page."""
+    entries: list[Entry] = []
+    url = cluster.node(broker).http_address + "/logs"
+    for _ in range(PAGES_MAX):
+        params: dict[str, str | int] = {
+            "topic": topic,
+            "partition_id": partition_id,
+            "offset": len(entries),
+            "max_messages": FETCH_PAGE_MESSAGES,
+        }
+        with session.get(url, params=params, timeout=READ_TIMEOUT_S) as response:
+            response.raise_for_status()
+            page: list[dict[str, Any]] = response.json()["messages"]
+        if not page:
+            return tuple(entries)
+        entries += [
+            Entry(int(m["offset"]), m.get("key"), str(m["message"]), int(m["timestamp_ms"]))
+            for m in page
+        ]
+    raise RuntimeError(f"{broker} {topic}/{partition_id}: more than {PAGES_MAX} pages")
+
+
+def database_sums(
+    cluster: LocalCluster,
+    session: requests.Session,
+    broker: str,
+    topic: str,
+    partition_id: int,
+    end: int,
+) -> tuple[RangeSum, ...]:
+    url = cluster.node(broker).http_address + "/checksum"
+    sums = []
+    for start in range(0, end, CHECKSUM_RANGE_MESSAGES):
+        stop = min(end, start + CHECKSUM_RANGE_MESSAGES)
+        params: dict[str, str | int] = {
+            "topic": topic,
+            "partition_id": partition_id,
+            "start": start,
+            "end": stop,
+        }
+        with session.get(url, params=params, timeout=READ_TIMEOUT_S) as response:
+            response.raise_for_status()
+            body = response.json()
+        sums.append(
+            RangeSum(int(body["start"]), int(body["end"]), int(body["count"]), str(body["sha256"]))
+        )
+    return tuple(sums)
+
+
+def final_read(cluster: LocalCluster, topic: str, partition_count: int) -> tuple[FinalRead, bool]:
+    """(every replica's log and database sums, whether all partitions converged in time)."""
+    replicas = []
+    converged = True
+    with requests.Session() as session:
+        for partition_id in range(partition_count):
+            end = wait_converged(cluster, session, topic, partition_id)
+            converged = converged and end is not None
+            for broker in BROKER_NAMES:
+                entries = read_replica(cluster, session, broker, topic, partition_id)
+                sums = database_sums(cluster, session, broker, topic, partition_id, len(entries))
+                broker_id = int(broker.rsplit("-", 1)[1])
+                replicas.append(ReplicaLog(broker_id, partition_id, entries, sums))
+    return FinalRead(tuple(replicas), partition_count), converged

@@ -1,0 +1,318 @@
+"""One stress run: a workload against a running cluster, a fault schedule, then healing, a
+final read of every replica and the checker's verdict.
+
+A run is invalid (and fails) when it acknowledged fewer than ``min_acked`` messages or
+injected fewer faults than planned: a run that proves nothing must not pass. Runs on the
+caller's thread; the workload runs on its own threads (one per worker, or one for all).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from raftq import Admin, ClientLimits
+from raftq.cluster import LocalCluster
+from stress_tests.checker import Verdict, check
+from stress_tests.faults import FaultInjector
+from stress_tests.final_read import final_read
+from stress_tests.history import FaultRecord, History, Recorder
+from stress_tests.network_partition import NetworkPartitioner
+from stress_tests.scheduler import NEEDS_NETWORK, FaultPlan, FaultStep, schedule
+from stress_tests.workload import ConsumerWorker, ProducerWorker, run_bounded
+
+WORKER_LIMITS = ClientLimits(connect_timeout_s=1.0, request_timeout_s=12.0, attempts_max=4)
+DRAIN_S = 60.0
+JOIN_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    plan: FaultPlan
+    seed: int
+    producers: int = 4
+    consumers: int = 2
+    threaded: bool = True
+    """False: every worker steps in turn on one thread (``stress.py``)."""
+    batch_messages: int = 25
+    messages_target: int = 3_000
+    """After the last fault the load goes on until this many messages are acknowledged."""
+    messages_max: int = 100_000
+    """Producers stop starting batches once this many messages are acknowledged."""
+    duration_s_max: float = 120.0
+    tail_s: float = 3.0
+    """Load after the last fault before stopping."""
+    min_acked: int = 1_000
+    produce_pause_s: float = 0.1
+    give_up_s: float = 90.0
+    """A batch still unacknowledged after this long is recorded as unknown (or failed)."""
+
+    @property
+    def topic(self) -> str:
+        return f"{self.plan.name}-s{self.seed}"
+
+
+@dataclass
+class RunReport:
+    name: str
+    seed: int
+    schedule: list[str]
+    verdict: Verdict
+    faults: list[FaultRecord]
+    acked: int
+    duration_s: float
+    converged: bool
+    probe_timeouts: int
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict.ok and not self.problems
+
+    def failover(self) -> dict[str, tuple[float, float, int]]:
+        """fault kind -> (p50 s, max s, samples)."""
+        by_kind: dict[str, list[float]] = {}
+        for fault in self.faults:
+            if fault.failover_s is not None:
+                by_kind.setdefault(fault.kind, []).append(fault.failover_s)
+        return {k: (statistics.median(v), max(v), len(v)) for k, v in by_kind.items()}
+
+    def lines(self) -> list[str]:
+        head = "PASS" if self.passed else "FAIL"
+        out = [
+            f"== {head} {self.name} seed={self.seed}: {self.acked} acked, "
+            f"{len(self.faults)}/{len(self.schedule)} faults, {self.duration_s:.1f} s"
+        ]
+        out += [f"  problem: {p}" for p in self.problems]
+        out += self.verdict.lines()
+        for kind, (p50, worst, n) in sorted(self.failover().items()):
+            out.append(f"  failover {kind:<26} p50 {p50:.2f} s  max {worst:.2f} s  (n={n})")
+        return out
+
+
+class Run:
+    """Everything one run owns; ``execute`` is the whole run."""
+
+    def __init__(self, cluster: LocalCluster, config: RunConfig, log: Callable[[str], None]):
+        self.cluster, self.config, self.log = cluster, config, log
+        self.recorder = Recorder()
+        self.stop = threading.Event()
+        self.errors: list[BaseException] = []
+        tag = f"{config.topic}-{int(time.time())}"
+        url, topic = cluster.lb_url, config.topic
+        self.producers = [
+            ProducerWorker(
+                f"{tag}-p{i}",
+                url,
+                topic,
+                self.recorder,
+                batch_messages=config.batch_messages,
+                limits=WORKER_LIMITS,
+                give_up_s=config.give_up_s,
+            )
+            for i in range(config.producers)
+        ]
+        self.consumers = [
+            ConsumerWorker(
+                f"{tag}-c{i}", url, topic, self.recorder, limits=WORKER_LIMITS, poll_messages=500
+            )
+            for i in range(config.consumers)
+        ]
+        self.network = _network_if_needed(cluster, config.plan)
+        self.injector = FaultInjector(
+            cluster, topic, self.recorder, f"{tag}-probe", self.network, log
+        )
+
+    def execute(self) -> RunReport:
+        started_s = time.monotonic()
+        steps = schedule(self.config.plan, self.config.seed)
+        self.log(f"run {self.config.topic} seed={self.config.seed}; schedule:")
+        for step in steps:
+            self.log(f"  {step.describe()}")
+        Admin(self.cluster.lb_url).create_topic(
+            self.config.topic, partitions=self.config.plan.partition_count
+        )
+        threads = self._start_workload(started_s)
+        faults, problems = self._inject(steps, started_s)
+        self._finish_load(started_s)
+        for thread in threads:
+            thread.join(JOIN_S)
+        self.injector.restore()
+        self._drain()
+        history = self.recorder.snapshot()
+        final, converged = final_read(
+            self.cluster, self.config.topic, self.config.plan.partition_count
+        )
+        verdict = check(history, final)
+        return self._report(steps, history, verdict, faults, problems, started_s, converged)
+
+    def _finish_load(self, started_s: float) -> None:
+        """Load for ``tail_s`` more, and until ``messages_target`` acks (within the run's
+        duration), then stop the workers."""
+        time.sleep(self.config.tail_s)
+        deadline_s = started_s + self.config.duration_s_max
+        while (
+            self.recorder.acked_messages() < self.config.messages_target
+            and time.monotonic() < deadline_s
+        ):
+            time.sleep(0.2)
+        self.stop.set()
+
+    def _start_workload(self, started_s: float) -> list[threading.Thread]:
+        deadline_s = started_s + self.config.duration_s_max
+        steps: list[Callable[[], object]] = [self._producer_step(p) for p in self.producers]
+        steps += [c.step for c in self.consumers]
+        if not self.config.threaded:
+            steps = [_round_robin(steps)]
+        threads = [
+            threading.Thread(
+                target=self._guarded, args=(s, deadline_s), daemon=True, name=f"stress-worker-{i}"
+            )
+            for i, s in enumerate(steps)
+        ]
+        for thread in threads:
+            thread.start()
+        return threads
+
+    def _producer_step(self, worker: ProducerWorker) -> Callable[[], object]:
+        def step() -> object:
+            if worker.pending or self.recorder.acked_messages() < self.config.messages_max:
+                return worker.step()
+            return None
+
+        return step
+
+    def _guarded(self, step: Callable[[], object], deadline_s: float) -> None:
+        try:
+            run_bounded(step, self.stop, deadline_s, self.config.produce_pause_s)
+        except BaseException as exc:  # reported as a problem of the run, not swallowed
+            self.errors.append(exc)
+
+    def _inject(
+        self, steps: tuple[FaultStep, ...], started_s: float
+    ) -> tuple[list[FaultRecord], list[str]]:
+        faults: list[FaultRecord] = []
+        problems: list[str] = []
+        for step in steps:
+            if time.monotonic() - started_s > self.config.duration_s_max:
+                problems.append(f"out of time before fault #{step.index}")
+                break
+            time.sleep(step.gap_s)
+            try:
+                faults.append(self.injector.execute(step))
+            except Exception as exc:
+                problems.append(f"fault #{step.index} {step.kind.value}: {exc}")
+                self.injector.restore()
+        return faults, problems
+
+    def _drain(self) -> None:
+        """Resend pending batches and pop until the consumers have caught up."""
+        deadline_s = time.monotonic() + DRAIN_S
+        for worker in self.producers:
+            while worker.pending and time.monotonic() < deadline_s:
+                worker.step()
+            worker.give_up()
+        empty_rounds = 0
+        while empty_rounds < 2 and time.monotonic() < deadline_s:
+            counts = [consumer.step() for consumer in self.consumers]
+            empty_rounds = empty_rounds + 1 if all(n == 0 for n in counts) else 0
+        for consumer in self.consumers:
+            consumer.close()
+        self.injector.close()
+
+    def _report(
+        self,
+        steps: tuple[FaultStep, ...],
+        history: History,
+        verdict: Verdict,
+        faults: list[FaultRecord],
+        problems: list[str],
+        started_s: float,
+        converged: bool,
+    ) -> RunReport:
+        acked = verdict.info.get("sent_acked", 0)
+        if acked < self.config.min_acked:
+            problems.append(
+                f"invalid: only {acked} messages acknowledged (< {self.config.min_acked})"
+            )
+        if len(faults) < len(steps):
+            problems.append(f"invalid: {len(faults)} of {len(steps)} planned faults injected")
+        if self.injector.probe_timeouts:
+            problems.append(
+                f"{self.injector.probe_timeouts} faults left the partition "
+                "without acknowledged writes for 45 s (availability)"
+            )
+        if not converged:
+            problems.append("replicas did not converge (same end offset, all flushed) in time")
+        problems += [f"worker crashed: {e!r}" for e in self.errors]
+        return RunReport(
+            self.config.topic,
+            self.config.seed,
+            [s.describe() for s in steps],
+            verdict,
+            faults,
+            acked,
+            time.monotonic() - started_s,
+            converged,
+            self.injector.probe_timeouts,
+            problems,
+        )
+
+
+def _round_robin(steps: list[Callable[[], object]]) -> Callable[[], object]:
+    def step() -> object:
+        for one in steps:
+            one()
+        return None
+
+    return step
+
+
+def _network_if_needed(cluster: LocalCluster, plan: FaultPlan) -> NetworkPartitioner | None:
+    if not any(kind in NEEDS_NETWORK for kind, _ in plan.faults):
+        return None
+    network = NetworkPartitioner(cluster)
+    network.reset()
+    return network
+
+
+def run(
+    cluster: LocalCluster,
+    config: RunConfig,
+    out_dir: Path | None = None,
+    log: Callable[[str], None] = print,
+) -> RunReport:
+    report = Run(cluster, config, log).execute()
+    for line in report.lines():
+        log(line)
+    if out_dir is not None:
+        write_report(report, out_dir)
+    return report
+
+
+def write_report(report: RunReport, out_dir: Path) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{report.name}.json"
+    body = {
+        "name": report.name,
+        "seed": report.seed,
+        "passed": report.passed,
+        "schedule": report.schedule,
+        "counts": report.verdict.counts,
+        "info": report.verdict.info,
+        "examples": report.verdict.examples,
+        "faults": [asdict(f) for f in report.faults],
+        "acked": report.acked,
+        "duration_s": report.duration_s,
+        "problems": report.problems,
+        "failover": {
+            k: {"p50_s": v[0], "max_s": v[1], "n": v[2]} for k, v in report.failover().items()
+        },
+    }
+    path.write_text(json.dumps(body, indent=2) + "\n")
+    return path

@@ -1,0 +1,204 @@
+"""Producers and consumers that record everything they see into a ``Recorder``.
+
+Each worker is a step machine (``step()`` does one request cycle), so the same workers run
+one per thread (``stress_threaded``) or all in turn on one thread (``stress``). A worker is
+used by one thread at a time. Every value is unique (``<run>/<worker>/<n>``), so the checker
+can tell each message apart.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from raftq import ClientLimits, Consumer, ProduceError, Producer, RaftQClientError
+from raftq.errors import ApiError
+from stress_tests.history import Outcome, Position, Read, Recorder, Send
+
+KEYS = 16
+"""Distinct keys: spreads batches over every partition, each key always to the same one."""
+
+
+def message_key(value: str) -> str:
+    return f"k{zlib.crc32(value.encode()) % KEYS}"
+
+
+@dataclass
+class PendingBatch:
+    sequence: int
+    values: tuple[str, ...]
+    first_try_s: float
+    sent: bool = False
+    """Handed to the ``Producer`` once; later attempts ``flush`` its retained batch."""
+    detail: str = ""
+    unknown: bool = False
+    """Some attempt may have taken effect (so giving up means UNKNOWN, not FAILED)."""
+
+
+class ProducerWorker:
+    def __init__(
+        self,
+        name: str,
+        url: str,
+        topic: str,
+        recorder: Recorder,
+        *,
+        batch_messages: int,
+        limits: ClientLimits,
+        give_up_s: float,
+        partition_id: int | None = None,
+    ) -> None:
+        self.name = name
+        self._url, self._topic, self._recorder = url, topic, recorder
+        self._batch_messages, self._limits, self._give_up_s = batch_messages, limits, give_up_s
+        self._partition_id = partition_id
+        self._producer: Producer | None = None
+        self._pending: PendingBatch | None = None
+        self._sequence = 0
+        self._counter = 0
+        self.acked_messages = 0
+
+    def step(self) -> bool:
+        """Send a new batch, or resend the pending one with its sequence; True when a batch
+        was acknowledged."""
+        producer = self._ensure_producer()
+        if producer is None:
+            return False
+        if self._pending is None:
+            self._pending = self._new_batch()
+        pending = self._pending
+        try:
+            if pending.sent:
+                offsets = producer.flush()
+            else:
+                pending.sent = True
+                offsets = producer.produce_batch((v, message_key(v)) for v in pending.values)
+        except ProduceError as exc:
+            self._failed(pending, exc)
+            return False
+        positions = tuple(Position(o.partition_id, o.offset) for o in offsets)
+        self._record(pending, Outcome.ACKED, positions)
+        return True
+
+    def give_up(self) -> None:
+        """Record a still-pending batch as it stands (at the end of a run)."""
+        if self._pending is not None:
+            outcome = Outcome.UNKNOWN if self._pending.unknown else Outcome.FAILED
+            self._record(self._pending, outcome)
+        self.close()
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.close()
+            self._producer = None
+
+    @property
+    def pending(self) -> bool:
+        return self._pending is not None
+
+    def _new_batch(self) -> PendingBatch:
+        values = tuple(f"{self.name}/{self._counter + i}" for i in range(self._batch_messages))
+        self._counter += self._batch_messages
+        self._sequence += 1
+        return PendingBatch(self._sequence, values, time.monotonic())
+
+    def _ensure_producer(self) -> Producer | None:
+        if self._producer is None:
+            try:
+                # Our own producer id and sequences: the checker's history names them.
+                self._producer = Producer(
+                    self._url,
+                    self._topic,
+                    partition_id=self._partition_id,
+                    batch_messages_max=self._batch_messages,
+                    limits=self._limits,
+                    producer_id=self.name,
+                    first_sequence=self._sequence + 1,
+                )
+            except RaftQClientError:
+                return None
+        return self._producer
+
+    def _failed(self, pending: PendingBatch, exc: ProduceError) -> None:
+        cause = exc.__cause__
+        pending.detail = str(exc)[:300]
+        pending.unknown = (
+            pending.unknown
+            or exc.outcome_unknown
+            or (isinstance(cause, ApiError) and cause.after_unknown_outcome)
+        )
+        if not exc.retained:
+            self._record(pending, Outcome.UNKNOWN if pending.unknown else Outcome.FAILED)
+        elif time.monotonic() - pending.first_try_s > self._give_up_s:
+            self.give_up()  # the retained batch must not be resent by a new batch's flush
+
+    def _record(
+        self, pending: PendingBatch, outcome: Outcome, positions: tuple[Position, ...] = ()
+    ) -> None:
+        self._recorder.send(
+            Send(
+                self.name,
+                pending.sequence,
+                pending.values,
+                outcome,
+                positions,
+                pending.first_try_s,
+                time.monotonic(),
+                "" if outcome is Outcome.ACKED else pending.detail,
+            )
+        )
+        if outcome is Outcome.ACKED:
+            self.acked_messages += len(pending.values)
+        self._pending = None
+
+
+class ConsumerWorker:
+    def __init__(
+        self,
+        name: str,
+        url: str,
+        topic: str,
+        recorder: Recorder,
+        *,
+        limits: ClientLimits,
+        poll_messages: int,
+    ) -> None:
+        self.name = name
+        self._url, self._topic, self._recorder, self._limits = url, topic, recorder, limits
+        self._poll_messages = poll_messages
+        self._consumer: Consumer | None = None
+        self.errors = 0
+
+    def step(self) -> int:
+        """Pop once; the number of messages, or -1 after an error."""
+        try:
+            if self._consumer is None:
+                self._consumer = Consumer(self._url, self._topic, limits=self._limits)
+            records = self._consumer.poll(self._poll_messages)
+        except RaftQClientError:
+            self.errors += 1
+            return -1
+        now_s = time.monotonic()
+        self._recorder.reads(
+            [
+                Read(self._consumer.consumer_id, r.partition_id, r.offset, r.value, now_s)
+                for r in records
+            ]
+        )
+        return len(records)
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+
+
+def run_bounded(
+    step: Callable[[], object], stop: threading.Event, deadline_s: float, pause_s: float
+) -> None:
+    """Call ``step`` until ``stop`` is set or the monotonic deadline passes."""
+    while not stop.is_set() and time.monotonic() < deadline_s:
+        step()
+        stop.wait(pause_s)

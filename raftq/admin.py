@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from types import TracebackType
 
 from protocol.errors import ErrorCode
 from raftq.client_limits import ClientLimits
-from raftq.errors import ApiError, ProtocolError
+from raftq.errors import ApiError, ProtocolError, RaftQClientError, UnavailableError
 from raftq.http import HttpTransport
 from raftq.records import (
     BrokerInfo,
@@ -26,7 +28,8 @@ class Admin:
     """Not thread-safe; cheap to create, one per thread. Close it (or use ``with``)."""
 
     def __init__(self, url: str, *, limits: ClientLimits | None = None) -> None:
-        self._http = HttpTransport(url, (limits or ClientLimits()).validate())
+        self._limits = (limits or ClientLimits()).validate()
+        self._http = HttpTransport(url, self._limits)
 
     def close(self) -> None:
         self._http.close()
@@ -72,9 +75,71 @@ class Admin:
             raise ProtocolError("GET /cluster: expected a JSON object")
         return body
 
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        """``{partition_id: end offset}``: the offset each partition's next message gets.
+
+        There is no end-offset call through the load balancer, so this asks the brokers that
+        host the replicas (``GET {broker}/partitions``, one call per broker) and takes the
+        leader's end offset, or, when no reachable replica says it leads, the largest a
+        reachable replica reports (a lower bound: followers may lag). Raises
+        ``UnavailableError`` if no replica of some partition answers.
+        """
+        partitions = self.partitions(topic)
+        addresses = sorted({r.address for p in partitions for r in p.replicas if r.address})
+        answers = {address: self._broker_partitions(address) for address in addresses}
+        return pick_end_offsets(topic, partitions, answers)
+
+    def _broker_partitions(self, address: str) -> list[Mapping[str, object]] | None:
+        """The broker's replica list, or ``None`` if it does not answer: a dead broker
+        must not fail the call while other replicas can say the end offset."""
+        # Few attempts: another replica answers for a dead broker.
+        limits = replace(self._limits, attempts_max=min(2, self._limits.attempts_max))
+        transport = HttpTransport(address, limits)
+        try:
+            body = transport.call("GET", "/partitions", idempotent=True)
+        except RaftQClientError:
+            return None
+        finally:
+            transport.close()
+        items = body.get("partitions") if isinstance(body, dict) else None
+        if not isinstance(items, list):
+            raise ProtocolError(f"GET {address}/partitions: expected {{'partitions': [...]}}")
+        return [i for i in items if isinstance(i, dict)]
+
     def _existing_topic(self, name: str) -> Topic:
         assignments = tuple(
             PartitionAssignment(p.partition_id, tuple(r.broker_id for r in p.replicas), p.leader)
             for p in self.partitions(name)
         )
         return Topic(name, assignments)
+
+
+def pick_end_offsets(
+    topic: str,
+    partitions: list[PartitionInfo],
+    answers: Mapping[str, Sequence[Mapping[str, object]] | None],
+) -> dict[int, int]:
+    """Pure part of ``Admin.end_offsets``: per partition, the end offset its leader reports,
+    else the largest any replica reports. ``answers`` maps broker address to the broker's
+    ``GET /partitions`` items (``None``: it did not answer)."""
+    result: dict[int, int] = {}
+    for partition in partitions:
+        reported: list[tuple[bool, int]] = []
+        for replica in partition.replicas:
+            for item in answers.get(replica.address or "") or []:
+                end = item.get("end_offset")
+                if (
+                    item.get("topic") == topic
+                    and item.get("partition_id") == partition.partition_id
+                    and isinstance(end, int)
+                ):
+                    reported.append((item.get("is_leader") is True, end))
+        if not reported:
+            raise UnavailableError(
+                f"no replica of {topic}/{partition.partition_id} reported its end offset",
+                outcome_unknown=False,
+                attempts=1,
+            )
+        leaders = [end for is_leader, end in reported if is_leader]
+        result[partition.partition_id] = max(leaders or [end for _, end in reported])
+    return result

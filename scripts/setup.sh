@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Sets up the development environment, idempotently:
 #   - python3 (>= 3.11) with venv and pip (on Debian, installed with apt-get when missing);
+#   - a Java runtime for PySpark (spark_jobs/; on Debian, default-jre-headless when `java`
+#     is missing);
 #   - .venv in the repository root;
 #   - requirements-dev.txt and RaftQ itself (editable) installed into it, again only when
 #     requirements*.txt or pyproject.toml changed (a hash of them is kept in .venv).
@@ -39,6 +41,18 @@ ensure_python() {
     log "using $("$PYTHON" --version 2>&1) ($(command -v "$PYTHON"))"
 }
 
+ensure_java() {
+    if command -v java >/dev/null 2>&1; then
+        return
+    fi
+    command -v apt-get >/dev/null 2>&1 \
+        || die "java (17 or newer, for PySpark) is missing and apt-get is not available"
+    log "installing a Java runtime for PySpark (apt-get)"
+    as_root apt-get update
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y default-jre-headless
+    command -v java >/dev/null 2>&1 || die "java still missing after apt-get install"
+}
+
 ensure_venv() {
     if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import sys" >/dev/null 2>&1; then
         return
@@ -48,7 +62,7 @@ ensure_venv() {
 }
 
 inputs_hash() {
-    cat requirements.txt requirements-dev.txt pyproject.toml | sha256sum | cut -d' ' -f1
+    cat requirements.txt requirements-dev.txt requirements-spark.txt pyproject.toml | sha256sum | cut -d' ' -f1
 }
 
 ensure_packages() {
@@ -65,6 +79,7 @@ ensure_packages() {
 }
 
 ensure_python
+ensure_java
 ensure_venv
 ensure_packages
 [ -x "$VENV/bin/raftq" ] || die "$VENV/bin/raftq is missing after installation"

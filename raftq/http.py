@@ -3,7 +3,8 @@
 Which failures prove that nothing happened on the server, so that any request may be resent:
 the connection was never made; 429 (backpressure); 503 ``NO_LEADER``, ``NOT_LEADER`` or
 ``NOT_ENOUGH_BROKERS`` (refused before acting). Which leave the outcome unknown: a timeout or
-lost connection after sending; 503 ``COMMIT_TIMEOUT`` or ``UNAVAILABLE``; 502/504. Those are
+lost connection after sending; 503 ``COMMIT_TIMEOUT``, ``UNAVAILABLE`` or
+``PARTIALLY_WRITTEN``; 500 (an internal error); 502/504. Those are
 resent only for idempotent calls (reads, and writes that carry a sequence or request id).
 
 Not thread-safe: one transport per client object, used by one thread at a time.
@@ -48,7 +49,8 @@ def classify_answer(status: int, body: object, retry_after: str | None) -> Failu
     if status == 503:
         unknown = code not in _NOTHING_DONE_503
         return Failure(description, outcome_unknown=unknown, retry_after_s=wait_s)
-    if status in (502, 504):
+    if status >= 500:
+        # 500 included: an internal error says nothing about whether the request took effect.
         return Failure(description, outcome_unknown=True, retry_after_s=wait_s)
     return None
 

@@ -72,7 +72,9 @@ class JsonHttpClient:
                     break
                 time.sleep(random.uniform(0, self._limits.http_retry_backoff_s_max))
                 continue
-            except requests.Timeout as exc:
+            except requests.RequestException as exc:
+                # A timeout, or the answer broken off mid-way (the peer died while answering:
+                # ChunkedEncodingError): the request may have been processed.
                 last_error = exc
                 if not idempotent or attempt + 1 == attempts:
                     break

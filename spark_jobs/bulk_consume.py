@@ -14,6 +14,8 @@ without losing or duplicating output.
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -95,6 +97,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--starting-offsets", default="earliest", help="first run only")
     parser.add_argument("--ending-offsets", default="latest", help="latest or Kafka JSON")
     parser.add_argument("--master", default=None, help="default: spark-submit's, else local[*]")
+    parser.add_argument(
+        "--kill-at",
+        metavar="POINT",
+        help="for crash tests: SIGKILL this process on reaching POINT (e.g. 'moved')",
+    )
     args = parser.parse_args(argv)
     spark = build_session("raftq-bulk-consume", args.master or default_master())
     started = time.monotonic()
@@ -106,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.output.resolve(),
             starting=args.starting_offsets,
             ending=args.ending_offsets,
-            hook=lambda point: print(f"bulk_consume: {point}", flush=True),
+            hook=lambda point: _report(point, args.kill_at),
         )
     finally:
         spark.stop()
@@ -120,6 +127,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         flush=True,
     )
     return 0
+
+
+def _report(point: str, kill_at: str | None) -> None:
+    print(f"bulk_consume: {point}", flush=True)
+    if point == kill_at:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 if __name__ == "__main__":

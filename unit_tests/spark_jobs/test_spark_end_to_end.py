@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -201,3 +204,27 @@ def test_bulk_produce_then_bulk_consume_killed_at_each_step(
         assert sorted(p.name for p in output.iterdir()) == ["_raftq", "run=000001"], point
         assert committed_offsets(Layout(output)) == {"bulk": finished.end["bulk"]}
         assert bulk_consume.consume(spark, cluster.lb_url, "bulk", output) is None
+
+
+def test_bulk_consume_process_killed_with_sigkill_then_rerun(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The job as a user runs it, killed for real (SIGKILL) at two steps, then rerun."""
+    create_topic(cluster, "killed", 1)
+    with Producer(cluster.lb_url, "killed") as producer:
+        producer.produce_batch(f"k{i}" for i in range(200))
+    output = tmp_path / "killed-output"
+    command = [
+        sys.executable, "-m", "spark_jobs.bulk_consume", "--url", cluster.lb_url,
+        "--topic", "killed", "--output", str(output), "--master", "local[1]",
+    ]  # fmt: skip
+    for point in ("staging written", "moved"):
+        killed = subprocess.run(
+            [*command, "--kill-at", point], check=False, capture_output=True, text=True, timeout=300
+        )
+        assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(p.name for p in output.iterdir()) == ["_raftq", "run=000001"]
+    values = sorted(pq.read_table(output / "run=000001").column("value").to_pylist())
+    assert values == sorted(f"k{i}" for i in range(200))

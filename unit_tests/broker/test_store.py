@@ -46,7 +46,11 @@ def store(
         sql.close()
         return
     # A fresh database per test, created by the store itself as a broker does at start.
-    url = str(make_url(postgres_url).set(database=f"raftq_test_{uuid.uuid4().hex[:12]}"))
+    url = (
+        make_url(postgres_url)
+        .set(database=f"raftq_test_{uuid.uuid4().hex[:12]}")
+        .render_as_string(hide_password=False)
+    )
     sql = SqlMessageStore(url)
     yield sql
     sql.close()

@@ -24,7 +24,11 @@ def cluster(
     kind = request.param
     db_url = None
     if kind == "postgresql":
-        db_url = str(make_url(postgres_url).set(database=f"raftq_e2e_{uuid.uuid4().hex[:8]}"))
+        db_url = (
+            make_url(postgres_url)
+            .set(database=f"raftq_e2e_{uuid.uuid4().hex[:8]}")
+            .render_as_string(hide_password=False)
+        )
     offset = getattr(request.module, "PORT_OFFSET", 0)
     instance = Cluster(
         tmp_path_factory.mktemp(f"cluster-{kind}"), BASE_PORTS[kind] + offset, db_url

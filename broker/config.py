@@ -6,7 +6,8 @@ import argparse
 import os
 from dataclasses import dataclass
 
-from protocol.limits import Limits, LimitsError
+from protocol.limits import Limits
+from runtime.command_line import add_limit_option, limits_from, read_secret
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,14 +43,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--managers-url", required=True, help="load balancer URL")
     parser.add_argument("--secret-file", required=True)
     parser.add_argument("--threads", type=int, default=32)
-    parser.add_argument("--limit", action="append", default=[], metavar="NAME=VALUE")
+    add_limit_option(parser)
     return parser.parse_args(argv)
 
 
 def build_config(args: argparse.Namespace) -> BrokerConfig:
     """Validate the arguments into a config; raise ``ValueError`` with a clear message."""
-    secret = _read_secret(args.secret_file)
-    limits = Limits().with_overrides(_overrides(args.limit))
+    secret = read_secret(args.secret_file)
+    limits = limits_from(args.limit)
     if not 0 < args.raft_port_min <= args.raft_port_max <= 65535:
         raise ValueError("need 0 < --raft-port-min <= --raft-port-max <= 65535")
     data_dir = os.path.abspath(args.data_dir)
@@ -67,24 +68,3 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
         limits=limits,
         http_threads=args.threads,
     )
-
-
-def _read_secret(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8") as file:
-            secret = file.read().strip()
-    except OSError as exc:
-        raise ValueError(f"cannot read the cluster secret from {path}: {exc}") from exc
-    if len(secret) < 16:
-        raise ValueError(f"the cluster secret in {path} is missing or shorter than 16 characters")
-    return secret
-
-
-def _overrides(items: list[str]) -> dict[str, str]:
-    overrides = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise LimitsError(f"--limit takes NAME=VALUE, got {item!r}")
-        overrides[name.strip()] = value.strip()
-    return overrides

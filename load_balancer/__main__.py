@@ -8,16 +8,8 @@ import sys
 from collections.abc import Sequence
 
 from load_balancer.app import create_app
-from load_balancer.config import ConfigError, LoadBalancerConfig
-from protocol.limits import Limits, LimitsError
-from runtime.gunicorn_app import serve
-
-
-def parse_limit(text: str) -> tuple[str, str]:
-    name, sep, value = text.partition("=")
-    if not sep or not name:
-        raise argparse.ArgumentTypeError(f"--limit wants name=value, got {text!r}")
-    return name.strip(), value.strip()
+from load_balancer.config import LoadBalancerConfig
+from runtime.command_line import ServeOptions, add_limit_option, limits_from, run_server
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,14 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers (default 2)")
     parser.add_argument("--threads", type=int, default=16, help="threads per worker (default 16)")
-    parser.add_argument(
-        "--limit",
-        action="append",
-        default=[],
-        type=parse_limit,
-        metavar="NAME=VALUE",
-        help="override a limit of protocol/limits.py (repeatable)",
-    )
+    add_limit_option(parser)
     return parser
 
 
@@ -50,27 +35,21 @@ def build_config(argv: Sequence[str]) -> LoadBalancerConfig:
         host=args.host,
         port=args.port,
         manager_urls=urls,
-        limits=Limits().with_overrides(dict(args.limit)),
+        limits=limits_from(args.limit),
         workers=args.workers,
         threads=args.threads,
     ).validate()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        config = build_config(sys.argv[1:] if argv is None else argv)
-    except (ConfigError, LimitsError) as exc:
-        print(f"load_balancer: {exc}", file=sys.stderr)
-        return 2
-    serve(
-        lambda: create_app(config),
-        host=config.host,
-        port=config.port,
-        threads=config.threads,
-        workers=config.workers,
-        name="raftq-load-balancer",
+    args = sys.argv[1:] if argv is None else argv
+    return run_server("load_balancer", lambda: build_config(args), create_app, _serve_options)
+
+
+def _serve_options(config: LoadBalancerConfig) -> ServeOptions:
+    return ServeOptions(
+        config.host, config.port, config.threads, "raftq-load-balancer", config.workers
     )
-    return 0
 
 
 if __name__ == "__main__":

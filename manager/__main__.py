@@ -8,9 +8,14 @@ import sys
 from pathlib import Path
 
 from manager.app import create_app
-from manager.config import ConfigError, ManagerConfig, parse_peers
-from protocol.limits import Limits, LimitsError
-from runtime.gunicorn_app import serve
+from manager.config import ManagerConfig, parse_peers
+from runtime.command_line import (
+    ServeOptions,
+    add_limit_option,
+    limits_from,
+    read_secret,
+    run_server,
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -25,24 +30,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--data-dir", type=Path, required=True, help="Raft journal and dump")
     parser.add_argument("--secret-file", type=Path, required=True, help="the cluster secret")
     parser.add_argument("--threads", type=int, default=32, help="HTTP threads of the worker")
-    parser.add_argument(
-        "--limit", action="append", default=[], metavar="NAME=VALUE", help="override a limit"
-    )
+    add_limit_option(parser)
     return parser
 
 
 def config_from_args(argv: list[str]) -> ManagerConfig:
     args = _parser().parse_args(argv)
-    try:
-        secret = args.secret_file.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise ConfigError(f"cannot read the secret file: {exc}") from exc
-    overrides = {}
-    for item in args.limit:
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError(f"--limit {item!r}: expected name=value")
-        overrides[name.strip()] = value.strip()
     return ManagerConfig(
         manager_id=args.id,
         host=args.host,
@@ -50,27 +43,21 @@ def config_from_args(argv: list[str]) -> ManagerConfig:
         raft_port=args.raft_port,
         peers=parse_peers(args.peers),
         data_dir=args.data_dir,
-        secret=secret,
-        limits=Limits().with_overrides(overrides),
+        secret=read_secret(args.secret_file),
+        limits=limits_from(args.limit),
         http_threads=args.threads,
     )
 
 
 def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s manager %(levelname)s %(message)s")
-    try:
-        config = config_from_args(argv)
-    except (ConfigError, LimitsError) as exc:
-        print(f"manager: {exc}", file=sys.stderr)
-        return 2
-    serve(
-        lambda: create_app(config),
-        host=config.host,
-        port=config.port,
-        threads=config.http_threads,
-        name=f"raftq-manager-{config.manager_id}",
+    return run_server("manager", lambda: config_from_args(argv), create_app, _serve_options)
+
+
+def _serve_options(config: ManagerConfig) -> ServeOptions:
+    return ServeOptions(
+        config.host, config.port, config.http_threads, f"raftq-manager-{config.manager_id}"
     )
-    return 0
 
 
 if __name__ == "__main__":

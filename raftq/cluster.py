@@ -250,12 +250,17 @@ class LocalCluster:
         leader). Fails early when a node exits."""
         deadline_s = time.monotonic() + timeout_s
         next_progress_s = time.monotonic() + PROGRESS_PERIOD_S
+        ready_before = False
         with requests.Session() as session:
             while True:
                 self._fail_if_exited()
                 waiting_for, culprit = self._readiness(session)
-                if waiting_for is None:
-                    return
+                if waiting_for is None and ready_before:
+                    return  # ready on two polls in a row, with every node still running
+                ready_before = waiting_for is None
+                if ready_before:
+                    time.sleep(READY_POLL_PERIOD_S)
+                    continue
                 now_s = time.monotonic()
                 if now_s >= deadline_s:
                     raise ClusterError(

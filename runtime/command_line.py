@@ -1,0 +1,87 @@
+"""What the three servers' ``__main__`` share: ``--limit`` options, the cluster secret, and
+running a config-built app under gunicorn with one clear error (exit 2) for bad settings."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from flask import Flask
+
+from protocol.limits import Limits, LimitsError
+from runtime.gunicorn_app import serve
+
+SECRET_CHARS_MIN = 16
+_Config = TypeVar("_Config")
+
+
+@dataclass(frozen=True, slots=True)
+class ServeOptions:
+    host: str
+    port: int
+    threads: int
+    name: str
+    workers: int = 1
+
+
+def add_limit_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--limit",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override a limit of protocol/limits.py (repeatable)",
+    )
+
+
+def limits_from(items: list[str]) -> Limits:
+    """``Limits`` with ``NAME=VALUE`` overrides, validated; raises ``LimitsError``."""
+    overrides = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise LimitsError(f"--limit takes NAME=VALUE, got {item!r}")
+        overrides[name.strip()] = value.strip()
+    return Limits().with_overrides(overrides)
+
+
+def read_secret(path: str | Path) -> str:
+    """The cluster secret (the password of every Raft group); refuse a missing or short one:
+    without it pysyncobj would unpickle whatever anyone sends to a Raft port."""
+    try:
+        secret = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ValueError(f"cannot read the cluster secret from {path}: {exc}") from exc
+    if len(secret) < SECRET_CHARS_MIN:
+        raise ValueError(
+            f"the cluster secret in {path} is missing or shorter than {SECRET_CHARS_MIN} characters"
+        )
+    return secret
+
+
+def run_server(
+    role: str,
+    build: Callable[[], _Config],
+    create_app: Callable[[_Config], Flask],
+    options: Callable[[_Config], ServeOptions],
+) -> int:
+    """Build the config once (exit 2 with the reason if it is invalid), then serve."""
+    try:
+        config = build()
+    except ValueError as exc:  # ConfigError and LimitsError are ValueErrors
+        print(f"{role}: {exc}", file=sys.stderr)
+        return 2
+    chosen = options(config)
+    serve(
+        lambda: create_app(config),
+        host=chosen.host,
+        port=chosen.port,
+        threads=chosen.threads,
+        workers=chosen.workers,
+        name=chosen.name,
+    )
+    return 0

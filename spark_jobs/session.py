@@ -37,6 +37,12 @@ def build_session(
     if master is not None:
         builder = builder.master(master)
     local = master is not None and master.startswith("local")
+    if local:
+        # The JVM resolves this machine's host name before it reads any setting; where the
+        # name does not resolve (fresh machines, containers) Spark dies at start. Locally
+        # everything is on loopback anyway.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        os.environ.setdefault("SPARK_LOCAL_HOSTNAME", "localhost")
     for key, value in {**LOCAL_CONF, **(LOOPBACK_CONF if local else {}), **(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -161,8 +161,13 @@ def test_a_leader_is_elected_and_followers_redirect(managers: list[Manager]) -> 
     assert status == 200 and body["id"] == leader.manager_id and body["state"] == "leader"
     assert body["leader_address"] == leader.url and body["has_quorum"] is True
     follower = next(m for m in managers if m is not leader)
-    status, body = _get(f"{follower.url}/topics")
-    assert status == 503 and body["error_code"] == 50302
+    deadline = time.monotonic() + 5.0
+    while True:  # a follower learns the leader from its first heartbeat, which may lag
+        status, body = _get(f"{follower.url}/topics")
+        assert status == 503 and body["error_code"] == 50302
+        if "leader_hint" in body or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert body["leader_hint"] == leader.url
     status, body = _get(f"{follower.url}/")
     assert body == {"status": "ok", "role": "manager", "id": follower.manager_id}

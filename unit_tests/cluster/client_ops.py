@@ -10,6 +10,8 @@ from typing import Any
 
 import requests
 
+from stress_tests import cluster_view, final_read
+from stress_tests.history import Entry
 from unit_tests.cluster.harness import Cluster
 
 RETRY_STATUSES = (429, 500, 502, 503, 504)
@@ -90,28 +92,13 @@ def pop(
         time.sleep(0.1)
 
 
-def read_replica(
-    cluster: Cluster, broker_url: str, topic: str, partition_id: int, end: int
-) -> list[dict[str, Any]]:
-    """Every message ``[0, end)`` of a partition as one replica's broker serves it."""
-    messages: list[dict[str, Any]] = []
-    while len(messages) < end:
-        response = cluster.http.get(
-            f"{broker_url}/logs",
-            params={
-                "topic": topic,
-                "partition_id": str(partition_id),
-                "offset": str(len(messages)),
-                "max_messages": "5000",
-            },
-            timeout=30,
+def read_replica(cluster: Cluster, broker_id: int, topic: str, partition_id: int) -> list[Entry]:
+    """Every message of a partition as one replica's broker serves it."""
+    return list(
+        final_read.read_replica(
+            cluster.local, cluster.http, cluster.broker_name(broker_id), topic, partition_id
         )
-        response.raise_for_status()
-        page = response.json()["messages"]
-        if not page:
-            break
-        messages.extend(page)
-    return messages
+    )
 
 
 def partition_brokers(cluster: Cluster, topic: str) -> dict[int, list[int]]:
@@ -122,19 +109,10 @@ def partition_brokers(cluster: Cluster, topic: str) -> dict[int, list[int]]:
 
 def partition_leader(cluster: Cluster, topic: str, partition_id: int) -> int:
     """Broker id whose replica of the partition is the Raft leader (asked of the brokers)."""
-    for broker_id in partition_brokers(cluster, topic)[partition_id]:
-        try:
-            body = cluster.http.get(f"{cluster.broker_url(broker_id)}/partitions", timeout=2).json()
-        except requests.RequestException:
-            continue
-        for replica in body["partitions"]:
-            if (
-                replica["topic"] == topic
-                and replica["partition_id"] == partition_id
-                and replica["is_leader"]
-            ):
-                return broker_id
-    raise AssertionError(f"{topic}/{partition_id} has no leader")
+    leader = cluster_view.partition_leader(cluster.local, cluster.http, topic, partition_id)
+    if leader is None:
+        raise AssertionError(f"{topic}/{partition_id} has no leader")
+    return int(leader.removeprefix("broker-"))
 
 
 def checksums(
@@ -159,9 +137,6 @@ def checksums(
 
 def end_offset(cluster: Cluster, topic: str, partition_id: int) -> int:
     """The partition's end offset as its leader's broker reports it."""
-    leader = partition_leader(cluster, topic, partition_id)
-    body = cluster.http.get(f"{cluster.broker_url(leader)}/partitions", timeout=5).json()
-    for replica in body["partitions"]:
-        if replica["topic"] == topic and replica["partition_id"] == partition_id:
-            return int(replica["end_offset"])
-    raise AssertionError("partition vanished")
+    leader = cluster.broker_name(partition_leader(cluster, topic, partition_id))
+    status = cluster_view.replica_status(cluster.local, cluster.http, topic, partition_id)
+    return int(status[leader]["end_offset"])

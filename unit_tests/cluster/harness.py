@@ -7,7 +7,6 @@ Nodes run detached in their own sessions (their process group id is their pid), 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -17,6 +16,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import requests
+
+from raftq.cluster import LocalCluster
+from stress_tests.cluster_view import manager_leader
 
 _T = TypeVar("_T")
 CLI_TIMEOUT_S = 180
@@ -48,6 +50,7 @@ class Cluster:
             args += ["--limit", f"{name}={value}"]
         self._cli(*args)
         self.info = json.loads((self.directory / "cluster.json").read_text())
+        self.local = LocalCluster(self.directory)  # the same cluster, for node operations
 
     def down(self) -> None:
         self._cli("cluster", "down", "--dir", str(self.directory))
@@ -88,10 +91,9 @@ class Cluster:
         raise KeyError(name)
 
     def kill(self, name: str, sig: signal.Signals = signal.SIGKILL) -> None:
-        pid = int(self.node(name)["pid"])
-        os.killpg(pid, sig)
+        self.local.signal_node(name, sig)
         if sig == signal.SIGKILL:
-            wait_until(lambda: not _alive(pid), 10, f"{name} to die")
+            wait_until(lambda: not self.local.is_running(name), 10, f"{name} to die")
 
     def broker_name(self, broker_id: int) -> str:
         return f"broker-{broker_id}"
@@ -101,16 +103,10 @@ class Cluster:
 
     def manager_leader(self) -> str:
         """Name of the manager that says it leads."""
-        for node in self.info["nodes"]:
-            if node["role"] != "manager":
-                continue
-            try:
-                status = self.http.get(f"{node['http_address']}/raft_status", timeout=2).json()
-            except requests.RequestException:
-                continue
-            if status.get("is_leader"):
-                return str(node["name"])
-        raise AssertionError("no manager leads")
+        leader = manager_leader(self.local, self.http)
+        if leader is None:
+            raise AssertionError("no manager leads")
+        return leader
 
     # --- HTTP through the load balancer -------------------------------------------------
 
@@ -119,14 +115,6 @@ class Cluster:
 
     def post(self, path: str, body: object) -> requests.Response:
         return self.http.post(f"{self.lb_url}{path}", json=body, timeout=30)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state != "Z"
 
 
 def wait_until(

@@ -1,61 +1,18 @@
-"""Which partition each produced message goes to, which partitions a pop visits, and which
-replica's broker to try first. Pure: counters and leaders come in as arguments."""
+"""Which replica's broker to try first. Pure: leaders and liveness come in as arguments.
+
+Which partition each produced message goes to and which partitions a pop visits are in
+``protocol.routing`` (one copy, shared with the client library's direct path); they are
+re-exported here for the manager's modules."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection
 
 from manager.registry.topics import PartitionRecord
-from protocol.routing import partition_for_key, partition_for_unkeyed
-from protocol.types import BrokerId, NewMessage, PartitionId
+from protocol.routing import PartitionGroup, group_messages, pop_order
+from protocol.types import BrokerId
 
-
-@dataclass(frozen=True, slots=True)
-class PartitionGroup:
-    partition_id: PartitionId
-    indexes: tuple[int, ...]
-    """Positions of this group's messages in the request, in request order."""
-
-
-def group_messages(
-    messages: Sequence[NewMessage],
-    partition_count: int,
-    *,
-    partition_id: PartitionId | None,
-    unkeyed_salt: str | None,
-    round_robin: int,
-) -> list[PartitionGroup]:
-    """Groups ordered by their first message. Keyed messages follow their key; all unkeyed
-    ones go to one partition, fixed by ``unkeyed_salt`` (producer id and sequence, so a retry
-    lands where the original did) or else by the ``round_robin`` counter."""
-    if partition_id is not None:
-        return [PartitionGroup(partition_id, tuple(range(len(messages))))]
-    if unkeyed_salt is not None:
-        unkeyed = partition_for_unkeyed(unkeyed_salt, partition_count)
-    else:
-        unkeyed = PartitionId(round_robin % partition_count)
-    indexes: dict[PartitionId, list[int]] = {}
-    for index, message in enumerate(messages):
-        target = unkeyed if message.key is None else partition_for_key(message.key, partition_count)
-        indexes.setdefault(target, []).append(index)
-    return [PartitionGroup(pid, tuple(found)) for pid, found in indexes.items()]
-
-
-def pop_order(
-    partition_ids: Sequence[PartitionId], consumer_id: str, request_id: str | None, round_robin: int
-) -> list[PartitionId]:
-    """The partitions a pop asks, in order. With a request id the start is a hash of it, so a
-    retry visits the same partitions in the same order and gets the same ranges back."""
-    count = len(partition_ids)
-    if count == 0:
-        return []
-    start: int
-    if request_id is not None:
-        start = partition_for_key(f"{consumer_id}:{request_id}", count)
-    else:
-        start = round_robin % count
-    return [partition_ids[(int(start) + i) % count] for i in range(count)]
+__all__ = ["PartitionGroup", "broker_order", "group_messages", "pop_order"]
 
 
 def broker_order(

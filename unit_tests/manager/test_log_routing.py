@@ -1,48 +1,18 @@
-"""Routing of produce batches, pop order and broker order."""
+"""Broker order (the manager's); message and pop routing are tested in unit_tests/protocol."""
 
 from __future__ import annotations
 
-from manager.log_routing import broker_order, group_messages, pop_order
+from manager import log_routing
+from manager.log_routing import broker_order
 from manager.registry.topics import PartitionRecord, PartitionState, ReplicaPlacement
-from protocol.routing import partition_for_key, partition_for_unkeyed
-from protocol.types import BrokerId, NewMessage, PartitionId, ReplicaId
+from protocol import routing
+from protocol.types import BrokerId, PartitionId, ReplicaId
 
 
-def test_given_partition_takes_everything_in_order() -> None:
-    messages = [NewMessage("a", "k1"), NewMessage("b")]
-    groups = group_messages(
-        messages, 4, partition_id=PartitionId(2), unkeyed_salt=None, round_robin=0
-    )
-    assert [(g.partition_id, g.indexes) for g in groups] == [(2, (0, 1))]
-
-
-def test_keyed_by_crc_unkeyed_together_by_salt() -> None:
-    messages = [NewMessage("a", "k1"), NewMessage("b"), NewMessage("c", "k2"), NewMessage("d")]
-    groups = group_messages(messages, 8, partition_id=None, unkeyed_salt="p:7", round_robin=0)
-    where = {i: g.partition_id for g in groups for i in g.indexes}
-    assert where[0] == partition_for_key("k1", 8)
-    assert where[2] == partition_for_key("k2", 8)
-    assert where[1] == where[3] == partition_for_unkeyed("p:7", 8)
-    for group in groups:
-        assert list(group.indexes) == sorted(group.indexes)
-    again = group_messages(messages, 8, partition_id=None, unkeyed_salt="p:7", round_robin=5)
-    assert again == groups  # a retry with the same sequence lands in the same place
-
-
-def test_unkeyed_without_sequence_round_robins() -> None:
-    messages = [NewMessage("a"), NewMessage("b")]
-    first = group_messages(messages, 3, partition_id=None, unkeyed_salt=None, round_robin=4)
-    assert [(g.partition_id, g.indexes) for g in first] == [(1, (0, 1))]
-
-
-def test_pop_order_is_deterministic_with_a_request_id() -> None:
-    pids = [PartitionId(p) for p in range(5)]
-    order = pop_order(pids, "c", "r1", round_robin=0)
-    assert order == pop_order(pids, "c", "r1", round_robin=3)
-    assert sorted(order) == pids
-    assert order[0] == partition_for_key("c:r1", 5)
-    assert pop_order(pids, "c", None, round_robin=7)[0] == 2
-    assert pop_order([], "c", None, round_robin=0) == []
+def test_the_manager_uses_the_one_copy_in_protocol() -> None:
+    assert log_routing.group_messages is routing.group_messages
+    assert log_routing.pop_order is routing.pop_order
+    assert log_routing.PartitionGroup is routing.PartitionGroup
 
 
 def _partition(*brokers: int) -> PartitionRecord:

@@ -12,6 +12,7 @@ from broker.api.logs import logs_blueprint
 from broker.api.partitions import partitions_blueprint
 from broker.api.status import status_blueprint
 from broker.config import BrokerConfig
+from broker.partition.raft import PartitionRaft
 from broker.peer_copy import PeerCopy
 from broker.persistence.sql_store import SqlMessageStore
 from broker.registration import Registration
@@ -31,7 +32,9 @@ def create_app(config: BrokerConfig) -> Flask:
     peers = PeerCopy(config.limits)
 
     def make_replica(spec: ReplicaSpec) -> HostedReplica:
-        return HostedReplica(spec, config.data_dir, config.secret, store, config.limits, peers.read)
+        replica_dir = os.path.join(config.data_dir, "replicas", f"{spec.topic}-{spec.partition_id}")
+        raft = PartitionRaft(spec, replica_dir, config.secret, config.limits)
+        return HostedReplica(spec, raft, store, config.limits, peers.read)
 
     service = BrokerService(store, make_replica, config.limits, lambda: int(time.time() * 1000))
     service.start()

@@ -102,7 +102,11 @@ class BrokerService:
         with self._lock:
             replicas = list(self._replicas.values())
         return [
-            {"topic": r.spec.topic, "partition_id": r.spec.partition_id, **r.raft.status()}
+            {
+                "topic": r.spec.topic,
+                "partition_id": r.spec.partition_id,
+                **r.partition.status().to_json(),
+            }
             for r in replicas
         ]
 
@@ -118,7 +122,7 @@ class BrokerService:
     ) -> list[Offset]:
         replica = self._replica(topic, partition_id)
         batch = [(m.key, m.value) for m in messages]
-        appended = replica.raft.append(batch, self._clock_ms(), producer_id, sequence)
+        appended = replica.partition.append(batch, self._clock_ms(), producer_id, sequence)
         return [Offset(o) for o in range(appended.start, appended.end)]
 
     def pop(
@@ -130,7 +134,7 @@ class BrokerService:
         request_id: str | None,
     ) -> list[StoredMessage]:
         replica = self._replica(topic, partition_id)
-        consumed = replica.raft.consume(consumer_id, max_messages, request_id)
+        consumed = replica.partition.consume(consumer_id, max_messages, request_id)
         return self._read(replica, consumed.start, consumed.end)
 
     def fetch(
@@ -138,10 +142,12 @@ class BrokerService:
     ) -> list[StoredMessage]:
         """Committed messages ``[offset, offset + max_messages)`` this replica has applied."""
         replica = self._replica(topic, partition_id)
-        with replica.raft.state.lock:
-            log = replica.raft.state.log
-            start = max(offset, log.log_start_offset)
-            end = min(offset + max_messages, log.end_offset)
+        start, end = replica.partition.read(
+            lambda log: (
+                max(offset, log.log_start_offset),
+                min(offset + max_messages, log.end_offset),
+            )
+        )
         return self._read(replica, start, end) if start < end else []
 
     def checksum(
@@ -150,8 +156,8 @@ class BrokerService:
         """Checksum of this replica's database rows in ``[start, end)``, and its flushed
         offset (rows at or past it may still be missing)."""
         replica = self._replica(topic, partition_id)
-        with replica.raft.state.lock:
-            flushed = replica.raft.state.log.flushed_offsets[replica.spec.replica_id]
+        replica_id = replica.spec.replica_id
+        flushed = replica.partition.read(lambda log: log.flushed_offsets[replica_id])
         return self._store.checksum(topic, partition_id, start, end), flushed
 
     def check_hosted(self, topic: str, partition_id: PartitionId) -> None:
@@ -171,10 +177,9 @@ class BrokerService:
     def _read(self, replica: HostedReplica, start: int, end: int) -> list[StoredMessage]:
         """Messages ``[start, end)``: the part every replica has flushed from the database,
         the rest from ``msg_dict``."""
-        with replica.raft.state.lock:
-            log = replica.raft.state.log
-            evicted = log.evicted_offset
-            in_memory = log.read(start, end)
+        evicted, in_memory = replica.partition.read(
+            lambda log: (log.evicted_offset, log.read(start, end))
+        )
         messages: list[StoredMessage] = []
         if start < evicted:
             spec = replica.spec
@@ -188,22 +193,20 @@ class BrokerService:
         if len(messages) != end - start or (messages and messages[0].offset != start):
             raise RaftQError(
                 ErrorCode.UNAVAILABLE,
-                f"{replica.raft.name} cannot read [{start}, {end}) yet: try another replica",
+                f"{replica.partition.name} cannot read [{start}, {end}) yet: try another replica",
             )
         return messages
 
     def _status(self, replica: HostedReplica) -> ReplicaStatus:
-        raft = replica.raft.status()
-        with replica.raft.state.lock:
-            log = replica.raft.state.log
-            end_offset = log.end_offset
-            flushed = list(log.flushed_offsets)
-        leader = raft["leader"]
+        raft = replica.partition.status()
+        end_offset, flushed = replica.partition.read(
+            lambda log: (log.end_offset, list(log.flushed_offsets))
+        )
         return ReplicaStatus(
             spec=replica.spec,
-            is_leader=raft["role"] == RaftRole.LEADER.value,
-            leader_raft_address=leader if isinstance(leader, str) else None,
+            is_leader=raft.role is RaftRole.LEADER,
+            leader_raft_address=raft.leader,
             end_offset=end_offset,
             flushed_offsets=flushed,
-            has_quorum=bool(raft["has_quorum"]),
+            has_quorum=raft.has_quorum,
         )

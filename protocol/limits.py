@@ -53,11 +53,23 @@ class Limits:
     replication_factor: int = 3
     """Replicas per partition."""
 
+    # --- group commit (concurrent commands to one partition share one Raft entry) -------------
+    group_commit_commands_max: int = 1_000
+    """Most commands (produce batches, pops, flush marks) in one Raft entry."""
+    group_commit_messages_max: int = 20_000
+    """Most messages in one Raft entry (a single request's batch always fits)."""
+    group_commit_queued_max: int = 10_000
+    """Most commands waiting for one partition's next entry; past it, 429."""
+    group_commit_queue_wait_s_max: float = 2.0
+    """A command that waited this long without being proposed is withdrawn (503, nothing
+    done) rather than proposed after its caller may have given up."""
+
     # --- flush -----------------------------------------------------------------------------
     flush_batch_messages_max: int = 5_000
     """Most messages one flush writes in one database transaction."""
-    flush_period_s: float = 0.05
-    """Pause between flushes when there is nothing to flush."""
+    flush_period_s: float = 0.1
+    """Pause after a flush that was not full: flushing (and its ``mark_flushed`` Raft
+    command) happens at this pace, not once per produced message."""
     flush_retry_backoff_s_max: float = 2.0
     """Longest pause after a failed flush."""
 
@@ -148,6 +160,18 @@ class Limits:
         _require(
             self.raft_leader_wait_s_max + self.raft_commit_timeout_s < self.http_timeout_s,
             "raft_leader_wait_s_max + raft_commit_timeout_s < http_timeout_s",
+        )
+        _require(
+            self.request_messages_max <= self.group_commit_messages_max,
+            "request_messages_max <= group_commit_messages_max",
+        )
+        _require(
+            self.group_commit_queue_wait_s_max
+            + self.raft_leader_wait_s_max
+            + self.raft_commit_timeout_s
+            < self.http_timeout_s,
+            "group_commit_queue_wait_s_max + raft_leader_wait_s_max + raft_commit_timeout_s "
+            "< http_timeout_s (a queued command is answered before its caller gives up)",
         )
         _require(
             self.raft_commit_timeout_s < self.http_timeout_s,

@@ -13,8 +13,10 @@ replica's *flushed offset* is the end of the prefix it has flushed.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from broker.partition.commands import Append, Command, Consume, KeyValue, MarkFlushed
 from protocol.errors import ErrorCode
 from protocol.invariant import check
 
@@ -76,6 +78,8 @@ class _Consumer:
 # (key, value, timestamp_ms); a tuple keeps snapshots and memory small.
 MessageTuple = tuple[str | None, str, int]
 
+Result = Appended | Consumed | Flushed | Rejected
+
 
 class PartitionLog:
     def __init__(self, replica_count: int, limits: PartitionLimits) -> None:
@@ -99,9 +103,21 @@ class PartitionLog:
 
     # --- commands (apply) -----------------------------------------------------------------
 
+    def apply(self, command: Command | None) -> Result:
+        """Apply one command of a committed group; ``None`` (a malformed wire command)
+        is rejected, never raised."""
+        match command:
+            case Append(messages, timestamp_ms, producer_id, sequence):
+                return self.append(messages, timestamp_ms, producer_id, sequence)
+            case Consume(consumer_id, max_messages, request_id):
+                return self.consume(consumer_id, max_messages, request_id)
+            case MarkFlushed(replica_id, flushed_offset):
+                return self.mark_flushed(replica_id, flushed_offset)
+        return Rejected(ErrorCode.INVALID_FIELD, "not a partition command")
+
     def append(
         self,
-        messages: list[tuple[str | None, str]],
+        messages: Sequence[KeyValue],
         timestamp_ms: int,
         producer_id: str | None,
         sequence: int | None,

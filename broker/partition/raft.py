@@ -3,9 +3,10 @@
 The only broker module that imports pysyncobj. It owns the ``SyncObj`` (one per hosted
 replica, one TCP port each) and turns pysyncobj's failures into ``RaftQError``s.
 
-Threads: pysyncobj's tick thread applies committed commands; HTTP and flusher threads call
-``append``/``consume``/``mark_flushed`` (blocking until applied locally, bounded by
-``raft_commit_timeout_s``) and read under ``lock``.
+Implements ``PartitionConsensus``. Threads: pysyncobj's tick thread applies committed
+entries; the group-commit proposer (an HTTP or flusher thread) calls ``propose``, which
+blocks until the entry is applied locally, bounded by ``raft_leader_wait_s_max`` plus
+``raft_commit_timeout_s``; any thread calls ``read``, which runs under the state's lock.
 """
 
 from __future__ import annotations
@@ -14,38 +15,23 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
 from pysyncobj.syncobj import SyncObjException
 
-from broker.partition.log import (
-    Appended,
-    Consumed,
-    Flushed,
-    PartitionLimits,
-    PartitionLog,
-    Rejected,
-)
+from broker.partition.commands import Command, KeyValue, to_wire
+from broker.partition.consensus import ConsensusStatus, apply_group
+from broker.partition.log import PartitionLimits, PartitionLog, Result
 from protocol.errors import ErrorCode, RaftQError
-from protocol.invariant import check
 from protocol.limits import Limits
 from protocol.types import RaftRole, ReplicaSpec
 from runtime import durable_journal
 
 _log = logging.getLogger(__name__)
 _LEADER_POLL_S = 0.02
-_Result = TypeVar("_Result")
-
-
-def _total(apply: Callable[[], _Result]) -> _Result | Rejected:
-    """Run an apply step; a bug must not wedge the group, so it becomes a result."""
-    try:
-        return apply()
-    except Exception as exc:
-        _log.exception("apply failed")
-        return Rejected(ErrorCode.INTERNAL, f"apply failed: {exc}")
+T = TypeVar("T")
 
 
 class ReplicatedPartition(SyncObjConsumer):
@@ -55,6 +41,12 @@ class ReplicatedPartition(SyncObjConsumer):
     changes the protocol of every node. Versions start at 0: pysyncobj enables a method of
     ``ver=N`` only once the leader has switched the whole group to code version N, so a changed
     command is a new ``ver=N+1`` beside the old one, never an edit of it.
+
+    ``run_group`` (one committed entry holding a group of commands, see
+    ``broker.partition.commands``) is the only command proposed today. ``append``,
+    ``consume`` and ``mark_flushed`` are the single commands proposed before group commit;
+    they stay, unchanged, so journals written then still replay (and their numbers: the
+    name ``run_group`` sorts after them, so adding it renumbered nothing).
 
     Attributes set before ``super().__init__()`` (the lock) are not part of snapshots;
     ``log`` (set after) is.
@@ -66,25 +58,34 @@ class ReplicatedPartition(SyncObjConsumer):
         self.log = PartitionLog(replica_count, limits)
 
     @replicated(ver=0)
+    def run_group(self, commands: list[tuple[object, ...]]) -> list[Result]:
+        with self.lock:
+            return apply_group(self.log, commands)
+
+    # --- legacy single commands: replayed from old journals, never proposed ---------------
+
+    @replicated(ver=0)
     def append(
         self,
-        messages: list[tuple[str | None, str]],
+        messages: list[KeyValue],
         timestamp_ms: int,
         producer_id: str | None,
         sequence: int | None,
-    ) -> Appended | Rejected:
+    ) -> object:
         with self.lock:
-            return _total(lambda: self.log.append(messages, timestamp_ms, producer_id, sequence))
+            return apply_group(
+                self.log, [("append", messages, timestamp_ms, producer_id, sequence)]
+            )
 
     @replicated(ver=0)
     def consume(self, consumer_id: str, max_messages: int, request_id: str | None) -> object:
         with self.lock:
-            return _total(lambda: self.log.consume(consumer_id, max_messages, request_id))
+            return apply_group(self.log, [("consume", consumer_id, max_messages, request_id)])
 
     @replicated(ver=0)
     def mark_flushed(self, replica_id: int, flushed_offset: int) -> object:
         with self.lock:
-            return _total(lambda: self.log.mark_flushed(replica_id, flushed_offset))
+            return apply_group(self.log, [("mark_flushed", replica_id, flushed_offset)])
 
 
 # Which failures prove the command was not applied (NO_LEADER: safe to send elsewhere) and
@@ -127,16 +128,23 @@ class PartitionRaft:
         durable_journal.install()
         self._sync = SyncObj(spec.raft_address, list(spec.partners), conf, consumers=[self.state])
 
-    def call(self, command: Callable[..., object], *args: object) -> object:
-        """Propose a command and wait until it is applied here; map failures to errors."""
+    def propose(self, commands: Sequence[Command]) -> list[Result]:
+        """Commit ``commands`` as one entry and wait until it is applied here."""
         self._wait_for_leader()
+        wire = [to_wire(command) for command in commands]
         try:
-            result = command(*args, sync=True, timeout=self._limits.raft_commit_timeout_s)
+            results = self.state.run_group(
+                wire, sync=True, timeout=self._limits.raft_commit_timeout_s
+            )
         except SyncObjException as exc:
             raise _raft_error(exc, self.name) from exc
-        if isinstance(result, Rejected):
-            raise RaftQError(result.code, result.message)
-        return result
+        if not (isinstance(results, list) and len(results) == len(commands)):
+            raise RaftQError(ErrorCode.INTERNAL, f"{self.name}: a group applied as {results!r}")
+        return results
+
+    def read(self, query: Callable[[PartitionLog], T]) -> T:
+        with self.state.lock:
+            return query(self.state.log)
 
     def _wait_for_leader(self) -> None:
         """Ride out an election in progress; fail fast when none ends within the bound."""
@@ -150,54 +158,26 @@ class PartitionRaft:
                 )
             time.sleep(_LEADER_POLL_S)
 
-    def append(
-        self,
-        messages: list[tuple[str | None, str]],
-        timestamp_ms: int,
-        producer_id: str | None,
-        sequence: int | None,
-    ) -> Appended:
-        return _expect(
-            self.call(self.state.append, messages, timestamp_ms, producer_id, sequence), Appended
-        )
-
-    def consume(self, consumer_id: str, max_messages: int, request_id: str | None) -> Consumed:
-        return _expect(
-            self.call(self.state.consume, consumer_id, max_messages, request_id), Consumed
-        )
-
-    def mark_flushed(self, replica_id: int, flushed_offset: int) -> Flushed:
-        return _expect(self.call(self.state.mark_flushed, replica_id, flushed_offset), Flushed)
-
     @property
     def name(self) -> str:
         return f"{self.spec.topic}/{self.spec.partition_id} replica {self.spec.replica_id}"
 
-    def role(self) -> RaftRole:
-        state = self._sync.getStatus()["state"]
-        return {0: RaftRole.FOLLOWER, 1: RaftRole.CANDIDATE, 2: RaftRole.LEADER}[state]
-
-    def status(self) -> dict[str, object]:
+    def status(self) -> ConsensusStatus:
         raw = self._sync.getStatus()
         leader = raw["leader"]
-        return {
-            "role": self.role().value,
-            "leader": None if leader is None else str(getattr(leader, "address", leader)),
-            "term": raw["raft_term"],
-            "commit_index": raw["commit_idx"],
-            "last_applied": raw["last_applied"],
-            "has_quorum": bool(raw["has_quorum"]),
-            "partners": list(self.spec.partners),
-            "log_len": raw["log_len"],
-        }
+        return ConsensusStatus(
+            role={0: RaftRole.FOLLOWER, 1: RaftRole.CANDIDATE, 2: RaftRole.LEADER}[raw["state"]],
+            leader=None if leader is None else str(getattr(leader, "address", leader)),
+            term=int(raw["raft_term"]),
+            commit_index=int(raw["commit_idx"]),
+            last_applied=int(raw["last_applied"]),
+            has_quorum=bool(raw["has_quorum"]),
+            partners=self.spec.partners,
+            log_entries=int(raw["log_len"]),
+        )
 
     def destroy(self) -> None:
         self._sync.destroy()
-
-
-def _expect(result: object, kind: type[_Result]) -> _Result:
-    check(isinstance(result, kind), f"a replicated command returned {result!r}")
-    return result  # type: ignore[return-value]
 
 
 def partition_limits(limits: Limits) -> PartitionLimits:

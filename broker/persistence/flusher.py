@@ -4,8 +4,11 @@ Thread: one daemon thread per hosted replica. Each round reads up to
 ``flush_batch_messages_max`` messages past this replica's flushed offset from ``msg_dict``,
 inserts them in one transaction (idempotent: the primary key skips rows already there, so a
 crash between the insert and the Raft command only repeats work), then proposes
-``mark_flushed``. Once every in-sync replica has flushed a message it leaves ``msg_dict``;
-a replica that lagged too far copies what left memory from a peer (``PeerRead``).
+``mark_flushed``. A round that was not full is followed by a pause of ``flush_period_s``:
+flushing goes at its own pace, in batches, rather than once per produced message (each
+round costs a database transaction and a Raft command on every replica). Once every
+in-sync replica has flushed a message it leaves ``msg_dict``; a replica that lagged too
+far copies what left memory from a peer (``PeerRead``).
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ import logging
 import threading
 from collections.abc import Callable
 
-from broker.partition.raft import PartitionRaft
+from broker.partition.log import PartitionLog
+from broker.partition.replica import PartitionReplica
 from broker.persistence.store import FlushRow, MessageStore
 from protocol.errors import RaftQError
 from protocol.limits import Limits
@@ -28,14 +32,16 @@ _log = logging.getLogger(__name__)
 
 class Flusher:
     def __init__(
-        self, raft: PartitionRaft, store: MessageStore, limits: Limits, peer_read: PeerRead
+        self, replica: PartitionReplica, store: MessageStore, limits: Limits, peer_read: PeerRead
     ) -> None:
-        self._raft = raft
+        self._replica = replica
         self._store = store
         self._peer_read = peer_read
         self._limits = limits
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"flusher {raft.name}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"flusher {replica.name}", daemon=True
+        )
 
     def start(self) -> None:
         self._thread.start()
@@ -50,38 +56,41 @@ class Flusher:
                 flushed = self.flush_once()
                 backoff_s = self._limits.flush_period_s
             except (RaftQError, Exception) as exc:  # the DB or Raft may be down: retry later
-                _log.warning("%s: flush failed: %s", self._raft.name, exc)
+                _log.warning("%s: flush failed: %s", self._replica.name, exc)
                 flushed = 0
                 backoff_s = min(backoff_s * 2, self._limits.flush_retry_backoff_s_max)
-            if flushed == 0:
+            if flushed < self._limits.flush_batch_messages_max:
                 self._stop.wait(backoff_s)
 
     def flush_once(self) -> int:
         """Flush one bounded batch; return how many messages it wrote."""
-        spec = self._raft.spec
+        spec = self._replica.spec
         rows, end = self._next_rows(spec)
         if not rows:
             return 0
         self._store.insert_messages(spec.topic, spec.partition_id, rows, end)
-        self._raft.mark_flushed(spec.replica_id, end)
+        self._replica.mark_flushed(spec.replica_id, end)
         return len(rows)
 
     def _next_rows(self, spec: ReplicaSpec) -> tuple[list[FlushRow], int]:
         """The next batch past this replica's flushed offset, from memory or, for a replica
         that lagged past the evicted offset, from a peer."""
-        state = self._raft.state
         batch_max = self._limits.flush_batch_messages_max
-        with state.lock:
-            log = state.log
+
+        def from_memory(log: PartitionLog) -> tuple[int, int, list[FlushRow] | None]:
             start = log.flushed_offsets[spec.replica_id]
-            if not log.lagging(spec.replica_id):
-                end = min(log.end_offset, start + batch_max)
-                rows = [
-                    FlushRow(offset, key, value, timestamp_ms, log.replicated_bitmask(offset))
-                    for offset, (key, value, timestamp_ms) in log.read(start, end)
-                ]
-                return rows, end
-            end = min(log.evicted_offset, start + batch_max)
+            if log.lagging(spec.replica_id):
+                return start, min(log.evicted_offset, start + batch_max), None
+            end = min(log.end_offset, start + batch_max)
+            rows = [
+                FlushRow(offset, key, value, timestamp_ms, log.replicated_bitmask(offset))
+                for offset, (key, value, timestamp_ms) in log.read(start, end)
+            ]
+            return start, end, rows
+
+        start, end, rows = self._replica.read(from_memory)
+        if rows is not None:
+            return rows, end
         copied = self._peer_read(spec, start, end)
         rows = [FlushRow(m.offset, m.key, m.value, m.timestamp_ms, 0) for m in copied]
         return rows, start + len(rows)

@@ -1,0 +1,91 @@
+"""The commands a partition's Raft log carries, and their wire form.
+
+Each committed Raft entry of a partition holds a *group* of these commands (group commit:
+concurrent produce, pop and flush requests share one entry, one journal sync and one round
+trip to the followers). In the entry they travel as plain tuples of strings and ints, never
+as pickled classes, so renaming or moving a class here can never break a journal on disk:
+
+    ("append", ((key, value), ...), timestamp_ms, producer_id, sequence)
+    ("consume", consumer_id, max_messages, request_id)
+    ("mark_flushed", replica_id, flushed_offset)
+
+This tuple layout is a wire protocol: change it only by adding a new tag.
+Pure: no I/O; ``from_wire`` is total (anything malformed decodes to ``None``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KeyValue = tuple[str | None, str]
+"""One message as the log stores it: key first, then value (the order everywhere below
+the HTTP layer)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    messages: tuple[KeyValue, ...]
+    timestamp_ms: int
+    producer_id: str | None
+    sequence: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Consume:
+    consumer_id: str
+    max_messages: int
+    request_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class MarkFlushed:
+    replica_id: int
+    flushed_offset: int
+
+
+Command = Append | Consume | MarkFlushed
+WireCommand = tuple[object, ...]
+
+
+def to_wire(command: Command) -> WireCommand:
+    match command:
+        case Append(messages, timestamp_ms, producer_id, sequence):
+            return ("append", messages, timestamp_ms, producer_id, sequence)
+        case Consume(consumer_id, max_messages, request_id):
+            return ("consume", consumer_id, max_messages, request_id)
+        case MarkFlushed(replica_id, flushed_offset):
+            return ("mark_flushed", replica_id, flushed_offset)
+
+
+def from_wire(wire: object) -> Command | None:
+    """The command a wire tuple holds, or ``None`` when it is not one (apply must not raise,
+    so a malformed entry becomes a rejection, never an exception)."""
+    if not isinstance(wire, tuple) or not wire:
+        return None
+    tag, args = wire[0], wire[1:]
+    if tag == "append" and len(args) == 4:
+        messages, timestamp_ms, producer_id, sequence = args
+        valid = _messages(messages) and isinstance(timestamp_ms, int)
+        if valid and _opt(producer_id, str) and _opt(sequence, int):
+            return Append(messages, timestamp_ms, producer_id, sequence)
+    elif tag == "consume" and len(args) == 3:
+        consumer_id, max_messages, request_id = args
+        valid = isinstance(consumer_id, str) and isinstance(max_messages, int)
+        if valid and _opt(request_id, str):
+            return Consume(consumer_id, max_messages, request_id)
+    elif tag == "mark_flushed" and len(args) == 2:
+        replica_id, flushed_offset = args
+        if isinstance(replica_id, int) and isinstance(flushed_offset, int):
+            return MarkFlushed(replica_id, flushed_offset)
+    return None
+
+
+def _opt(value: object, kind: type) -> bool:
+    return value is None or isinstance(value, kind)
+
+
+def _messages(value: object) -> bool:
+    return isinstance(value, tuple | list) and all(
+        isinstance(m, tuple) and len(m) == 2 and _opt(m[0], str) and isinstance(m[1], str)
+        for m in value
+    )

@@ -1,0 +1,116 @@
+"""``PartitionConsensus``: what the broker needs from a partition's replicated log.
+
+Two implementations: ``PartitionRaft`` (pysyncobj, the real one) and ``MemoryConsensus``
+(its in-memory twin: one replica that commits at once), so produce, pop, fetch and flush
+logic is unit-tested and profiled in-process, without sockets or threads of its own.
+
+Callers never take a lock or hold the ``PartitionLog``: ``read`` runs a query on it under
+the implementation's lock and returns the query's (copied, plain) answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from broker.partition.commands import Command, from_wire, to_wire
+from broker.partition.log import PartitionLimits, PartitionLog, Rejected, Result
+from protocol.errors import ErrorCode
+from protocol.types import RaftRole
+
+T = TypeVar("T")
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsensusStatus:
+    role: RaftRole
+    leader: str | None
+    """Raft address of the group's leader, when known."""
+    term: int
+    commit_index: int
+    last_applied: int
+    has_quorum: bool
+    partners: tuple[str, ...]
+    log_entries: int
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "role": self.role.value,
+            "leader": self.leader,
+            "term": self.term,
+            "commit_index": self.commit_index,
+            "last_applied": self.last_applied,
+            "has_quorum": self.has_quorum,
+            "partners": list(self.partners),
+            "log_len": self.log_entries,
+        }
+
+
+class PartitionConsensus(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def propose(self, commands: Sequence[Command]) -> list[Result]:
+        """Commit ``commands`` as one entry and apply it here; one result per command.
+        Raises ``RaftQError`` when the entry as a whole failed."""
+
+    def read(self, query: Callable[[PartitionLog], T]) -> T:
+        """``query`` run on the log's current applied state, under the log's lock."""
+
+    def status(self) -> ConsensusStatus: ...
+
+    def destroy(self) -> None: ...
+
+
+def apply_group(log: PartitionLog, wire_commands: object) -> list[Result]:
+    """Apply a committed group, command by command. Total: a malformed command becomes its
+    own ``Rejected`` result, and the other commands of the group still apply."""
+    if not isinstance(wire_commands, list | tuple):
+        return []
+    return [_total(log, wire) for wire in wire_commands]
+
+
+def _total(log: PartitionLog, wire: object) -> Result:
+    # An exception inside a pysyncobj apply wedges the group for good: a bug becomes a result.
+    try:
+        return log.apply(from_wire(wire))
+    except Exception as exc:
+        _log.exception("apply failed")
+        return Rejected(ErrorCode.INTERNAL, f"apply failed: {exc}")
+
+
+class MemoryConsensus:
+    """A single in-memory replica that commits every proposal at once. Goes through the
+    same wire form as Raft, so what it accepts a real group accepts too."""
+
+    def __init__(self, name: str, replica_count: int, limits: PartitionLimits) -> None:
+        self._name = name
+        self._lock = threading.Lock()
+        self._log = PartitionLog(replica_count, limits)
+        self._entries = 0
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def propose(self, commands: Sequence[Command]) -> list[Result]:
+        wire = [to_wire(c) for c in commands]
+        with self._lock:
+            self._entries += 1
+            return apply_group(self._log, wire)
+
+    def read(self, query: Callable[[PartitionLog], T]) -> T:
+        with self._lock:
+            return query(self._log)
+
+    def status(self) -> ConsensusStatus:
+        with self._lock:
+            entries = self._entries
+        return ConsensusStatus(RaftRole.LEADER, self._name, 1, entries, entries, True, (), entries)
+
+    def destroy(self) -> None:
+        pass

@@ -1,0 +1,162 @@
+"""``GroupCommit``: concurrent commands to one partition share one Raft entry.
+
+Every Raft entry costs a journal sync on each replica, a round trip to the followers and a
+pass of pysyncobj's tick thread, whatever it holds. So callers do not propose one entry
+each: they queue their command, and one of them (the *proposer*) proposes everything queued
+as one group, waits for it to be applied, and hands each caller its own result. Commands
+that arrive while a group is in flight form the next group, so the group size follows the
+load by itself (no timer, no added latency when idle: a lone caller proposes at once).
+
+The proposer role moves to the first waiting caller when a group is done (leader hand-off),
+so no request thread keeps working for others after its own answer is ready.
+
+Bounds: at most ``commands_max`` commands and ``messages_max`` messages per group; at most
+``queued_max`` commands waiting (more get 429). A queued command that waits longer than
+``queue_wait_s_max`` without being proposed is withdrawn and answered 503 UNAVAILABLE:
+nothing was proposed, so the caller may safely send it elsewhere.
+
+Threads: any number of callers (HTTP threads, the flusher); ``propose`` runs on whichever
+caller is the proposer at the time.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from broker.partition.commands import Append, Command
+from broker.partition.log import Result
+from protocol.errors import ErrorCode, RaftQError
+from protocol.invariant import check
+
+Propose = Callable[[Sequence[Command]], list[Result]]
+"""Propose commands as one Raft entry; their results in order, once applied locally.
+Raises ``RaftQError`` when the entry as a whole failed (for every command in it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupLimits:
+    commands_max: int
+    messages_max: int
+    queued_max: int
+    queue_wait_s_max: float
+    answer_wait_s_max: float
+    """Longest wait for a group already proposed (the proposer's own commit wait is bounded
+    by the Raft timeouts; this only guards against a proposer that never returns)."""
+
+
+@dataclass(eq=False, slots=True)
+class _Slot:
+    command: Command
+    wake: threading.Event = field(default_factory=threading.Event)
+    """Set when the slot is answered or its caller is to propose the next group."""
+    answered: bool = False
+    lead: bool = False
+    result: Result | None = None
+    error: RaftQError | None = None
+
+
+class GroupCommit:
+    def __init__(self, propose: Propose, limits: GroupLimits) -> None:
+        self._propose = propose
+        self._limits = limits
+        self._lock = threading.Lock()
+        self._queue: deque[_Slot] = deque()
+        self._proposing = False
+
+    def submit(self, command: Command) -> Result:
+        """Apply ``command`` in the next group; its result, or the group's ``RaftQError``."""
+        slot = _Slot(command)
+        with self._lock:
+            if len(self._queue) >= self._limits.queued_max:
+                raise RaftQError(
+                    ErrorCode.BACKPRESSURE, "too many commands wait for this partition"
+                )
+            self._queue.append(slot)
+            slot.lead = not self._proposing
+            self._proposing = True
+        if not slot.lead:
+            self._await_turn(slot)
+        if slot.lead and not slot.answered:
+            self._propose_groups_until(slot)
+        if slot.error is not None:
+            raise slot.error
+        check(slot.result is not None, "an answered slot has a result or an error")
+        return slot.result  # type: ignore[return-value]
+
+    def _await_turn(self, slot: _Slot) -> None:
+        """Wait until the slot is answered or its caller is to propose; withdraw it
+        (nothing proposed) when it waited too long in the queue."""
+        if slot.wake.wait(self._limits.queue_wait_s_max):
+            return
+        with self._lock:
+            if slot.lead or slot.answered:
+                return
+            if slot in self._queue:
+                self._queue.remove(slot)
+                slot.answered = True
+                slot.error = RaftQError(
+                    ErrorCode.UNAVAILABLE,
+                    "queued behind a slow commit and withdrawn: nothing was proposed",
+                )
+                return
+        # Already taken into a group that is being proposed: wait for its outcome.
+        if not slot.wake.wait(self._limits.answer_wait_s_max):
+            slot.error = RaftQError(
+                ErrorCode.COMMIT_TIMEOUT,
+                "no answer for a proposed group; the outcome is unknown, retry with the same "
+                "sequence or request_id",
+            )
+
+    def _propose_groups_until(self, own: _Slot) -> None:
+        """Propose groups until ``own`` is answered, then hand the proposer role on."""
+        while True:
+            with self._lock:
+                group = self._take_group()
+            self._run(group)
+            with self._lock:
+                if own.answered:
+                    self._hand_off()
+                    return
+
+    def _take_group(self) -> list[_Slot]:
+        group: list[_Slot] = []
+        messages = 0
+        while self._queue and len(group) < self._limits.commands_max:
+            size = _messages(self._queue[0].command)
+            if group and messages + size > self._limits.messages_max:
+                break
+            group.append(self._queue.popleft())
+            messages += size
+        return group
+
+    def _run(self, group: list[_Slot]) -> None:
+        try:
+            results = self._propose([slot.command for slot in group])
+        except RaftQError as exc:
+            for slot in group:
+                slot.error = exc
+        except Exception as exc:  # a bug must not leave the callers, or the queue, hanging
+            for slot in group:
+                slot.error = RaftQError(ErrorCode.INTERNAL, f"proposing a group failed: {exc}")
+        else:
+            for slot, result in zip(group, results, strict=True):
+                slot.result = result
+        for slot in group:
+            slot.answered = True
+            slot.wake.set()
+
+    def _hand_off(self) -> None:
+        """Under the lock: the first queued caller proposes next, or nobody is proposing."""
+        if not self._queue:
+            self._proposing = False
+            return
+        successor = self._queue[0]
+        successor.lead = True
+        successor.wake.set()
+
+
+def _messages(command: Command) -> int:
+    return len(command.messages) if isinstance(command, Append) else 1

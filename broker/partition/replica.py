@@ -1,0 +1,77 @@
+"""``PartitionReplica``: one partition replica as the broker's services use it.
+
+Commands go through ``GroupCommit`` (concurrent callers share one Raft entry) to a
+``PartitionConsensus`` (Raft, or its in-memory twin in tests); each caller gets its own
+typed result, and a rejection becomes a ``RaftQError``. Reads run a query on the applied
+log through the consensus, never holding its lock or its state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from broker.partition.commands import Append, Command, Consume, KeyValue, MarkFlushed
+from broker.partition.consensus import ConsensusStatus, PartitionConsensus
+from broker.partition.group_commit import GroupCommit, GroupLimits
+from broker.partition.log import Appended, Consumed, Flushed, PartitionLog, Rejected
+from protocol.errors import RaftQError
+from protocol.invariant import check
+from protocol.limits import Limits
+from protocol.types import ReplicaSpec
+
+T = TypeVar("T")
+_Kind = TypeVar("_Kind")
+
+
+class PartitionReplica:
+    def __init__(self, spec: ReplicaSpec, consensus: PartitionConsensus, limits: Limits) -> None:
+        self.spec = spec
+        self._consensus = consensus
+        self._group = GroupCommit(consensus.propose, group_limits(limits))
+
+    @property
+    def name(self) -> str:
+        return self._consensus.name
+
+    def append(
+        self,
+        messages: Sequence[KeyValue],
+        timestamp_ms: int,
+        producer_id: str | None,
+        sequence: int | None,
+    ) -> Appended:
+        command = Append(tuple(messages), timestamp_ms, producer_id, sequence)
+        return self._submit(command, Appended)
+
+    def consume(self, consumer_id: str, max_messages: int, request_id: str | None) -> Consumed:
+        return self._submit(Consume(consumer_id, max_messages, request_id), Consumed)
+
+    def mark_flushed(self, replica_id: int, flushed_offset: int) -> Flushed:
+        return self._submit(MarkFlushed(replica_id, flushed_offset), Flushed)
+
+    def read(self, query: Callable[[PartitionLog], T]) -> T:
+        return self._consensus.read(query)
+
+    def status(self) -> ConsensusStatus:
+        return self._consensus.status()
+
+    def close(self) -> None:
+        self._consensus.destroy()
+
+    def _submit(self, command: Command, kind: type[_Kind]) -> _Kind:
+        result = self._group.submit(command)
+        if isinstance(result, Rejected):
+            raise RaftQError(result.code, f"{self.name}: {result.message}")
+        check(isinstance(result, kind), f"{command!r} was answered with {result!r}")
+        return result  # type: ignore[return-value]
+
+
+def group_limits(limits: Limits) -> GroupLimits:
+    return GroupLimits(
+        commands_max=limits.group_commit_commands_max,
+        messages_max=limits.group_commit_messages_max,
+        queued_max=limits.group_commit_queued_max,
+        queue_wait_s_max=limits.group_commit_queue_wait_s_max,
+        answer_wait_s_max=limits.raft_leader_wait_s_max + limits.http_timeout_s,
+    )

@@ -1,0 +1,94 @@
+"""The few RaftQ HTTP calls the benchmark makes, each with a timeout and a status check.
+
+The benchmark talks plain HTTP (not the ``raftq`` client) so that a row measures exactly one
+request per step: the client's batching, buffering and retries would blur that.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import requests
+
+from stress_tests.polling import poll_until
+
+REQUEST_TIMEOUT_S = 30.0
+"""Per request; above the servers' own 10 s component timeout so their errors reach us."""
+ADMIN_TIMEOUT_S = 30.0
+LEADERS_WAIT_S = 60.0
+VALUE = "x" * 100
+"""Every produced message: 100 bytes (plus a short key where the scenario routes by key)."""
+
+
+class RequestFailedError(RuntimeError):
+    """An answer other than the one expected (the row counts it as an error)."""
+
+
+def expect(response: requests.Response, status: int) -> Any:
+    """The JSON body when the status is the expected one; ``RequestFailedError`` otherwise."""
+    if response.status_code != status:
+        raise RequestFailedError(f"{response.status_code}: {response.text[:120]}")
+    return response.json()
+
+
+def post(session: requests.Session, url: str, body: dict[str, Any], status: int = 201) -> Any:
+    with session.post(url, json=body, timeout=REQUEST_TIMEOUT_S) as response:
+        return expect(response, status)
+
+
+def get(session: requests.Session, url: str, params: dict[str, str | int]) -> Any:
+    with session.get(url, params=params, timeout=REQUEST_TIMEOUT_S) as response:
+        return expect(response, 200)
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def partitions(session: requests.Session, lb: str, topic: str) -> list[dict[str, Any]]:
+    """The manager's view of a topic's partitions: replicas with ``address`` and
+    ``is_leader``."""
+    with session.get(f"{lb}/partitions", params={"topic": topic}, timeout=ADMIN_TIMEOUT_S) as r:
+        body = expect(r, 200)
+    found = body.get("partitions") if isinstance(body, dict) else None
+    return [p for p in found if isinstance(p, dict)] if isinstance(found, list) else []
+
+
+def leader_address(session: requests.Session, lb: str, topic: str, partition_id: int) -> str | None:
+    """HTTP address of the broker the managers see leading the partition, if any."""
+    for part in partitions(session, lb, topic):
+        if part.get("partition_id") == partition_id:
+            for replica in part.get("replicas", []):
+                if replica.get("is_leader") is True and isinstance(replica.get("address"), str):
+                    return str(replica["address"])
+    return None
+
+
+def create_topic(session: requests.Session, lb: str, name: str, partition_count: int) -> None:
+    """Create the topic, then wait until the managers see a leader for every partition, so
+    no scenario measures an election."""
+    body = {"name": name, "partitions": partition_count}
+    with session.post(f"{lb}/topics", json=body, timeout=ADMIN_TIMEOUT_S) as response:
+        expect(response, 201)
+    poll_until(
+        lambda: all(
+            leader_address(session, lb, name, p) is not None for p in range(partition_count)
+        ),
+        LEADERS_WAIT_S,
+        f"a leader for every partition of {name}",
+        period_s=0.2,
+    )
+
+
+def end_offset(session: requests.Session, lb: str, topic: str, partition_id: int) -> int:
+    """The partition's end offset, asked of its leader broker."""
+    address = leader_address(session, lb, topic, partition_id)
+    if address is None:
+        raise RequestFailedError(f"no leader for {topic}/{partition_id}")
+    with session.get(f"{address}/partitions", timeout=ADMIN_TIMEOUT_S) as response:
+        body = expect(response, 200)
+    for part in body.get("partitions", []):
+        if (part.get("topic"), part.get("partition_id")) == (topic, partition_id):
+            return int(part["end_offset"])
+    raise RequestFailedError(f"{address} does not host {topic}/{partition_id}")

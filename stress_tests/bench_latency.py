@@ -1,0 +1,112 @@
+"""End-to-end latency: one message produced through the load balancer, until a consumer that
+polls the partition by offset sees it.
+
+Two threads: the producer sends one message every ``SEND_PERIOD_S`` (paced, so the figure is
+latency, not queueing behind our own load) and notes when each send started; the consumer
+fetches from the next offset in a tight loop and notes when each message arrives. Both use
+the same monotonic clock (one process).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import requests
+
+from stress_tests.bench_http import end_offset, get, new_id, post
+from stress_tests.bench_report import RAFTQ, Row, percentile
+
+SEND_PERIOD_S = 0.02
+POLL_PAUSE_S = 0.001
+MESSAGES_MAX = 100_000
+DRAIN_GRACE_S = 15.0
+"""After the last send, how long the consumer may still wait for the last messages."""
+SCENARIO = "end-to-end: produce 1 via LB -> seen by offset poll"
+
+
+class _Probe:
+    """Send times and arrival times by message number; shared by the two threads."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.sent_s: dict[int, float] = {}
+        self.latencies_s: list[float] = []
+        self.errors = 0
+        self.producer_done = threading.Event()
+
+
+def measure(lb: str, topic: str, seconds: float) -> Row:
+    """The end-to-end row for ``topic``'s partition 0 (p50/p99 of the per-message latency)."""
+    with requests.Session() as session:
+        start = end_offset(session, lb, topic, 0)
+        producer = post(session, f"{lb}/producers", {"topic": topic})["producer_id"]
+    probe, tag = _Probe(), f"e2e-{new_id()[:8]}-"
+    consumer = threading.Thread(target=_consume, args=(lb, topic, start, tag, probe, seconds))
+    consumer.start()
+    _produce(lb, topic, producer, tag, probe, seconds)
+    probe.producer_done.set()
+    consumer.join(seconds + DRAIN_GRACE_S + 30.0)
+    with probe.lock:
+        latencies, sent, errors = list(probe.latencies_s), len(probe.sent_s), probe.errors
+    lost = sent - len(latencies)
+    if not latencies:
+        return Row(RAFTQ, SCENARIO, errors=errors, error="no message was seen by the consumer")
+    p50, p99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
+    note = f"n={len(latencies)}, one message every {SEND_PERIOD_S * 1000:.0f} ms"
+    return Row(RAFTQ, SCENARIO, None, None, _ms(p50), _ms(p99), errors + lost, note)
+
+
+def _ms(value_s: float | None) -> float | None:
+    return None if value_s is None else value_s * 1000
+
+
+def _produce(lb: str, topic: str, producer: str, tag: str, probe: _Probe, seconds: float) -> None:
+    deadline_s = time.monotonic() + seconds
+    with requests.Session() as session:
+        for number in range(MESSAGES_MAX):
+            started_s = time.monotonic()
+            if started_s >= deadline_s:
+                return
+            with probe.lock:
+                probe.sent_s[number] = started_s
+            body = {"producer_id": producer, "topic": topic, "message": f"{tag}{number}"}
+            try:
+                post(session, f"{lb}/logs", body)
+            except Exception:  # counted; the message may or may not arrive
+                with probe.lock:
+                    probe.errors += 1
+            pause_s = started_s + SEND_PERIOD_S - time.monotonic()
+            if pause_s > 0:
+                time.sleep(pause_s)  # pacing, not waiting for a condition
+
+
+def _consume(lb: str, topic: str, offset: int, tag: str, probe: _Probe, seconds: float) -> None:
+    deadline_s = time.monotonic() + seconds + DRAIN_GRACE_S
+    with requests.Session() as session:
+        while time.monotonic() < deadline_s:
+            params: dict[str, str | int] = {
+                "topic": topic, "partition_id": 0, "offset": offset, "max_messages": 100,
+            }  # fmt: skip
+            try:
+                messages = get(session, f"{lb}/logs", params)["messages"]
+            except Exception:
+                messages = []
+            arrived_s = time.monotonic()
+            offset += len(messages)
+            _note_arrivals(messages, tag, arrived_s, probe)
+            with probe.lock:
+                if probe.producer_done.is_set() and len(probe.latencies_s) >= len(probe.sent_s):
+                    return
+            if not messages:
+                time.sleep(POLL_PAUSE_S)
+
+
+def _note_arrivals(messages: list[dict[str, object]], tag: str, at_s: float, probe: _Probe) -> None:
+    with probe.lock:
+        for message in messages:
+            value = str(message.get("message", ""))
+            if value.startswith(tag):
+                sent_s = probe.sent_s.get(int(value[len(tag) :]))
+                if sent_s is not None:
+                    probe.latencies_s.append(at_s - sent_s)

@@ -1,0 +1,142 @@
+"""Resident memory (RSS) of every process of every node, sampled on a thread by phase.
+
+Each RaftQ node runs in its own process group (``LocalCluster`` starts it in a new session):
+gunicorn's master is the group leader and serves nothing; its worker holds the Raft groups
+and the data. They are reported apart (``master``, ``worker``), never summed, because the
+worker is what grows with a backlog. Peers' nodes are process groups too; their processes are
+named by their command (``nats-server``, ``beam.smp``, ...).
+
+Processes are keyed by (node, role), not pid, so a node restarted by a fault keeps its row.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from stress_tests.bench_report import MemoryRow, median
+
+SAMPLE_PERIOD_S = 0.5
+SAMPLES_MAX = 100_000
+"""Bound on the samples kept per run (7 nodes x 2 processes x 2/s is ~30/s)."""
+
+GroupsOf = Callable[[], Mapping[str, int | None]]
+"""node name -> its process group id (None: not running), asked at every sample."""
+
+
+def stat_fields(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name: state, ppid, pgrp, ..."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def rss_mib(pid: int) -> float | None:
+    """VmRSS of one process (not its children), or None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return None  # a zombie has no VmRSS
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of the group, leader first."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            fields = stat_fields(int(entry.name))
+            if fields is not None and int(fields[2]) == pgid and fields[0] != "Z":
+                members.append(int(entry.name))
+    return sorted(members, key=lambda pid: (pid != pgid, pid))
+
+
+def role_names(pgid: int, members: list[int], gunicorn: bool) -> dict[int, str]:
+    """pid -> role in its node: ``master``/``worker``(``-2``, ...) for gunicorn, the command
+    name otherwise (numbered when two share a name)."""
+    names: dict[int, str] = {}
+    seen: dict[str, int] = {}
+    for pid in members:
+        if gunicorn:
+            base = "master" if pid == pgid else "worker"
+        else:
+            try:
+                base = Path(f"/proc/{pid}/comm").read_text().strip() or str(pid)
+            except OSError:
+                base = str(pid)
+        seen[base] = seen.get(base, 0) + 1
+        names[pid] = base if seen[base] == 1 else f"{base}-{seen[base]}"
+    return names
+
+
+def snapshot(groups: Mapping[str, int | None], gunicorn: bool) -> dict[tuple[str, str], float]:
+    """(node, role) -> RSS MiB, for every running process of every node."""
+    found: dict[tuple[str, str], float] = {}
+    for node, pgid in groups.items():
+        if pgid is None:
+            continue
+        members = group_members(pgid)
+        for pid, role in role_names(pgid, members, gunicorn).items():
+            mib = rss_mib(pid)
+            if mib is not None:
+                found[(node, role)] = mib
+    return found
+
+
+class MemorySampler:
+    """Samples RSS every ``SAMPLE_PERIOD_S`` on its own thread, tagging each sample with the
+    phase the main thread set last. ``take`` samples once on the caller's thread."""
+
+    def __init__(self, groups: GroupsOf, gunicorn: bool = True) -> None:
+        self._groups, self._gunicorn = groups, gunicorn
+        self._lock = threading.Lock()
+        self._samples: dict[tuple[str, str], dict[str, list[float]]] = {}
+        self._count = 0
+        self._phase = "idle"
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def set_phase(self, phase: str) -> None:
+        with self._lock:
+            self._phase = phase
+
+    def count(self, phase: str) -> int:
+        """How many samples of any process were taken in ``phase``."""
+        with self._lock:
+            return sum(len(phases.get(phase, [])) for phases in self._samples.values())
+
+    def take(self) -> None:
+        found = snapshot(self._groups(), self._gunicorn)
+        with self._lock:
+            if self._count + len(found) > SAMPLES_MAX:
+                return
+            self._count += len(found)
+            for key, mib in found.items():
+                self._samples.setdefault(key, {}).setdefault(self._phase, []).append(mib)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(SAMPLE_PERIOD_S * 10)
+
+    def rows(self) -> list[MemoryRow]:
+        with self._lock:
+            samples = {key: dict(phases) for key, phases in self._samples.items()}
+        rows = []
+        for (node, process), phases in sorted(samples.items()):
+            figures = {p: (median(v) or 0.0, max(v)) for p, v in phases.items() if v}
+            rows.append(MemoryRow(node, process, figures))
+        return rows
+
+    def _run(self) -> None:
+        while not self._stop.wait(SAMPLE_PERIOD_S):
+            self.take()

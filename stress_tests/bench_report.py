@@ -1,0 +1,169 @@
+"""The benchmark's figures and its one printed table. Pure: no I/O, no clock.
+
+A ``Row`` is one measured scenario of one system; a ``MemoryRow`` is one process's resident
+memory in each phase. ``render`` turns both (plus RaftQ's ratios to each peer) into the text
+the benchmark prints, so the whole report can be tested without a cluster.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+RAFTQ = "raftq"
+MISSING = "-"
+
+
+def percentile(values: Sequence[float], fraction: float) -> float | None:
+    """Nearest-rank percentile (the value below which ``fraction`` of the sample lies), or
+    None for an empty sample. Nearest rank, not interpolation: every figure printed is one
+    that was actually measured."""
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"fraction must be in [0, 1], not {fraction}")
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(fraction * len(ordered)))
+    return ordered[rank - 1]
+
+
+def median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One scenario of one system. ``key`` names the comparable scenario across systems
+    (None: not compared); ``error`` is set when the scenario could not run at all."""
+
+    system: str
+    scenario: str
+    msgs_per_s: float | None = None
+    requests_per_s: float | None = None
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    errors: int = 0
+    note: str = ""
+    key: str | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """A figure was measured and nothing failed outright."""
+        return self.error is None and (self.msgs_per_s is not None or self.p50_ms is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRow:
+    """Resident memory (MiB) of one process of one node, per phase; None: not running then
+    (or not sampled). ``phases`` maps a phase name to (median, max) over its samples."""
+
+    node: str
+    process: str
+    phases: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+
+def ratio_rows(rows: Iterable[Row]) -> list[Row]:
+    """RaftQ's figure divided by each peer's, per comparable scenario (same ``key``), for
+    throughput and for latency: ``msgs/s 0.5x`` means RaftQ moves half as many messages,
+    ``p99 2.0x`` that its p99 is twice the peer's."""
+    by_system: dict[str, dict[str, Row]] = {}
+    for row in rows:
+        if row.key is not None and row.ok:
+            by_system.setdefault(row.system, {}).setdefault(row.key, row)
+    ours = by_system.get(RAFTQ, {})
+    ratios = []
+    for system, theirs in by_system.items():
+        if system == RAFTQ:
+            continue
+        for key, peer in theirs.items():
+            mine = ours.get(key)
+            if mine is None:
+                continue
+            ratios.append(
+                Row(
+                    f"{RAFTQ}/{system}",
+                    key,
+                    _ratio(mine.msgs_per_s, peer.msgs_per_s),
+                    _ratio(mine.requests_per_s, peer.requests_per_s),
+                    _ratio(mine.p50_ms, peer.p50_ms),
+                    _ratio(mine.p99_ms, peer.p99_ms),
+                    note=f"{mine.scenario} vs {peer.scenario}",
+                )
+            )
+    return ratios
+
+
+def _ratio(mine: float | None, theirs: float | None) -> float | None:
+    if mine is None or theirs is None or theirs == 0:
+        return None
+    return mine / theirs
+
+
+HEADER = ("system", "scenario", "msgs/s", "req/s", "p50 ms", "p99 ms", "errors", "note")
+
+
+def _figure(value: float | None, ratio: bool = False) -> str:
+    if value is None or math.isnan(value):
+        return MISSING
+    if ratio:
+        return f"{value:.2f}x"
+    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
+
+
+def row_cells(row: Row) -> tuple[str, ...]:
+    ratio = "/" in row.system
+    note = row.note if row.error is None else f"FAILED: {row.error}"
+    figures = (row.msgs_per_s, row.requests_per_s, row.p50_ms, row.p99_ms)
+    return (
+        row.system,
+        row.scenario,
+        *(_figure(value, ratio) for value in figures),
+        MISSING if ratio else str(row.errors),
+        note,
+    )
+
+
+def memory_cells(row: MemoryRow, phases: Sequence[str]) -> tuple[str, ...]:
+    cells = [row.node, row.process]
+    for phase in phases:
+        figures = row.phases.get(phase)
+        cells.append(MISSING if figures is None else f"{figures[0]:.0f} / {figures[1]:.0f}")
+    return tuple(cells)
+
+
+def align(lines: Sequence[Sequence[str]]) -> list[str]:
+    """Columns padded to their widest cell; numbers (every column but the first two and the
+    last) right-aligned."""
+    if not lines:
+        return []
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    last = len(widths) - 1
+    out = []
+    for line in lines:
+        cells = [
+            cell.ljust(widths[i]) if i < 2 or i == last else cell.rjust(widths[i])
+            for i, cell in enumerate(line)
+        ]
+        out.append("  ".join(cells).rstrip())
+    return out
+
+
+def render(
+    title: str, rows: Sequence[Row], memory: Sequence[MemoryRow], phases: Sequence[str]
+) -> str:
+    """The one table: every scenario row, RaftQ's ratios to each peer, then resident memory
+    per process and phase ("median / max MiB" of the samples taken in that phase)."""
+    table = [HEADER, *(row_cells(row) for row in rows)]
+    ratios = ratio_rows(rows)
+    if ratios:
+        table.append(("", "ratios: RaftQ / peer, per comparable scenario", *[""] * 6))
+        table.extend(row_cells(row) for row in ratios)
+    lines = [title, *align(table)]
+    if memory:
+        header = ("node", "process", *(f"RSS MiB {phase} (median / max)" for phase in phases))
+        lines.append("")
+        lines.extend(align([header, *(memory_cells(row, phases) for row in memory)]))
+    return "\n".join(lines)

@@ -1,0 +1,201 @@
+"""RaftQ's throughput and latency scenarios, each a ``Row`` of the table.
+
+Every scenario is closed-loop (``bench_load.run_load``): each thread sends its next request
+when the previous one is answered, for ``seconds``. Produce scenarios write 100-byte messages
+without a sequence (plain produce), except "several producers", which registers one producer
+per thread and numbers its batches, as an idempotent client does.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import requests
+
+from stress_tests.bench_http import VALUE, create_topic, end_offset, get, leader_address, new_id
+from stress_tests.bench_http import post as post_json
+from stress_tests.bench_load import Exhausted, Step, run_load
+from stress_tests.bench_report import RAFTQ, Row
+
+
+@dataclass(frozen=True, slots=True)
+class Topics:
+    """The topics every scenario shares, created once per run."""
+
+    one: str
+    """1 partition: produce 1/request, fetch, end-to-end latency, failover."""
+    three: str
+    """3 partitions: batches, several producers, pop."""
+
+
+def make_topics(lb: str) -> Topics:
+    suffix = new_id()[:6]
+    topics = Topics(f"bench1-{suffix}", f"bench3-{suffix}")
+    with requests.Session() as session:
+        create_topic(session, lb, topics.one, 1)
+        create_topic(session, lb, topics.three, 3)
+    return topics
+
+
+def produce_via_lb(lb: str, topic: str, batch: int, sequences: bool = False) -> Callable[[], Step]:
+    """A step per thread: its own session and registered producer; ``sequences`` numbers the
+    batches (idempotent produce)."""
+
+    def make() -> Step:
+        session = requests.Session()
+        producer = post_json(session, f"{lb}/producers", {"topic": topic})["producer_id"]
+        counter = itertools.count(1)
+
+        def step() -> int:
+            body: dict[str, object] = {
+                "producer_id": producer,
+                "topic": topic,
+                "messages": [{"message": VALUE, "key": new_id()[:8]} for _ in range(batch)],
+            }
+            if sequences:
+                body["sequence"] = next(counter)
+            post_json(session, f"{lb}/logs", body)
+            return batch
+
+        return step
+
+    return make
+
+
+def produce_direct(broker: str, topic: str, partition_id: int) -> Callable[[], Step]:
+    """1 message per request straight to the partition leader's broker (no LB, no manager)."""
+
+    def make() -> Step:
+        session = requests.Session()
+        body = {
+            "topic": topic,
+            "partition_id": partition_id,
+            "messages": [{"message": VALUE, "key": None}],
+        }
+
+        def step() -> int:
+            post_json(session, f"{broker}/logs", body)
+            return 1
+
+        return step
+
+    return make
+
+
+def pop(lb: str, topic: str, batch: int) -> Callable[[], Step]:
+    """Each thread its own consumer (each reads the whole topic); a retry-safe request id per
+    pop. An empty answer means the topic is drained: the thread stops."""
+
+    def make() -> Step:
+        session = requests.Session()
+        consumer = post_json(session, f"{lb}/consumers", {"topic": topic})["consumer_id"]
+
+        def step() -> int:
+            params: dict[str, str | int] = {
+                "consumer_id": consumer,
+                "max_messages": batch,
+                "request_id": new_id(),
+            }
+            moved = len(get(session, f"{lb}/logs", params)["messages"])
+            if moved == 0:
+                raise Exhausted
+            return moved
+
+        return step
+
+    return make
+
+
+def fetch(lb: str, topic: str, batch: int, end: int) -> Callable[[], Step]:
+    """Fetch by offset through the LB, walking ``[0, end)`` and wrapping around."""
+
+    def make() -> Step:
+        session = requests.Session()
+        offsets = itertools.count(0, batch)
+
+        def step() -> int:
+            params: dict[str, str | int] = {
+                "topic": topic,
+                "partition_id": 0,
+                "offset": next(offsets) % max(end, 1),
+                "max_messages": batch,
+            }
+            return len(get(session, f"{lb}/logs", params)["messages"])
+
+        return step
+
+    return make
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    key: str | None
+    """The comparable scenario of the peers (None: RaftQ only)."""
+    threads: int
+    make: Callable[[], Callable[[], Step]]
+    """Called when the scenario starts, so its setup (and its failure) belongs to it."""
+
+
+def produce_plan(lb: str, topics: Topics, leader: str | None) -> list[Scenario]:
+    one, three = topics.one, topics.three
+    direct = lambda: produce_direct(_known(leader), one, 0)  # noqa: E731
+    return [
+        Scenario("produce 1/req via LB, 1 thread", "produce 1/req, 1 client", 1,
+                 lambda: produce_via_lb(lb, one, 1)),
+        Scenario("produce 1/req via LB, 8 threads", "produce 1/req, 8 clients", 8,
+                 lambda: produce_via_lb(lb, one, 1)),
+        Scenario("produce 1/req to leader broker, 1 thread", None, 1, direct),
+        Scenario("produce 1/req to leader broker, 8 threads", None, 8, direct),
+        Scenario("produce 100/req via LB, 3 partitions, 4 threads", "produce 100/req, 4 clients",
+                 4, lambda: produce_via_lb(lb, three, 100)),
+        Scenario("produce 1000/req via LB, 3 partitions, 4 threads",
+                 "produce 1000/req, 4 clients", 4, lambda: produce_via_lb(lb, three, 1000)),
+        Scenario("4 producers with sequences, 100/req, 4 threads", None, 4,
+                 lambda: produce_via_lb(lb, three, 100, sequences=True)),
+    ]  # fmt: skip
+
+
+def throughput_rows(
+    lb: str, topics: Topics, seconds: float, log: Callable[[str], None]
+) -> list[Row]:
+    """Every throughput scenario in order: produce first, so pop and fetch find data."""
+    with requests.Session() as session:
+        leader = leader_address(session, lb, topics.one, 0)
+    rows = [_measure(s, seconds, log) for s in produce_plan(lb, topics, leader)]
+    pop_1000 = Scenario(
+        "pop 1000/req via LB, 3 partitions, 1 thread",
+        "consume 1000/req, 1 client",
+        1,
+        lambda: pop(lb, topics.three, 1000),
+    )
+    rows.append(_measure(pop_1000, seconds, log))
+    with requests.Session() as session:
+        end = end_offset(session, lb, topics.one, 0)
+    fetch_1000 = Scenario(
+        "fetch 1000/req by offset via LB, 1 partition, 2 threads",
+        None,
+        2,
+        lambda: fetch(lb, topics.one, 1000, end),
+    )
+    rows.append(_measure(fetch_1000, seconds, log))
+    return rows
+
+
+def _known(address: str | None) -> str:
+    if address is None:
+        raise RuntimeError("the managers know no leader for the 1-partition topic")
+    return address
+
+
+def _measure(scenario: Scenario, seconds: float, log: Callable[[str], None]) -> Row:
+    """One scenario; a scenario that cannot even start becomes a FAILED row, not a crash."""
+    log(f"  {scenario.name} ...")
+    try:
+        tally = run_load(scenario.threads, seconds, scenario.make())
+    except Exception as exc:  # the row says why; the other scenarios still run
+        error = f"{type(exc).__name__}: {exc}"[:160]
+        return Row(RAFTQ, scenario.name, key=scenario.key, error=error)
+    return tally.row(RAFTQ, scenario.name, scenario.key)

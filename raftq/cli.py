@@ -3,8 +3,9 @@
     raftq cluster up|status|down --dir DIR ...
     raftq topic create NAME [--partitions N] [--replication-factor R]
     raftq topic list
-    raftq produce --topic T [--key K] [--partition P] [MESSAGE ...]   (else one per stdin line)
-    raftq consume --topic T [--partition P] [--max-messages N] [--consumer-id C]
+    raftq produce --topic T [--key K] [--partition P] [--no-direct] [MESSAGE ...]
+                                                  (else one message per stdin line)
+    raftq consume --topic T [--partition P] [--max-messages N] [--consumer-id C] [--no-direct]
 
 The service URL: ``--url``, else ``--dir``'s cluster.json, else ``$RAFTQ_URL``, else
 ``.cluster/cluster.json``.
@@ -72,6 +73,14 @@ def build_parser() -> argparse.ArgumentParser:
     where = target.add_mutually_exclusive_group()
     where.add_argument("--url", help="load balancer URL, e.g. http://127.0.0.1:17100")
     where.add_argument("--dir", help=f"local cluster directory (default {DEFAULT_DIR})")
+    data = argparse.ArgumentParser(add_help=False)
+    data.add_argument(
+        "--direct",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="go straight to the partition leaders' brokers, falling back to the load "
+        "balancer (default); --no-direct: everything through the load balancer",
+    )
 
     topic = commands.add_parser("topic", help="create and list topics")
     topic_commands = topic.add_subparsers(dest="topic_command", required=True, metavar="ACTION")
@@ -81,13 +90,13 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--replication-factor", type=_positive, default=3)
     topic_commands.add_parser("list", parents=[target], help="list topics")
 
-    produce = commands.add_parser("produce", parents=[target], help="send messages")
+    produce = commands.add_parser("produce", parents=[target, data], help="send messages")
     produce.add_argument("--topic", required=True)
     produce.add_argument("--key", help="key of every message (routes them to one partition)")
     produce.add_argument("--partition", type=int, help="send to this partition")
     produce.add_argument("messages", nargs="*", metavar="MESSAGE", help="else stdin lines")
 
-    consume = commands.add_parser("consume", parents=[target], help="pop messages")
+    consume = commands.add_parser("consume", parents=[target, data], help="pop messages")
     consume.add_argument("--topic", required=True)
     consume.add_argument("--partition", type=int)
     consume.add_argument("--max-messages", type=_positive, default=100)
@@ -165,7 +174,9 @@ def cmd_produce(args: argparse.Namespace, context: Context) -> int:
     url = resolve_url(args.url, args.dir, context.env_url)
     limits = ClientLimits()
     source = iter(args.messages) if args.messages else _stdin_messages(context.stdin)
-    with Producer(url, args.topic, partition_id=args.partition, limits=limits) as producer:
+    with Producer(
+        url, args.topic, partition_id=args.partition, limits=limits, direct=args.direct
+    ) as producer:
         # Bounded chunks: stdin may be endless, and each chunk's offsets print as it lands.
         while chunk := list(islice(source, limits.batch_messages_max)):
             offsets = producer.produce_batch((value, args.key) for value in chunk)
@@ -178,7 +189,9 @@ def cmd_produce(args: argparse.Namespace, context: Context) -> int:
 
 def cmd_consume(args: argparse.Namespace, context: Context) -> int:
     url = resolve_url(args.url, args.dir, context.env_url)
-    with Consumer(url, args.topic, args.partition, consumer_id=args.consumer_id) as consumer:
+    with Consumer(
+        url, args.topic, args.partition, consumer_id=args.consumer_id, direct=args.direct
+    ) as consumer:
         context.stderr.write(f"consumer_id {consumer.consumer_id}\n")
         records = consumer.poll(args.max_messages)
         _print_json_lines(

@@ -28,6 +28,25 @@ class ClientLimits:
     """Most UTF-8 bytes of values and keys a producer sends in one request."""
     buffer_messages_max: int = 100_000
     """Most messages a producer holds unsent; ``send`` refuses more until ``flush``."""
+    broker_request_timeout_s: float = 10.0
+    """Direct path: longest wait for a broker's answer once sent. Above the broker's own
+    ``raft_leader_wait_s_max + raft_commit_timeout_s`` (7.5 s), so its precise 503 arrives
+    first; a paused broker costs at most this before the request goes to the load balancer."""
+    partition_map_age_s_max: float = 10.0
+    """Direct path: a partition map older than this is fetched again before use, so a
+    partition added to the topic (or a new leader) is seen within this long."""
+    partition_map_refresh_s_min: float = 0.5
+    """Direct path: least time between two fetches of one topic's map (refusals ask for a
+    fresh map; this bounds how often)."""
+    partition_map_attempts_max: int = 2
+    """Direct path: tries of one map fetch; a load balancer that does not answer must not
+    hold up requests that can go to the brokers with the map in hand."""
+    partition_maps_max: int = 64
+    """Direct path: topics whose maps one client object keeps (least recently used dropped)."""
+    broker_avoid_s: float = 5.0
+    """Direct path: after a broker failed a request (refused, timed out, not the leader),
+    its partitions go through the load balancer for this long, unless a fresh map names
+    another leader."""
 
     def validate(self, server: Limits | None = None) -> ClientLimits:
         """Raise ``ValueError`` unless every bound is positive and fits the server's limits."""
@@ -42,6 +61,8 @@ class ClientLimits:
         # Half the request limit leaves room for JSON quoting and escaping.
         if self.batch_bytes_max > server.request_bytes_max // 2:
             raise ValueError(f"batch_bytes_max exceeds {server.request_bytes_max // 2}")
+        if self.partition_map_refresh_s_min > self.partition_map_age_s_max:
+            raise ValueError("partition_map_refresh_s_min must not exceed partition_map_age_s_max")
         if self.batch_messages_max > self.buffer_messages_max:
             raise ValueError("batch_messages_max must not exceed buffer_messages_max")
         return self

@@ -4,16 +4,29 @@ Each logical ``poll`` carries a fresh ``request_id``; its retries carry the same
 partition hands back the same range instead of advancing twice. A poll whose retries are spent
 keeps its request id, and the next ``poll`` asks with it again: a lost answer never makes the
 consumer skip messages.
+
+With ``direct=True`` (the default) ``fetch`` asks the partition leader's broker, and ``poll``
+of a consumer this object registered visits the partitions' brokers itself, in the manager's
+order for ``(consumer_id, request_id)`` over the partition count it kept with the pending
+poll. A failed direct attempt is repeated through the load balancer with the same request id,
+but a pop only when the load balancer visits the same partitions in the same order (the map,
+refreshed after the failure, has the kept partition count); otherwise the poll fails with its
+request id kept, and the next ``poll`` repeats it directly. A consumer resumed by
+``consumer_id`` pops through the load balancer: only the manager knows what it was registered
+for.
 """
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import TracebackType
 
+from protocol.routing import pop_order
+from protocol.types import PartitionId
 from raftq.client_limits import ClientLimits
-from raftq.errors import ApiError, ProtocolError
+from raftq.direct_path import DirectPath, Fallback
+from raftq.errors import ApiError, ProtocolError, UnavailableError
 from raftq.http import HttpTransport
 from raftq.records import Record, parse_records
 
@@ -22,6 +35,8 @@ from raftq.records import Record, parse_records
 class PendingPoll:
     request_id: str
     max_messages: int
+    partition_count: int | None = None
+    """The partition count a direct attempt visited partitions by (fixes their order)."""
 
 
 class Consumer:
@@ -36,11 +51,18 @@ class Consumer:
         *,
         consumer_id: str | None = None,
         limits: ClientLimits | None = None,
+        direct: bool = True,
     ) -> None:
+        """``direct``: read straight from the partition leaders' brokers (falling back to the
+        load balancer); ``False`` reads everything through the load balancer."""
         self.topic = topic
         self.partition_id = partition_id
-        self._http = HttpTransport(url, (limits or ClientLimits()).validate())
+        limits = (limits or ClientLimits()).validate()
+        self._http = HttpTransport(url, limits)
+        self.direct_path = DirectPath(self._http, limits) if direct else None
         self._pending: PendingPoll | None = None
+        self._registered_here = consumer_id is None
+        """Only then is its topic and partition known here, so only then may pops go direct."""
         try:
             self.consumer_id = consumer_id or self._register()
         except BaseException:
@@ -62,20 +84,13 @@ class Consumer:
         """Pop up to ``max_messages`` (fewer, maybe none, when the partition has no more)."""
         if self._pending is None:
             self._pending = PendingPoll(str(uuid.uuid4()), max_messages)
-        pending = self._pending
-        params: dict[str, str | int] = {
-            "consumer_id": self.consumer_id,
-            "max_messages": pending.max_messages,
-            "request_id": pending.request_id,
-        }
         try:
-            body = self._http.call("GET", "/logs", params=params, idempotent=True)
+            records = self._pop(self._pending)
         except ApiError:
             self._pending = None  # refused outright (e.g. unknown consumer): nothing claimed
             raise
         # Any other failure keeps the pending request id, so the next poll repeats it and
         # gets back the range this one may have claimed.
-        records = parse_records(body)
         self._pending = None
         return records
 
@@ -90,6 +105,75 @@ class Consumer:
             "offset": offset,
             "max_messages": max_messages,
         }
+        direct = self.direct_path
+        if direct is not None and direct.usable_map(topic, partition_id) is not None:
+            answer = direct.call(topic, partition_id, "GET", params=params)
+            if not isinstance(answer, Fallback):
+                return parse_records(answer)
+            return direct.via_lb(answer, lambda: self._get_logs(params))
+        return self._get_logs(params)
+
+    def _pop(self, pending: PendingPoll) -> list[Record]:
+        direct = self.direct_path
+        if direct is None or not self._registered_here:
+            return self._pop_via_lb(pending)
+        answer = self._pop_direct(direct, pending)
+        if not isinstance(answer, Fallback):
+            return answer
+        pending = self._pending or pending
+        if self.partition_id is None and pending.partition_count is not None:
+            found = direct.maps.get(self.topic)
+            if found is None or found.partition_count != pending.partition_count:
+                raise UnavailableError(
+                    f"pop at a broker failed ({answer.reason}) and the load balancer would "
+                    f"visit other partitions than the {pending.partition_count} it visited; "
+                    "the next poll repeats it directly with the same request id",
+                    outcome_unknown=True,
+                    attempts=1,
+                )
+        return direct.via_lb(answer, lambda: self._pop_via_lb(pending))
+
+    def _pop_direct(self, direct: DirectPath, pending: PendingPoll) -> list[Record] | Fallback:
+        """Visit the partitions' brokers in the manager's order; a ``Fallback`` at the first
+        failure (partitions visited before it keep their range for the repeat)."""
+        count = pending.partition_count
+        if count is None:
+            found = direct.usable_map(self.topic, self.partition_id)
+            if found is None:
+                return Fallback("no partition map", outcome_unknown=False)
+            count = found.partition_count
+            self._pending = pending = replace(pending, partition_count=count)
+        if self.partition_id is not None:
+            partition_ids = [PartitionId(self.partition_id)]
+        else:
+            partition_ids = [PartitionId(p) for p in range(count)]
+        records: list[Record] = []
+        for partition_id in pop_order(partition_ids, self.consumer_id, pending.request_id, 0):
+            remaining = pending.max_messages - len(records)
+            if remaining <= 0:
+                break
+            params: dict[str, str | int] = {
+                "topic": self.topic,
+                "partition_id": partition_id,
+                "consumer_id": self.consumer_id,
+                "max_messages": remaining,
+                "request_id": pending.request_id,
+            }
+            answer = direct.call(self.topic, partition_id, "GET", params=params)
+            if isinstance(answer, Fallback):
+                return Fallback(answer.reason, answer.outcome_unknown or bool(records))
+            records.extend(parse_records(answer)[:remaining])
+        return records
+
+    def _pop_via_lb(self, pending: PendingPoll) -> list[Record]:
+        params: dict[str, str | int] = {
+            "consumer_id": self.consumer_id,
+            "max_messages": pending.max_messages,
+            "request_id": pending.request_id,
+        }
+        return self._get_logs(params)
+
+    def _get_logs(self, params: dict[str, str | int]) -> list[Record]:
         return parse_records(self._http.call("GET", "/logs", params=params, idempotent=True))
 
     def _register(self) -> str:

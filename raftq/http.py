@@ -108,10 +108,12 @@ class HttpTransport:
         body: object | None = None,
         params: Mapping[str, str | int] | None = None,
         idempotent: bool,
+        attempts_max: int | None = None,
     ) -> object:
         """The JSON body of a 2xx answer. Raises ``ApiError`` for a final error answer and
-        ``UnavailableError`` once retries are spent or a retry would be unsafe."""
-        attempts_max = self._limits.attempts_max
+        ``UnavailableError`` once retries are spent or a retry would be unsafe.
+        ``attempts_max`` lowers the limits' bound for this call."""
+        attempts_max = min(attempts_max or self._limits.attempts_max, self._limits.attempts_max)
         unknown_so_far = False
         failure = Failure("not attempted", outcome_unknown=False)
         for attempt in range(attempts_max):
@@ -151,26 +153,60 @@ class HttpTransport:
         unknown_so_far: bool,
     ) -> object:
         """The 2xx body, or the ``Failure`` of a retryable attempt; raises a final error."""
+        reply = self.send_once(self.url, method, path, body=body, params=params)
+        if isinstance(reply, Failure):
+            return reply
+        if 200 <= reply.status < 300:
+            if reply.body is None:
+                raise ProtocolError(f"{method} {path}: the {reply.status} answer is not JSON")
+            return reply.body
+        failure = classify_answer(reply.status, reply.body, reply.retry_after)
+        if failure is not None:
+            return failure
+        raise api_error(reply.status, reply.body, after_unknown_outcome=unknown_so_far)
+
+    def send_once(
+        self,
+        base_url: str,
+        method: str,
+        path: str,
+        *,
+        body: object | None = None,
+        params: Mapping[str, str | int] | None = None,
+        read_timeout_s: float | None = None,
+    ) -> Reply | Failure:
+        """One request to any server (the load balancer, or a broker on the direct path), on
+        this transport's connection pool: its answer, or the ``Failure`` of an exception."""
+        read_s = self._limits.request_timeout_s if read_timeout_s is None else read_timeout_s
         try:
             with self._session.request(
                 method,
-                self.url + path,
+                base_url.rstrip("/") + path,
                 json=body,
                 params=params,
-                timeout=(self._limits.connect_timeout_s, self._limits.request_timeout_s),
+                timeout=(self._limits.connect_timeout_s, read_s),
             ) as response:
-                status, retry_after = response.status_code, response.headers.get("Retry-After")
-                answer = _json_or_none(response)
+                return Reply(
+                    response.status_code,
+                    _json_or_none(response),
+                    response.headers.get("Retry-After"),
+                )
         except requests.RequestException as exc:
             return classify_exception(exc)
-        if 200 <= status < 300:
-            if answer is None:
-                raise ProtocolError(f"{method} {path}: the {status} answer is not JSON")
-            return answer
-        failure = classify_answer(status, answer, retry_after)
-        if failure is not None:
-            return failure
-        raise _api_error(status, answer, after_unknown_outcome=unknown_so_far)
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """An HTTP answer: status, JSON body (``None`` if not JSON) and Retry-After."""
+
+    status: int
+    body: object
+    retry_after: str | None = None
+
+    @property
+    def error_code(self) -> int | None:
+        code = self.body.get("error_code") if isinstance(self.body, dict) else None
+        return code if isinstance(code, int) else None
 
 
 def _json_or_none(response: requests.Response) -> object:
@@ -180,7 +216,7 @@ def _json_or_none(response: requests.Response) -> object:
         return None
 
 
-def _api_error(status: int, body: object, *, after_unknown_outcome: bool) -> ApiError:
+def api_error(status: int, body: object, *, after_unknown_outcome: bool) -> ApiError:
     if isinstance(body, dict):
         code = body.get("error_code")
         hint = body.get("leader_hint")

@@ -3,20 +3,38 @@
 A batch is retried with the same ``sequence``, so the partition applies it once however many
 times it arrives (the service remembers each producer's recent sequences). A batch whose
 retries are spent stays queued with its sequence, and the next ``flush`` resends it first.
+
+With ``direct=True`` (the default) a batch is cut into partition groups here, by the
+manager's rule and the cached partition map, and each group goes to its partition leader's
+broker; a group the broker does not take is repeated through the load balancer with its
+``partition_id`` and the same sequence (``raftq.direct_path``). The cut is fixed when the
+batch is first sent (its partition count is kept with it), so every resend reaches the same
+partitions. Without a map the batch goes through the load balancer whole, as with
+``direct=False``.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import TracebackType
 
+from protocol.routing import PartitionGroup
 from protocol.types import NewMessage
+from raftq.batch_groups import GroupResult, cut_batch, group_body, merge_offsets, wire_message
 from raftq.client_limits import ClientLimits
-from raftq.errors import ApiError, BufferFullError, ProduceError, ProtocolError, UnavailableError
+from raftq.direct_path import DirectPath, Fallback
+from raftq.errors import (
+    ApiError,
+    BufferFullError,
+    ProduceError,
+    ProtocolError,
+    RaftQClientError,
+    UnavailableError,
+)
 from raftq.http import HttpTransport
-from raftq.records import PartitionOffset, parse_offsets
+from raftq.records import PartitionOffset, parse_broker_offsets, parse_offsets
 
 MessageLike = str | tuple[str, str | None] | NewMessage
 """A value, a ``(value, key)`` pair, or a ``NewMessage``."""
@@ -26,6 +44,11 @@ MessageLike = str | tuple[str, str | None] | NewMessage
 class Batch:
     sequence: int
     messages: tuple[NewMessage, ...]
+    partition_count: int | None = None
+    """The partition count the client cut this batch with (direct path), kept for resends;
+    ``None`` until first sent, and for a batch sent whole through the load balancer."""
+    via_lb: bool = False
+    """First sent whole through the load balancer (which cut it): resends go there too."""
 
 
 def message_bytes(message: NewMessage) -> int:
@@ -69,10 +92,13 @@ class Producer:
         limits: ClientLimits | None = None,
         producer_id: str | None = None,
         first_sequence: int = 0,
+        direct: bool = True,
     ) -> None:
         """``producer_id`` reuses a client-chosen id (registered idempotently, like Kafka's
         ``transactional.id``); its batches must then start above every sequence it used
-        before (``first_sequence``), or replay the same batches with the same sequences."""
+        before (``first_sequence``), or replay the same batches with the same sequences.
+        ``direct`` sends batches straight to the partition leaders' brokers (falling back to
+        the load balancer); ``False`` sends everything through the load balancer."""
         limits = (limits or ClientLimits()).validate()
         self.topic = topic
         self.partition_id = partition_id
@@ -83,6 +109,7 @@ class Producer:
         self._batch_bytes_max = limits.batch_bytes_max
         self._buffer_messages_max = limits.buffer_messages_max
         self._http = HttpTransport(url, limits)
+        self.direct_path = DirectPath(self._http, limits) if direct else None
         self._buffer: deque[NewMessage] = deque()
         self._in_flight: Batch | None = None
         self._next_sequence = first_sequence
@@ -157,8 +184,7 @@ class Producer:
         if batch is None:
             return []
         try:
-            body = self._http.call("POST", "/logs", body=self._body(batch), idempotent=True)
-            return parse_offsets(body, len(batch.messages))
+            return self._send(batch)
         except UnavailableError as exc:
             raise ProduceError(
                 f"batch with sequence {batch.sequence} ({len(batch.messages)} messages) not "
@@ -178,15 +204,49 @@ class Producer:
                 outcome_unknown=isinstance(exc, ProtocolError),
             ) from exc
 
+    def _send(self, batch: Batch) -> list[PartitionOffset]:
+        direct = self.direct_path
+        if direct is not None and batch.partition_count is None and not batch.via_lb:
+            found = direct.usable_map(self.topic, self.partition_id)
+            count = None if found is None else found.partition_count
+            batch = self._in_flight = replace(batch, partition_count=count, via_lb=count is None)
+        if direct is None or batch.partition_count is None:
+            body = self._http.call("POST", "/logs", body=self._body(batch), idempotent=True)
+            return parse_offsets(body, len(batch.messages))
+        groups = cut_batch(
+            batch.messages,
+            batch.partition_count,
+            self.partition_id,
+            self.producer_id,
+            batch.sequence,
+        )
+        results = [self._send_group(direct, batch, group) for group in groups]
+        return merge_offsets(groups, results, len(batch.messages))
+
+    def _send_group(self, direct: DirectPath, batch: Batch, group: PartitionGroup) -> GroupResult:
+        """One partition's part: to its leader's broker, else through the load balancer with
+        its ``partition_id`` and the same sequence."""
+        body = group_body(self.topic, self.producer_id, batch.sequence, batch.messages, group)
+        count = len(group.indexes)
+        try:
+            answer = direct.call(self.topic, group.partition_id, "POST", body=body)
+            if not isinstance(answer, Fallback):
+                return parse_broker_offsets(answer, group.partition_id, count)
+            return direct.via_lb(
+                answer,
+                lambda: parse_offsets(
+                    self._http.call("POST", "/logs", body=body, idempotent=True), count
+                ),
+            )
+        except RaftQClientError as exc:
+            return exc
+
     def _body(self, batch: Batch) -> dict[str, object]:
         body: dict[str, object] = {
             "producer_id": self.producer_id,
             "topic": self.topic,
             "sequence": batch.sequence,
-            "messages": [
-                {"message": m.value} if m.key is None else {"message": m.value, "key": m.key}
-                for m in batch.messages
-            ],
+            "messages": [wire_message(m) for m in batch.messages],
         }
         if self.partition_id is not None:
             body["partition_id"] = self.partition_id

@@ -223,3 +223,21 @@ def parse_brokers(body: object) -> list[BrokerInfo]:
         )
         for b in (_obj(i, where) for i in _list(_obj(body, where), "brokers", where))
     ]
+
+
+def parse_broker_offsets(
+    body: object, partition_id: int, expected_count: int
+) -> list[PartitionOffset]:
+    """A broker's produce answer ``{"partition_id", "offsets": [o, ...]}`` (the direct path)."""
+    where = "POST {broker}/logs"
+    answer = _obj(body, where)
+    if _int(answer, "partition_id", where) != partition_id:
+        raise ProtocolError(f"{where}: answered for another partition")
+    offsets = []
+    for item in _list(answer, "offsets", where):
+        if not isinstance(item, int) or isinstance(item, bool):
+            raise ProtocolError(f"{where}: offsets must be integers")
+        offsets.append(PartitionOffset(partition_id, item))
+    if len(offsets) != expected_count:
+        raise ProtocolError(f"{where}: {len(offsets)} offsets for {expected_count} messages")
+    return offsets

@@ -1,0 +1,95 @@
+"""A produced batch cut into per-partition groups by the client (the direct path), and the
+groups' answers put back together. Pure.
+
+The cut is ``protocol.routing.group_messages`` with the batch's ``(producer_id, sequence)``,
+the manager's own rule, so a group repeated through the load balancer (with its
+``partition_id`` and the same sequence) reaches the partition that may already hold it, and
+the partition answers with the original offsets. The answers combine as the manager combines
+them: a batch is refused outright only if no group stored anything and no failure leaves its
+outcome open; otherwise it is "partially written", an unknown outcome the producer retries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from protocol.routing import PartitionGroup, group_messages, unkeyed_salt
+from protocol.types import NewMessage, PartitionId
+from raftq.errors import ApiError, RaftQClientError, UnavailableError
+from raftq.records import PartitionOffset
+
+GroupResult = list[PartitionOffset] | RaftQClientError
+
+
+def cut_batch(
+    messages: Sequence[NewMessage],
+    partition_count: int,
+    partition_id: int | None,
+    producer_id: str,
+    sequence: int,
+) -> list[PartitionGroup]:
+    return group_messages(
+        messages,
+        partition_count,
+        partition_id=None if partition_id is None else PartitionId(partition_id),
+        unkeyed_salt=unkeyed_salt(producer_id, sequence),
+        round_robin=0,  # unused: a batch always carries a sequence
+    )
+
+
+def group_body(
+    topic: str,
+    producer_id: str,
+    sequence: int,
+    messages: Sequence[NewMessage],
+    group: PartitionGroup,
+) -> dict[str, object]:
+    """``POST /logs`` of one group: the same body for a broker and the load balancer."""
+    return {
+        "topic": topic,
+        "partition_id": group.partition_id,
+        "producer_id": producer_id,
+        "sequence": sequence,
+        "messages": [wire_message(messages[i]) for i in group.indexes],
+    }
+
+
+def wire_message(message: NewMessage) -> dict[str, str]:
+    if message.key is None:
+        return {"message": message.value}
+    return {"message": message.value, "key": message.key}
+
+
+def merge_offsets(
+    groups: Sequence[PartitionGroup], results: Sequence[GroupResult], message_count: int
+) -> list[PartitionOffset]:
+    """Each message's offset in request order, or raises what the batch as a whole failed
+    with."""
+    failures = [r for r in results if isinstance(r, RaftQClientError)]
+    if failures:
+        raise _batch_failure(failures, stored_groups=len(results) - len(failures))
+    offsets: list[PartitionOffset | None] = [None] * message_count
+    for group, found in zip(groups, results, strict=True):
+        if isinstance(found, list):
+            for index, offset in zip(group.indexes, found, strict=True):
+                offsets[index] = offset
+    return [o for o in offsets if o is not None]
+
+
+def _batch_failure(failures: list[RaftQClientError], stored_groups: int) -> RaftQClientError:
+    if stored_groups == 0 and (len(failures) == 1 or all(_nothing_done(f) for f in failures)):
+        return failures[0]
+    return UnavailableError(
+        f"{stored_groups} of {stored_groups + len(failures)} partitions stored their part of "
+        f"the batch; resend it with the same sequence. First failure: {failures[0]}",
+        outcome_unknown=True,
+        attempts=1,
+    )
+
+
+def _nothing_done(failure: RaftQClientError) -> bool:
+    if isinstance(failure, ApiError):
+        return not failure.after_unknown_outcome
+    if isinstance(failure, UnavailableError):
+        return not failure.outcome_unknown
+    return False

@@ -1,0 +1,149 @@
+"""The direct path: a produce, pop or fetch for one partition goes straight to the broker the
+partition map names as its leader, and falls back to the load balancer (LB) when that fails.
+
+One attempt per request at the broker, then the decision:
+
+- 2xx: the answer.
+- A final error (400, 409, 413, ...): raised as ``ApiError``, as the LB would relay it.
+- Anything else falls back, and the caller repeats the request through the LB with the SAME
+  sequence or request id (so the partition recognises a repeat): connection refused, 429,
+  503 NO_LEADER / NOT_LEADER / UNAVAILABLE (the broker did nothing), 404 (it does not host
+  the partition: a stale map), and the unknown outcomes (timeout, lost connection, 500,
+  503 COMMIT_TIMEOUT), which the client retries with the same ids anyway. The broker is then
+  avoided for ``broker_avoid_s`` and the map is refreshed (rate-limited).
+
+Not thread-safe: one per client object.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+from protocol.errors import ErrorCode
+from raftq.client_limits import ClientLimits
+from raftq.errors import ApiError, ProtocolError, UnavailableError
+from raftq.http import Failure, HttpTransport, Reply, api_error
+from raftq.partition_map import PartitionMap, PartitionMaps
+from raftq.records import PartitionInfo, parse_partitions
+
+_T = TypeVar("_T")
+
+_NOTHING_DONE_503 = frozenset(
+    {ErrorCode.NO_LEADER.value, ErrorCode.NOT_LEADER.value, ErrorCode.UNAVAILABLE.value}
+)
+"""A broker answers these when its Raft group refused before proposing anything."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fallback:
+    """The direct attempt failed: repeat the request through the load balancer."""
+
+    reason: str
+    outcome_unknown: bool
+
+
+def classify_broker_reply(reply: Reply | Failure) -> Failure | None:
+    """``None`` for a 2xx answer, the ``Failure`` to fall back on, or raises ``ApiError``
+    for a final answer. Pure. Differs from the LB's classification in two places: a broker's
+    503 UNAVAILABLE means it did nothing, and a 404 means the map is stale."""
+    if isinstance(reply, Failure):
+        return reply
+    if 200 <= reply.status < 300:
+        return None
+    code = reply.error_code
+    description = f"broker answered {reply.status} {code or ''}".strip()
+    if reply.status in (404, 429) or (reply.status == 503 and code in _NOTHING_DONE_503):
+        return Failure(description, outcome_unknown=False)
+    if reply.status >= 500:
+        return Failure(description, outcome_unknown=True)
+    raise api_error(reply.status, reply.body, after_unknown_outcome=False)
+
+
+class DirectPath:
+    def __init__(
+        self,
+        http: HttpTransport,
+        limits: ClientLimits,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._http = http
+        self._limits = limits
+        self.maps = PartitionMaps(self._fetch_map, limits, clock)
+        self.answers = 0
+        """Requests a broker answered directly (for tests and curiosity)."""
+        self.fallbacks = 0
+        """Requests repeated through the load balancer."""
+
+    def usable_map(self, topic: str, partition_id: int | None = None) -> PartitionMap | None:
+        """The map to route with, or ``None`` (go through the LB): there is none, or it lacks
+        ``partition_id`` even after a refresh (the LB then answers 404 UNKNOWN_PARTITION)."""
+        found = self.maps.get(topic)
+        if found is not None and partition_id is not None:
+            if partition_id >= found.partition_count:
+                found = self.maps.refresh(topic)
+            if found is None or not 0 <= partition_id < found.partition_count:
+                return None
+        return found
+
+    def call(
+        self,
+        topic: str,
+        partition_id: int,
+        method: str,
+        *,
+        body: object | None = None,
+        params: Mapping[str, str | int] | None = None,
+    ) -> object:
+        """``{broker}/logs`` of the partition's leader: the 2xx body, or a ``Fallback``."""
+        address = self.maps.leader(topic, partition_id)
+        if address is None:
+            return Fallback(f"no usable leader known for {topic}/{partition_id}", False)
+        reply = self._http.send_once(
+            address,
+            method,
+            "/logs",
+            body=body,
+            params=params,
+            read_timeout_s=self._limits.broker_request_timeout_s,
+        )
+        failure = classify_broker_reply(reply)
+        if failure is None:
+            answer = reply.body if isinstance(reply, Reply) else None
+            if answer is None:
+                raise ProtocolError(f"{method} {address}/logs: the answer is not JSON")
+            self.answers += 1
+            return answer
+        self.maps.avoid(address)
+        self.maps.refresh(topic)
+        return Fallback(f"{address}: {failure.description}", failure.outcome_unknown)
+
+    def via_lb(self, fallback: Fallback, call: Callable[[], _T]) -> _T:
+        """Run ``call`` (the same request through the LB) and report a failure with the direct
+        attempt's uncertainty added: if that attempt may have acted, so may the request."""
+        self.fallbacks += 1
+        try:
+            return call()
+        except UnavailableError as exc:
+            if not fallback.outcome_unknown or exc.outcome_unknown:
+                raise
+            raise UnavailableError(
+                f"{exc}; the first attempt, at a broker ({fallback.reason}), may have taken effect",
+                outcome_unknown=True,
+                attempts=exc.attempts + 1,
+            ) from exc
+        except ApiError as exc:
+            exc.after_unknown_outcome = exc.after_unknown_outcome or fallback.outcome_unknown
+            raise
+
+    def _fetch_map(self, topic: str) -> list[PartitionInfo]:
+        body = self._http.call(
+            "GET",
+            "/partitions",
+            params={"topic": topic},
+            idempotent=True,
+            attempts_max=self._limits.partition_map_attempts_max,
+        )
+        return parse_partitions(body)

@@ -48,13 +48,15 @@ def fetch_range(
     *,
     retries_max: int,
     fail_on_data_loss: bool,
+    direct: bool = True,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Iterator[list[Record]]:
     """Pages of ``[r.start, r.end)`` in offset order. A page may come back short when the
     replica that served it lags: asked again after a pause, at most ``retries_max`` times in
-    a row. A gap in the offsets is data loss."""
+    a row. A gap in the offsets is data loss. ``direct``: pages come from the partition
+    leader's broker, or through the load balancer when it does not answer."""
     offset, short_in_a_row = r.start, 0
-    with Consumer(url, r.topic, consumer_id=FETCH_ONLY_CONSUMER) as consumer:
+    with Consumer(url, r.topic, consumer_id=FETCH_ONLY_CONSUMER, direct=direct) as consumer:
         while offset < r.end:
             wanted = min(page_messages_max, r.end - offset)
             page = consumer.fetch(r.topic, r.partition_id, offset, wanted)
@@ -124,6 +126,8 @@ def write_batches(
     batches: Iterable[TopicBatch],
     producer_ids: Callable[[str], str],
     limits: ClientLimits,
+    *,
+    direct: bool = True,
 ) -> TaskWriteSummary:
     """Send ``batches`` strictly one after another (each acknowledged before the next), batch
     *i* of a topic with sequence *i* of that topic's producer.
@@ -144,7 +148,11 @@ def write_batches(
             producer = producers.get(batch.topic)
             if producer is None:
                 producer = Producer(
-                    url, batch.topic, producer_id=producer_ids(batch.topic), limits=limits
+                    url,
+                    batch.topic,
+                    producer_id=producer_ids(batch.topic),
+                    limits=limits,
+                    direct=direct,
                 )
                 producers[batch.topic] = producer
             written = _send_once(producer, batch)

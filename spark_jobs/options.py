@@ -30,6 +30,7 @@ FETCH_RETRIES_MAX = "raftq.fetchretriesmax"
 TOPIC = "topic"
 BATCH_MESSAGES_MAX = "raftq.batchmessagesmax"
 JOB_ID = "raftq.jobid"
+DIRECT = "raftq.direct"
 
 READ_OPTIONS = frozenset(
     {
@@ -43,9 +44,10 @@ READ_OPTIONS = frozenset(
         MAX_OFFSETS_PER_TRIGGER,
         FETCH_MESSAGES_MAX,
         FETCH_RETRIES_MAX,
+        DIRECT,
     }
 )
-WRITE_OPTIONS = frozenset({URL, API_KEY, TOPIC, BATCH_MESSAGES_MAX, JOB_ID})
+WRITE_OPTIONS = frozenset({URL, API_KEY, TOPIC, BATCH_MESSAGES_MAX, JOB_ID, DIRECT})
 UNSUPPORTED_KAFKA = frozenset({"assign", "subscribepattern", "includeheaders"})
 
 
@@ -67,6 +69,8 @@ class ReadOptions:
     """Messages asked for per ``GET /logs`` (the service returns at most 10,000)."""
     fetch_retries_max: int = 20
     """Fetches in a row that may come back short (a lagging replica) before giving up."""
+    direct: bool = True
+    """Fetch from each partition's leader broker (falling back to the load balancer)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +83,8 @@ class WriteOptions:
     """Names the write's producers (``spark-{job_id}-{partition}``). Fixed by the driver, so
     every attempt of a task uses the same producer id. Give a stable one to make a rerun of
     the whole job write nothing twice."""
+    direct: bool = True
+    """Send each batch's partition groups to the leaders' brokers (falling back to the LB)."""
 
 
 def normalize(options: Mapping[str, str]) -> dict[str, str]:
@@ -117,6 +123,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         max_offsets_per_trigger=_int_or_none(given, MAX_OFFSETS_PER_TRIGGER, 1, 2**62),
         fetch_messages_max=_int(given, FETCH_MESSAGES_MAX, 1, _SERVER.fetch_messages_max),
         fetch_retries_max=_int(given, FETCH_RETRIES_MAX, 0, 1_000, default=20),
+        direct=_bool(given, DIRECT, default=True),
     )
 
 
@@ -132,6 +139,7 @@ def parse_write_options(options: Mapping[str, str], *, default_job_id: str = "")
             given, BATCH_MESSAGES_MAX, 1, _SERVER.request_messages_max, default=1_000
         ),
         job_id=given.get(JOB_ID) or default_job_id or uuid.uuid4().hex,
+        direct=_bool(given, DIRECT, default=True),
     )
 
 

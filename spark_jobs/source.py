@@ -152,6 +152,7 @@ def read_range(options: ReadOptions, value: object) -> Iterator[pa.RecordBatch]:
         options.fetch_messages_max,
         retries_max=options.fetch_retries_max,
         fail_on_data_loss=options.fail_on_data_loss,
+        direct=options.direct,
     )
     for page in pages:
         yield pa.RecordBatch.from_pydict(records_to_columns(page), schema=ARROW_SCHEMA)
@@ -263,6 +264,7 @@ def write_task(
             job_id, partition_id, None if options.topic else topic
         ),
         limits,
+        direct=options.direct,
     )
     return RaftQCommitMessage(summary)
 

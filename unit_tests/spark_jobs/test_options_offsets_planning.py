@@ -32,6 +32,10 @@ def test_read_options_are_case_insensitive_and_default_like_kafka() -> None:
         {"raftq.url": URL, "subscribe": "a", "MAXOFFSETSPERTRIGGER": "5"}, streaming=True
     )
     assert stream.starting_offsets == "latest" and stream.max_offsets_per_trigger == 5
+    assert batch.direct and stream.direct
+    assert not parse_read_options(
+        {"raftq.url": URL, "subscribe": "a", "raftq.Direct": "FALSE"}, streaming=False
+    ).direct
 
 
 @pytest.mark.parametrize(
@@ -51,6 +55,7 @@ def test_read_options_are_case_insensitive_and_default_like_kafka() -> None:
         ({"raftq.url": URL, "subscribe": "a", "raftq.api_key": "k"}, False, "API keys"),
         ({"raftq.url": URL, "subscribe": "a", "startingOffsets": "{bad"}, False, "JSON"),
         ({"raftq.url": URL, "subscribe": "a", "SUBSCRIBE": "b"}, False, "twice"),
+        ({"raftq.url": URL, "subscribe": "a", "raftq.direct": "no"}, False, "true or false"),
     ],
 )
 def test_bad_read_options_are_refused_by_name(
@@ -65,6 +70,8 @@ def test_write_options() -> None:
     assert (parsed.topic, parsed.batch_messages_max) == ("t", 10)
     assert parsed.job_id  # a fresh one per write
     assert parse_write_options({"raftq.url": URL, "raftq.jobId": "j"}).job_id == "j"
+    assert parsed.direct
+    assert not parse_write_options({"raftq.url": URL, "raftq.direct": "false"}).direct
     with pytest.raises(OptionError, match="batchmessagesmax"):
         parse_write_options({"raftq.url": URL, "raftq.batchMessagesMax": "10001"})
 

@@ -225,3 +225,44 @@ def test_end_offsets_prefer_the_leader_else_the_largest_reachable() -> None:
     ) == {0: 9}
     with pytest.raises(UnavailableError, match="t/1"):
         pick_end_offsets("t", partitions, {"http://b1": answers["http://b1"], "http://b2": None})
+
+
+def test_fetch_range_reads_from_the_partition_leaders_broker() -> None:
+    service, broker = FakeService(), FakeService()
+    leader = {"broker_id": 1, "address": broker.url, "raft_address": "h:1", "is_leader": True}
+    service.default(
+        "GET",
+        "/partitions",
+        lambda _p: (200, {"partitions": [{"partition_id": 0, "leader": 1, "replicas": [leader]}]}),
+    )
+
+    def page(params: dict[str, object]) -> tuple[int, object]:
+        start = int(str(params["offset"]))
+        wanted = int(str(params["max_messages"]))
+        return 200, {"messages": [record(o) for o in range(start, min(start + wanted, 3))]}
+
+    broker.default("GET", "/logs", page)
+    try:
+        for direct in (True, False):
+            service.default("GET", "/logs", page)
+            got = fetch_range(
+                service.url, OffsetRange("t", 0, 0, 3), 2, retries_max=0, fail_on_data_loss=True,
+                direct=direct,
+            )  # fmt: skip
+            assert [[m.offset for m in p] for p in got] == [[0, 1], [2]]
+        assert len(broker.calls("GET", "/logs")) == 2  # the direct read's two pages
+        assert len(service.calls("GET", "/logs")) == 2  # the other read's
+    finally:
+        service.stop()
+        broker.stop()
+
+
+def record(offset: int) -> dict[str, object]:
+    return {
+        "topic": "t",
+        "partition_id": 0,
+        "offset": offset,
+        "key": None,
+        "message": str(offset),
+        "timestamp_ms": 1,
+    }

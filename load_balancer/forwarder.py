@@ -6,7 +6,9 @@ answered 503 ``NOT_LEADER`` (a follower refuses before acting). Any other failur
 request was sent (read timeout, reset) may have had an effect, so it becomes 503
 ``UNAVAILABLE`` and the client decides (its retries carry sequences and request ids).
 
-Thread-safe: request threads share one ``requests.Session`` (urllib3's pool is thread-safe).
+Thread-safe: request threads share one urllib3 pool (thread-safe). urllib3 directly, not
+``requests``: the bytes pass through unchanged, and ``requests`` adds as much CPU per call as
+forwarding itself (netrc, proxy and cookie handling on every request).
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import requests
-from urllib3.exceptions import MaxRetryError, NewConnectionError
+import urllib3
+from urllib3.exceptions import HTTPError, TimeoutError
 
 from load_balancer.leader_tracker import LeaderTracker
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
+from runtime.http_client import nothing_was_sent
 from runtime.metrics import Metrics
 
 HOP_BY_HOP_HEADERS = frozenset(
@@ -98,16 +101,6 @@ def is_not_leader_answer(answer: ForwardedAnswer) -> bool:
     return isinstance(body, dict) and body.get("error_code") == ErrorCode.NOT_LEADER.value
 
 
-def nothing_was_sent(exc: requests.RequestException) -> bool:
-    """True when the TCP connection was never established, so the manager saw nothing."""
-    if isinstance(exc, requests.ConnectTimeout):
-        return True
-    if isinstance(exc, requests.ConnectionError) and exc.args:
-        cause = exc.args[0]
-        return isinstance(cause, MaxRetryError) and isinstance(cause.reason, NewConnectionError)
-    return False
-
-
 class Forwarder:
     def __init__(
         self, tracker: LeaderTracker, limits: Limits, metrics: Metrics, threads: int
@@ -117,18 +110,14 @@ class Forwarder:
         self._metrics = metrics
         # The manager bounds its own calls to brokers by http_timeout_s after connecting;
         # waiting a connect timeout longer lets its answer (even an error) reach the client.
-        self._timeout = (
-            limits.http_connect_timeout_s,
-            limits.http_timeout_s + limits.http_connect_timeout_s,
+        self._timeout = urllib3.Timeout(
+            connect=limits.http_connect_timeout_s,
+            read=limits.http_timeout_s + limits.http_connect_timeout_s,
         )
-        self._session = requests.Session()
-        self._session.headers.clear()  # forward the client's headers, not requests' defaults
-        adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=threads)
-        self._session.mount("http://", adapter)
-        self._session.mount("https://", adapter)
+        self._pool = urllib3.PoolManager(num_pools=4, maxsize=threads, retries=False)
 
     def close(self) -> None:
-        self._session.close()
+        self._pool.clear()
 
     def forward(self, incoming: IncomingRequest) -> ForwardedAnswer:
         """The leader's answer; raises ``RaftQError`` (503) when there is none to give."""
@@ -141,7 +130,7 @@ class Forwarder:
                 )
             try:
                 answer = self._send(leader, incoming)
-            except requests.RequestException as exc:
+            except HTTPError as exc:
                 if attempt == 0 and nothing_was_sent(exc):
                     self._metrics.inc("retries", reason="connect_failed")
                     leader = self._tracker.refresh()
@@ -161,20 +150,23 @@ class Forwarder:
         headers = request_headers_to_forward(incoming.headers)
         if incoming.client_address:
             _append_forwarded_for(headers, incoming.client_address)
-        with self._session.request(
+        response = self._pool.urlopen(
             incoming.method,
             leader + incoming.path_and_query,
-            data=incoming.body or None,
+            body=incoming.body or None,
             headers=headers,
             timeout=self._timeout,
-            allow_redirects=False,
-            stream=True,
-        ) as response:
+            redirect=False,
+            preload_content=False,
+        )
+        try:
             # The raw bytes, still encoded as the manager sent them (its Content-Encoding holds).
-            body = response.raw.read(decode_content=False)
-            return ForwardedAnswer(
-                response.status_code, response_headers_to_return(response.raw.headers.items()), body
-            )
+            body = response.read(decode_content=False)
+        finally:
+            response.release_conn()
+        return ForwardedAnswer(
+            response.status, response_headers_to_return(response.headers.items()), body
+        )
 
 
 def _append_forwarded_for(headers: dict[str, str], client_address: str) -> None:
@@ -183,8 +175,8 @@ def _append_forwarded_for(headers: dict[str, str], client_address: str) -> None:
     headers["X-Forwarded-For"] = ", ".join([*chain, client_address])
 
 
-def _failure_message(leader: str, exc: requests.RequestException) -> str:
-    if isinstance(exc, requests.Timeout):
+def _failure_message(leader: str, exc: HTTPError) -> str:
+    if isinstance(exc, TimeoutError):
         what = "timed out waiting for its answer"
     else:
         what = f"lost the connection ({type(exc).__name__})"

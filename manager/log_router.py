@@ -77,17 +77,7 @@ class LogRouter:
             unkeyed_salt=salt,
             round_robin=next(self._round_robin),
         )
-        futures = [
-            self._executor.submit(self._produce_group, request, topic, group) for group in groups
-        ]
-        # Wait for every group: answering at the first failure could tell the client
-        # "nothing was done" (429, 503 NO_LEADER) while another partition stored its part.
-        results: list[list[int] | Exception] = []
-        for future in futures:
-            try:
-                results.append(future.result())
-            except (RaftQError, BrokerRefusalError) as exc:
-                results.append(exc)
+        results = self._produce_groups(request, topic, groups)
         failures = [r for r in results if isinstance(r, Exception)]
         if failures:
             raise _produce_failure(failures, stored_groups=len(results) - len(failures))
@@ -97,6 +87,29 @@ class LogRouter:
             for index, offset in zip(group.indexes, found, strict=True):
                 offsets[index] = {"partition_id": group.partition_id, "offset": offset}
         return {"offsets": offsets} if request.is_batch else offsets[0]
+
+    def _produce_groups(
+        self, request: Produce, topic: TopicRecord, groups: list[PartitionGroup]
+    ) -> list[list[int] | Exception]:
+        """Each group's offsets or failure. One group (the common case) is sent from this
+        thread; several go out in parallel. Every group is waited for: answering at the first
+        failure could tell the client "nothing was done" (429, 503 NO_LEADER) while another
+        partition stored its part."""
+        calls: list[Callable[[], list[int]]]
+        if len(groups) == 1:
+            calls = [lambda: self._produce_group(request, topic, groups[0])]
+        else:
+            futures = [
+                self._executor.submit(self._produce_group, request, topic, g) for g in groups
+            ]
+            calls = [future.result for future in futures]
+        results: list[list[int] | Exception] = []
+        for call in calls:
+            try:
+                results.append(call())
+            except (RaftQError, BrokerRefusalError) as exc:
+                results.append(exc)
+        return results
 
     def _produce_group(
         self, request: Produce, topic: TopicRecord, group: PartitionGroup

@@ -209,6 +209,7 @@ def test_a_timeout_after_sending_is_503_unavailable_and_not_retried(
         "http_timeout_s=0.8",
         "raft_commit_timeout_s=0.3",
         "raft_leader_wait_s_max=0.3",
+        "group_commit_queue_wait_s_max=0.1",
         "http_connect_timeout_s=0.2",
     )
     leader = setup.managers[0]

@@ -85,3 +85,25 @@ def test_the_full_dump_is_synced_before_the_log_drops_what_it_holds(
     journal.deleteEntriesTo(5)
     assert order == ["dump-or-folder", "dump-or-folder", "journal"]
     journal._destroy()
+
+
+def test_term_and_vote_are_fsynced_and_a_commit_index_alone_is_not_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fsyncs: list[int] = []
+    real_fsync = os.fsync
+
+    def counting_fsync(fd: int) -> None:
+        fsyncs.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    storer = DurableMetaStorer(str(tmp_path / "raft.journal.meta"))
+    storer.storeMeta({"currentTerm": 3, "votedForNodeId": "a", "raftCommitIndex": 10})
+    assert len(fsyncs) == 2, "the file, then the folder after the rename"
+    storer.storeMeta({"currentTerm": 3, "votedForNodeId": "a", "raftCommitIndex": 11})
+    assert len(fsyncs) == 2, "a moved commit index alone costs no fsync"
+    storer.storeMeta({"currentTerm": 3, "votedForNodeId": "b", "raftCommitIndex": 11})
+    assert len(fsyncs) == 4
+    reread = DurableMetaStorer(str(tmp_path / "raft.journal.meta")).getMeta()
+    assert (reread["currentTerm"], reread["votedForNodeId"]) == (3, "b")

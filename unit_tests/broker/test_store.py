@@ -99,3 +99,12 @@ def test_replicas_are_recorded_once_and_rebuilt(store: MessageStore) -> None:
 def test_a_large_flush_is_one_call(store: MessageStore) -> None:
     store.insert_messages("orders", 2, rows(0, 5000), 5000)
     assert store.checksum("orders", 2, 0, 5000).count == 5000
+
+
+def test_any_text_round_trips_unchanged(store: MessageStore) -> None:
+    """PostgreSQL flushes through COPY's text format: its escapes must not leak."""
+    odd = ["tab\there", "new\nline", "back\\slash", "\\N", "cr\rlf\r\n", "ünï €", "", " "]
+    rows = [FlushRow(i, text if i % 2 else None, text, 7, 0) for i, text in enumerate(odd)]
+    store.insert_messages("or\tders\\", 2, rows, len(rows))
+    got = store.read_messages("or\tders\\", 2, 0, len(rows))
+    assert [(m.offset, m.key, m.value) for m in got] == [(r.offset, r.key, r.value) for r in rows]

@@ -1,0 +1,180 @@
+"""NATS JetStream scenarios, matching RaftQ's comparable ones (same keys, payload, clients).
+
+- produce 1/req: each publisher (its own connection) awaits every ``js.publish`` ack before
+  the next, as a RaftQ client awaits each 201.
+- produce N/req: each publisher sends N publishes at once and awaits all N acks (JetStream has
+  no batch publish; N in flight then N acks is its nearest equivalent).
+- consume 1000/req: a durable pull consumer (ack policy "all") fetches up to 1,000 messages
+  and acknowledges the last one synchronously (one round trip, like a RaftQ pop that commits
+  its consumer offset).
+
+nats-py is imported when a scenario runs (``importlib``), so neither the default install nor
+mypy needs it. The asyncio loop runs on the calling thread; every await has a timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from stress_tests.bench_load import REQUESTS_PER_THREAD_MAX, Exhausted, Tally
+from stress_tests.bench_report import Row
+
+SYSTEM = "nats"
+STREAM = "BENCH"
+SUBJECT = "bench.messages"
+PAYLOAD = b"x" * 100
+ACK_TIMEOUT_S = 10.0
+CONNECT_TIMEOUT_S = 5
+SETUP_TIMEOUT_S = 30.0
+GRACE_S = 60.0
+FETCH_TIMEOUT_S = 2.0
+
+
+def _nats() -> Any:
+    return importlib.import_module("nats")
+
+
+async def _connect(servers: list[str]) -> Any:
+    return await _nats().connect(
+        servers, connect_timeout=CONNECT_TIMEOUT_S, max_reconnect_attempts=3, allow_reconnect=True
+    )
+
+
+async def create_stream(servers: list[str]) -> None:
+    """The stream (file storage, 3 replicas); retried until JetStream's meta leader answers."""
+    api = importlib.import_module("nats.js.api")
+    nc = await _connect(servers)
+    try:
+        deadline_s = time.monotonic() + SETUP_TIMEOUT_S
+        while True:
+            try:
+                await nc.jetstream(timeout=5).add_stream(
+                    name=STREAM, subjects=[SUBJECT], storage=api.StorageType.FILE, num_replicas=3
+                )
+                return
+            except Exception:
+                if time.monotonic() >= deadline_s:
+                    raise
+                await asyncio.sleep(0.5)  # bounded retry: JetStream elects its meta leader
+    finally:
+        await nc.close()
+
+
+def _publish_request(js: Any, batch: int) -> Callable[[], Awaitable[int]]:
+    async def request() -> int:
+        publishes = [js.publish(SUBJECT, PAYLOAD, timeout=ACK_TIMEOUT_S) for _ in range(batch)]
+        await asyncio.gather(*publishes)
+        return batch
+
+    return request
+
+
+def _fetch_request(subscription: Any, stored: int) -> Callable[[], Awaitable[int]]:
+    """Fetches until ``stored`` (the stream's count at the start) are read, so the last
+    fetch does not wait out its timeout on an empty stream."""
+    timeout_error = importlib.import_module("nats.errors").TimeoutError
+    remaining = [stored]
+
+    async def request() -> int:
+        if remaining[0] <= 0:
+            raise Exhausted
+        try:
+            messages = await subscription.fetch(min(1000, remaining[0]), timeout=FETCH_TIMEOUT_S)
+        except timeout_error:
+            raise Exhausted from None  # fewer messages than counted
+        await messages[-1].ack_sync(timeout=ACK_TIMEOUT_S)  # "all": acks the whole batch
+        remaining[0] -= len(messages)
+        return len(messages)
+
+    return request
+
+
+async def _publishers(servers: list[str], clients: int, batch: int, seconds: float) -> Tally:
+    connections = [await _connect(servers) for _ in range(clients)]
+    requests = [_publish_request(nc.jetstream(timeout=ACK_TIMEOUT_S), batch) for nc in connections]
+    try:
+        return await _closed_loops(requests, seconds)
+    finally:
+        for nc in connections:
+            await nc.close()
+
+
+async def _consumer(servers: list[str], seconds: float) -> Tally:
+    api = importlib.import_module("nats.js.api")
+    nc = await _connect(servers)
+    try:
+        config = api.ConsumerConfig(ack_policy=api.AckPolicy.ALL, max_ack_pending=20_000)
+        js = nc.jetstream(timeout=ACK_TIMEOUT_S)
+        subscription = await js.pull_subscribe(
+            SUBJECT, durable="bench", stream=STREAM, config=config
+        )
+        stored = int((await js.stream_info(STREAM)).state.messages)
+        return await _closed_loops([_fetch_request(subscription, stored)], seconds)
+    finally:
+        await nc.close()
+
+
+async def _closed_loops(requests: list[Callable[[], Awaitable[int]]], seconds: float) -> Tally:
+    tally = Tally()
+    started_s = time.monotonic()
+    await asyncio.gather(*(_loop(request, started_s + seconds, tally) for request in requests))
+    tally.elapsed_s = time.monotonic() - started_s
+    return tally
+
+
+async def _loop(request: Callable[[], Awaitable[int]], deadline_s: float, tally: Tally) -> None:
+    """One client's closed loop, bounded in time and count (as ``bench_load``'s threads)."""
+    for _ in range(REQUESTS_PER_THREAD_MAX):
+        if time.monotonic() >= deadline_s:
+            return
+        started_s = time.monotonic()
+        try:
+            moved = await request()
+        except Exhausted:
+            return
+        except Exception as exc:  # counted in the row
+            tally.failed(exc)
+            await asyncio.sleep(0.05)
+            continue
+        tally.add(time.monotonic() - started_s, moved)
+
+
+PRODUCE = (
+    ("publish 1/req, 1 publisher", "produce 1/req, 1 client", 1, 1),
+    ("publish 1/req, 8 publishers", "produce 1/req, 8 clients", 8, 1),
+    ("publish 100 in flight/req, 4 publishers", "produce 100/req, 4 clients", 4, 100),
+    ("publish 1000 in flight/req, 4 publishers", "produce 1000/req, 4 clients", 4, 1000),
+)
+"""(scenario, comparable key, publishers, messages per request)."""
+CONSUME = ("pull fetch 1000/req, ack all, 1 consumer", "consume 1000/req, 1 client")
+
+
+def nats_rows(servers: list[str], seconds: float, log: Callable[[str], None]) -> list[Row]:
+    """Every NATS scenario; one that fails becomes a FAILED row."""
+    try:
+        asyncio.run(asyncio.wait_for(create_stream(servers), SETUP_TIMEOUT_S + GRACE_S))
+    except Exception as exc:
+        return [Row(SYSTEM, "create stream (file, 3 replicas)", error=_why(exc))]
+    rows = []
+    for name, key, clients, batch in PRODUCE:
+        log(f"  {SYSTEM}: {name} ...")
+        rows.append(_run(name, key, _publishers(servers, clients, batch, seconds), seconds))
+    log(f"  {SYSTEM}: {CONSUME[0]} ...")
+    rows.append(_run(*CONSUME, _consumer(servers, seconds), seconds))
+    return rows
+
+
+def _run(name: str, key: str, scenario: Awaitable[Tally], seconds: float) -> Row:
+    try:
+        tally = asyncio.run(asyncio.wait_for(scenario, seconds + GRACE_S))
+    except Exception as exc:
+        return Row(SYSTEM, name, key=key, error=_why(exc))
+    return tally.row(SYSTEM, name, key)
+
+
+def _why(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:160]

@@ -41,6 +41,9 @@ class ClientLimits:
     partition_map_attempts_max: int = 2
     """Direct path: tries of one map fetch; a load balancer that does not answer must not
     hold up requests that can go to the brokers with the map in hand."""
+    partition_map_timeout_s: float = 5.0
+    """Direct path: longest wait for the map once asked (a paused load balancer must not
+    hold up requests for the full ``request_timeout_s``)."""
     partition_maps_max: int = 64
     """Direct path: topics whose maps one client object keeps (least recently used dropped)."""
     broker_avoid_s: float = 5.0

@@ -145,5 +145,6 @@ class DirectPath:
             params={"topic": topic},
             idempotent=True,
             attempts_max=self._limits.partition_map_attempts_max,
+            read_timeout_s=self._limits.partition_map_timeout_s,
         )
         return parse_partitions(body)

@@ -109,17 +109,20 @@ class HttpTransport:
         params: Mapping[str, str | int] | None = None,
         idempotent: bool,
         attempts_max: int | None = None,
+        read_timeout_s: float | None = None,
     ) -> object:
         """The JSON body of a 2xx answer. Raises ``ApiError`` for a final error answer and
         ``UnavailableError`` once retries are spent or a retry would be unsafe.
-        ``attempts_max`` lowers the limits' bound for this call."""
+        ``attempts_max`` and ``read_timeout_s`` lower the limits' bounds for this call."""
         attempts_max = min(attempts_max or self._limits.attempts_max, self._limits.attempts_max)
         unknown_so_far = False
         failure = Failure("not attempted", outcome_unknown=False)
         for attempt in range(attempts_max):
             if attempt > 0:
                 self._pause(attempt - 1, failure)
-            failure_or_body = self._attempt(method, path, body, params, unknown_so_far)
+            failure_or_body = self._attempt(
+                method, path, body, params, unknown_so_far, read_timeout_s
+            )
             if not isinstance(failure_or_body, Failure):
                 return failure_or_body
             failure = failure_or_body
@@ -151,9 +154,12 @@ class HttpTransport:
         body: object | None,
         params: Mapping[str, str | int] | None,
         unknown_so_far: bool,
+        read_timeout_s: float | None = None,
     ) -> object:
         """The 2xx body, or the ``Failure`` of a retryable attempt; raises a final error."""
-        reply = self.send_once(self.url, method, path, body=body, params=params)
+        reply = self.send_once(
+            self.url, method, path, body=body, params=params, read_timeout_s=read_timeout_s
+        )
         if isinstance(reply, Failure):
             return reply
         if 200 <= reply.status < 300:
@@ -177,7 +183,9 @@ class HttpTransport:
     ) -> Reply | Failure:
         """One request to any server (the load balancer, or a broker on the direct path), on
         this transport's connection pool: its answer, or the ``Failure`` of an exception."""
-        read_s = self._limits.request_timeout_s if read_timeout_s is None else read_timeout_s
+        read_s = self._limits.request_timeout_s
+        if read_timeout_s is not None:
+            read_s = min(read_s, read_timeout_s)
         try:
             with self._session.request(
                 method,

@@ -191,6 +191,16 @@ class PartitionLog:
         high = min(end, self.end_offset)
         return [(offset, self.messages[offset]) for offset in range(low, high)]
 
+    def replicated_bitmasks(self, start: int, end: int) -> list[int]:
+        """``replicated_bitmask`` of each offset in ``[start, end)``: the mask changes only at
+        a flushed offset, so it is computed once per run, not once per message."""
+        masks: list[int] = []
+        offset = start
+        for bound in sorted({f for f in self.flushed_offsets if start < f < end} | {end}):
+            masks.extend([self.replicated_bitmask(offset)] * (bound - offset))
+            offset = bound
+        return masks
+
     def replicated_bitmask(self, offset: int) -> int:
         """The seed's ``msg_replicated_bitmask``: bit r is set while replica r has not
         flushed ``offset``."""

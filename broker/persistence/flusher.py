@@ -83,8 +83,10 @@ class Flusher:
                 return start, min(log.evicted_offset, start + batch_max), None
             end = min(log.end_offset, start + batch_max)
             rows = [
-                FlushRow(offset, key, value, timestamp_ms, log.replicated_bitmask(offset))
-                for offset, (key, value, timestamp_ms) in log.read(start, end)
+                FlushRow(offset, key, value, timestamp_ms, mask)
+                for (offset, (key, value, timestamp_ms)), mask in zip(
+                    log.read(start, end), log.replicated_bitmasks(start, end), strict=True
+                )
             ]
             return start, end, rows
 

@@ -191,3 +191,14 @@ def test_replicas_applying_the_same_commands_agree(seed: int) -> None:
         assert covered == list(range(one.evicted_offset, one.end_offset))
     restored = pickle.loads(pickle.dumps(one))
     assert restored.__dict__ == two.__dict__
+
+
+def test_bitmasks_of_a_range_equal_the_mask_of_each_offset() -> None:
+    log = new_log()
+    log.append(batch(*[str(i) for i in range(20)]), 1, None, None)
+    log.mark_flushed(0, 12)
+    log.mark_flushed(2, 5)
+    for start, end in [(0, 20), (3, 15), (5, 12), (12, 20), (0, 0), (7, 8)]:
+        assert log.replicated_bitmasks(start, end) == [
+            log.replicated_bitmask(offset) for offset in range(start, end)
+        ]

@@ -163,26 +163,39 @@ class RegisterConsumer:
         )
 
 
-def _message_bytes(message: NewMessage) -> int:
-    key_bytes = 0 if message.key is None else len(message.key.encode("utf-8"))
-    return len(message.value.encode("utf-8")) + key_bytes
+def _utf8_bytes_over(text: str, bound: int) -> int:
+    """The UTF-8 size of ``text`` where it could exceed ``bound``; below that, its length
+    (a code point takes at most 4 bytes, so the cheap answer cannot hide an excess)."""
+    return len(text) if len(text) * 4 <= bound else len(text.encode("utf-8"))
 
 
-def _parse_message(item: Params, limits: Limits, where: str) -> NewMessage:
-    value = item.get("message", _MISSING)
-    if value is _MISSING or not isinstance(value, str):
-        raise invalid(f"{where}: field 'message' must be a string")
+def _parse_message(item: Params, limits: Limits, index: int | None) -> NewMessage:
+    """One message; ``index`` is its place in a batch (``None`` for a single message). The
+    checks run per message on the hot path, so error text is only built on failure."""
+    value = item.get("message")
     key = item.get("key")
-    if key is not None and not isinstance(key, str):
-        raise invalid(f"{where}: field 'key' must be a string or null")
-    if key is not None and len(key.encode("utf-8")) > limits.key_bytes_max:
-        raise RaftQError(ErrorCode.TOO_LARGE, f"{where}: key exceeds {limits.key_bytes_max} bytes")
-    message = NewMessage(value=value, key=key)
-    if _message_bytes(message) > limits.message_bytes_max:
+    if not isinstance(value, str):
+        raise invalid(f"{_where(index)}: field 'message' must be a string")
+    key_bytes = 0
+    if key is not None:
+        if not isinstance(key, str):
+            raise invalid(f"{_where(index)}: field 'key' must be a string or null")
+        key_bytes = _utf8_bytes_over(key, limits.key_bytes_max)
+        if key_bytes > limits.key_bytes_max:
+            raise RaftQError(
+                ErrorCode.TOO_LARGE, f"{_where(index)}: key exceeds {limits.key_bytes_max} bytes"
+            )
+    value_bytes_max = limits.message_bytes_max - key_bytes
+    if _utf8_bytes_over(value, value_bytes_max) > value_bytes_max:
         raise RaftQError(
-            ErrorCode.TOO_LARGE, f"{where}: message exceeds {limits.message_bytes_max} bytes"
+            ErrorCode.TOO_LARGE,
+            f"{_where(index)}: message exceeds {limits.message_bytes_max} bytes",
         )
-    return message
+    return NewMessage(value=value, key=key)
+
+
+def _where(index: int | None) -> str:
+    return "message" if index is None else f"messages[{index}]"
 
 
 def parse_messages(params: Params, limits: Limits) -> tuple[tuple[NewMessage, ...], bool]:
@@ -192,7 +205,7 @@ def parse_messages(params: Params, limits: Limits) -> tuple[tuple[NewMessage, ..
     if has_one == has_many:
         raise invalid("give exactly one of 'message' and 'messages'")
     if has_one:
-        return (_parse_message(params, limits, "message"),), False
+        return (_parse_message(params, limits, None),), False
     items = params["messages"]
     if not isinstance(items, list) or not items:
         raise invalid("field 'messages' must be a non-empty list")
@@ -204,7 +217,7 @@ def parse_messages(params: Params, limits: Limits) -> tuple[tuple[NewMessage, ..
     for index, item in enumerate(items):
         if not isinstance(item, dict):
             raise invalid(f"messages[{index}] must be an object")
-        parsed.append(_parse_message(item, limits, f"messages[{index}]"))
+        parsed.append(_parse_message(item, limits, index))
     return tuple(parsed), True
 
 

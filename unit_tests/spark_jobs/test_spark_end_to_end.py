@@ -5,7 +5,8 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -15,10 +16,12 @@ from pyspark import TaskContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
-from raftq import Admin, Producer
+from protocol.routing import partition_for_key
+from raftq import Admin, ClientLimits, Consumer, PartitionOffset, ProduceError, Producer, Record
 from spark_jobs import bulk_consume, bulk_produce
+from spark_jobs.cluster_io import FETCH_ONLY_CONSUMER
 from spark_jobs.commit_protocol import Layout, committed_offsets
-from unit_tests.cluster.harness import Cluster
+from unit_tests.cluster.harness import Cluster, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 
@@ -228,3 +231,170 @@ def test_bulk_consume_process_killed_with_sigkill_then_rerun(
     assert sorted(p.name for p in output.iterdir()) == ["_raftq", "run=000001"]
     values = sorted(pq.read_table(output / "run=000001").column("value").to_pylist())
     assert values == sorted(f"k{i}" for i in range(200))
+
+
+# --- the client's direct path (raftq/direct_path.py) on this module's cluster ----------------
+# Spark reads and writes above already go direct (raftq.direct defaults to true); these drive
+# the client library directly and check that the path is used and what faults do to it.
+
+LONG_LIVED_MAP = ClientLimits(partition_map_age_s_max=600.0)
+"""No refresh by age during a test: only refusals (and missing partitions) refresh the map."""
+
+
+def read_partition(lb_url: str, topic: str, partition_id: int, *, direct: bool) -> list[Record]:
+    """Every message of the partition, by offset from 0 to its end offset."""
+    with Admin(lb_url) as admin:
+        end = admin.end_offsets(topic)[partition_id]
+    records: list[Record] = []
+    with Consumer(lb_url, topic, consumer_id=FETCH_ONLY_CONSUMER, direct=direct) as reader:
+        for _ in range(end + 1):  # bounded: each page brings at least one message
+            if len(records) >= end:
+                break
+            records += reader.fetch(topic, partition_id, len(records), 1_000)
+    assert [r.offset for r in records] == list(range(end))
+    return records
+
+
+def leader_name(cluster: Cluster, topic: str, partition_id: int) -> str:
+    def leader() -> int | None:
+        with Admin(cluster.lb_url) as admin:
+            return admin.partitions(topic)[partition_id].leader
+
+    return cluster.broker_name(wait_until(leader, 30, f"a leader of {topic}/{partition_id}"))
+
+
+def test_the_direct_path_produces_pops_and_fetches_while_the_load_balancer_is_paused(
+    cluster: Cluster,
+) -> None:
+    create_topic(cluster, "direct", 3)
+    for partition_id in range(3):  # the maps must name every leader before the LB pauses
+        leader_name(cluster, "direct", partition_id)
+    messages = [(f"d{i}", f"key-{i % 7}") for i in range(300)]
+    with (
+        Producer(cluster.lb_url, "direct", limits=LONG_LIVED_MAP) as producer,
+        Consumer(cluster.lb_url, "direct", limits=LONG_LIVED_MAP) as consumer,
+    ):
+        acked = producer.produce_batch(messages[:150])
+        assert consumer.fetch("direct", 0, 0, 1)  # the consumer's map, while the LB answers
+        cluster.kill("lb", signal.SIGSTOP)  # accepts connections, never answers
+        try:
+            acked += producer.produce_batch(messages[150:])
+            popped: list[Record] = []
+            for _ in range(30):
+                popped += consumer.poll(100)
+                if len(popped) >= len(messages):
+                    break
+            fetched = [r for pid in range(3) for r in consumer.fetch("direct", pid, 0, 1_000)]
+        finally:
+            cluster.kill("lb", signal.SIGCONT)
+        assert producer.direct_path is not None and consumer.direct_path is not None
+        assert producer.direct_path.fallbacks == consumer.direct_path.fallbacks == 0
+        assert producer.direct_path.answers >= 3 and consumer.direct_path.answers >= 3
+    # Routed as the load balancer routes: CRC-32 of the key.
+    assert [o.partition_id for o in acked] == [partition_for_key(k, 3) for _, k in messages]
+    where = dict(zip((v for v, _ in messages), acked, strict=True))
+    assert sorted(r.value for r in popped) == sorted(where)
+    assert {r.value: PartitionOffset(r.partition_id, r.offset) for r in fetched} == where
+    through_lb = [
+        r for pid in range(3) for r in read_partition(cluster.lb_url, "direct", pid, direct=False)
+    ]
+    assert {r.value: PartitionOffset(r.partition_id, r.offset) for r in through_lb} == where
+
+
+def send_until_acked(producer: Producer, batch: Sequence[tuple[str, str]]) -> list[PartitionOffset]:
+    """A batch whose retries are spent stays queued with its sequence: flush it again."""
+    deadline_s = time.monotonic() + 90
+    try:
+        return producer.produce_batch(batch)
+    except ProduceError as exc:
+        assert exc.retained, exc
+    while True:
+        try:
+            return producer.flush()
+        except ProduceError as exc:
+            assert exc.retained and time.monotonic() < deadline_s, exc
+
+
+def test_acknowledged_direct_writes_survive_kill_9_and_pause_of_partition_leaders(
+    cluster: Cluster,
+) -> None:
+    topic = "direct-faults"
+    create_topic(cluster, topic, 2)
+    acked: dict[str, PartitionOffset] = {}
+
+    def produce(producer: Producer, first: int, last: int) -> None:
+        for number in range(first, last):
+            batch = [(f"f{number}-{i}", f"k{i % 5}") for i in range(20)]
+            for (value, _), offset in zip(batch, send_until_acked(producer, batch), strict=True):
+                acked[value] = offset
+
+    with Producer(cluster.lb_url, topic) as producer:
+        produce(producer, 0, 10)
+        killed = leader_name(cluster, topic, 0)
+        cluster.kill(killed)  # kill -9 of the whole process group
+        produce(producer, 10, 25)
+        path = producer.direct_path
+        assert path is not None and path.fallbacks > 0  # refused by the dead broker
+        fallbacks_after_kill = path.fallbacks
+        cluster.up()  # restarts the killed broker, waits until it is registered
+        paused = leader_name(cluster, topic, 1)
+        cluster.kill(paused, signal.SIGSTOP)
+        try:
+            produce(producer, 25, 35)
+        finally:
+            cluster.kill(paused, signal.SIGCONT)
+        assert path.fallbacks > fallbacks_after_kill  # timed out at the paused one
+        answers_before = path.answers
+        produce(producer, 35, 40)
+        assert path.answers > answers_before  # back to the brokers
+    assert len(acked) == 800
+    for direct in (False, True):  # through the load balancer, then from the leaders
+        stored = [
+            r for pid in (0, 1) for r in read_partition(cluster.lb_url, topic, pid, direct=direct)
+        ]
+        values = [r.value for r in stored]
+        assert len(values) == len(set(values)), "a message is stored twice"
+        assert {r.value: PartitionOffset(r.partition_id, r.offset) for r in stored} == acked
+
+
+def test_a_stale_map_after_a_partition_is_added_still_routes_correctly(cluster: Cluster) -> None:
+    topic = "direct-grow"
+    create_topic(cluster, topic, 2)
+    quick = ClientLimits(partition_map_age_s_max=1.0, partition_map_refresh_s_min=0.5)
+    with (
+        Producer(cluster.lb_url, topic, partition_id=2, limits=LONG_LIVED_MAP) as to_new,
+        Producer(cluster.lb_url, topic, limits=quick) as keyed,
+        Producer(cluster.lb_url, topic, direct=False) as through_lb,
+        Consumer(
+            cluster.lb_url, topic, consumer_id=FETCH_ONLY_CONSUMER, limits=LONG_LIVED_MAP
+        ) as reader,
+    ):
+        for client in (to_new, keyed, reader):
+            assert client.direct_path is not None
+            found = client.direct_path.maps.get(topic)
+            assert found is not None and found.partition_count == 2  # maps fetched before
+        with Admin(cluster.lb_url) as admin:
+            assert admin.add_partition(topic).partition_id == 2
+        leader_name(cluster, topic, 2)
+        # A partition missing from a map refreshes it, then goes straight to its leader.
+        (landed,) = to_new.produce_batch(["to the new partition"])
+        assert landed.partition_id == 2
+        (read,) = reader.fetch(topic, 2, landed.offset, 1)
+        assert read.value == "to the new partition"
+        assert to_new.direct_path is not None and reader.direct_path is not None
+        assert to_new.direct_path.fallbacks == reader.direct_path.fallbacks == 0
+        assert to_new.direct_path.answers == reader.direct_path.answers == 1
+        # A map older than partition_map_age_s_max is fetched again: keys then route over
+        # three partitions, exactly as through the load balancer.
+        wait_until(
+            lambda: keyed.direct_path is not None
+            and (found := keyed.direct_path.maps.get(topic)) is not None
+            and found.partition_count == 3,
+            10,
+            "the keyed producer's map to show 3 partitions",
+        )
+        batch = [("v", f"key-{i}") for i in range(30)]
+        direct_offsets = keyed.produce_batch(batch)
+        lb_offsets = through_lb.produce_batch(batch)
+    assert [o.partition_id for o in direct_offsets] == [o.partition_id for o in lb_offsets]
+    assert {o.partition_id for o in direct_offsets} == {0, 1, 2}

@@ -31,7 +31,7 @@ class ReplicaStatus:
     is_leader: bool
     leader_raft_address: str | None
     end_offset: int
-    flushed_offsets: list[int]
+    flushed_offsets: list[Offset]
     has_quorum: bool
 
     def to_json(self) -> dict[str, object]:

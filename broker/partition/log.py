@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from broker.partition.commands import Append, Command, Consume, KeyValue, MarkFlushed
 from protocol.errors import ErrorCode
 from protocol.invariant import check
+from protocol.types import Offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,8 +37,8 @@ class PartitionLimits:
 
 @dataclass(frozen=True, slots=True)
 class Appended:
-    start: int
-    end: int
+    start: Offset
+    end: Offset
     duplicate: bool
     """True when the ``(producer_id, sequence)`` was seen before: nothing was appended and
     ``[start, end)`` are the offsets of the original batch."""
@@ -45,14 +46,14 @@ class Appended:
 
 @dataclass(frozen=True, slots=True)
 class Consumed:
-    start: int
-    end: int
+    start: Offset
+    end: Offset
 
 
 @dataclass(frozen=True, slots=True)
 class Flushed:
-    flushed_offset: int
-    evicted_offset: int
+    flushed_offset: Offset
+    evicted_offset: Offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,15 +65,15 @@ class Rejected:
 @dataclass(slots=True)
 class _Producer:
     last_sequence: int
-    ranges: OrderedDict[int, tuple[int, int]] = field(default_factory=OrderedDict)
+    ranges: OrderedDict[int, tuple[Offset, Offset]] = field(default_factory=OrderedDict)
     """Offsets of the producer's last few batches by sequence, oldest first."""
 
 
 @dataclass(slots=True)
 class _Consumer:
-    offset: int
+    offset: Offset
     last_request_id: str | None = None
-    last_range: tuple[int, int] = (0, 0)
+    last_range: tuple[Offset, Offset] = (Offset(0), Offset(0))
 
 
 # (key, value, timestamp_ms); a tuple keeps snapshots and memory small.
@@ -84,17 +85,17 @@ Result = Appended | Consumed | Flushed | Rejected
 class PartitionLog:
     def __init__(self, replica_count: int, limits: PartitionLimits) -> None:
         self.limits = limits
-        self.end_offset = 0
+        self.end_offset = Offset(0)
         """Offset the next appended message gets: every offset below it is committed."""
-        self.log_start_offset = 0
+        self.log_start_offset = Offset(0)
         """First offset still readable (retention moves it; nothing moves it yet)."""
-        self.messages: dict[int, MessageTuple] = {}
+        self.messages: dict[Offset, MessageTuple] = {}
         """``msg_dict``: committed messages that some replica has not flushed yet; holds
         exactly ``[evicted_offset, end_offset)``."""
         self.unflushed_bytes = 0
-        self.flushed_offsets = [0] * replica_count
+        self.flushed_offsets = [Offset(0)] * replica_count
         """Per replica, the end of the prefix it has flushed: always ``<= end_offset``."""
-        self.evicted_offset = 0
+        self.evicted_offset = Offset(0)
         """Messages below it have left ``msg_dict``: every in-sync replica (and always a
         majority) has them in its database; a lagging replica copies them from a peer."""
         self.consumers: dict[str, _Consumer] = {}
@@ -136,7 +137,7 @@ class PartitionLog:
         start = self.end_offset
         for key, value in messages:
             self.messages[self.end_offset] = (key, value, timestamp_ms)
-            self.end_offset += 1
+            self.end_offset = Offset(self.end_offset + 1)
         self.unflushed_bytes += size_bytes
         if producer_id is not None and sequence is not None:
             self._remember(producer_id, sequence, start, self.end_offset)
@@ -159,7 +160,7 @@ class PartitionLog:
         if request_id is not None and request_id == consumer.last_request_id:
             return Consumed(*consumer.last_range)
         start = max(consumer.offset, self.log_start_offset)
-        end = min(start + max_messages, self.end_offset)
+        end = Offset(min(start + max_messages, self.end_offset))
         consumer.offset = end
         consumer.last_request_id = request_id
         consumer.last_range = (start, end)
@@ -173,7 +174,7 @@ class PartitionLog:
         if flushed_offset > self.end_offset:
             return Rejected(ErrorCode.INVALID_FIELD, "cannot flush past the end offset")
         if flushed_offset > self.flushed_offsets[replica_id]:
-            self.flushed_offsets[replica_id] = flushed_offset
+            self.flushed_offsets[replica_id] = Offset(flushed_offset)
             self._evict(self._eviction_floor())
         self._check_invariants()
         return Flushed(self.flushed_offsets[replica_id], self.evicted_offset)
@@ -185,11 +186,11 @@ class PartitionLog:
         copy ``[its flushed offset, evicted_offset)`` from a peer's database."""
         return self.flushed_offsets[replica_id] < self.evicted_offset
 
-    def read(self, start: int, end: int) -> list[tuple[int, MessageTuple]]:
+    def read(self, start: int, end: int) -> list[tuple[Offset, MessageTuple]]:
         """Messages of ``[start, end)`` still in memory, in offset order."""
         low = max(start, self.evicted_offset)
         high = min(end, self.end_offset)
-        return [(offset, self.messages[offset]) for offset in range(low, high)]
+        return [(Offset(offset), self.messages[Offset(offset)]) for offset in range(low, high)]
 
     def replicated_bitmasks(self, start: int, end: int) -> list[int]:
         """``replicated_bitmask`` of each offset in ``[start, end)``: the mask changes only at
@@ -224,7 +225,7 @@ class PartitionLog:
             )
         return None
 
-    def _remember(self, producer_id: str, sequence: int, start: int, end: int) -> None:
+    def _remember(self, producer_id: str, sequence: int, start: Offset, end: Offset) -> None:
         producer = self.producers.get(producer_id)
         if producer is None:
             producer = _Producer(last_sequence=sequence)
@@ -251,7 +252,7 @@ class PartitionLog:
             )
         return None
 
-    def _eviction_floor(self) -> int:
+    def _eviction_floor(self) -> Offset:
         """Wait for every replica within ``replica_lag_messages_max`` of the most advanced
         one, but never evict what fewer than a majority have flushed."""
         flushed = sorted(self.flushed_offsets)
@@ -259,9 +260,9 @@ class PartitionLog:
         in_sync = [f for f in flushed if f >= flushed[-1] - self.limits.replica_lag_messages_max]
         return min(*in_sync, majority_floor)
 
-    def _evict(self, new_evicted_offset: int) -> None:
+    def _evict(self, new_evicted_offset: Offset) -> None:
         for offset in range(self.evicted_offset, new_evicted_offset):
-            key, value, _ = self.messages.pop(offset)
+            key, value, _ = self.messages.pop(Offset(offset))
             self.unflushed_bytes -= _size_bytes(key, value)
         self.evicted_offset = max(self.evicted_offset, new_evicted_offset)
 

@@ -15,6 +15,7 @@ from broker.partition.consensus import MemoryConsensus
 from broker.partition.group_commit import GroupCommit, GroupLimits
 from broker.partition.log import Appended, PartitionLimits, Result
 from protocol.errors import ErrorCode, RaftQError
+from protocol.types import Offset
 
 PARTITION_LIMITS = PartitionLimits(
     unflushed_messages_max=100_000,
@@ -56,7 +57,7 @@ def test_a_lone_command_is_proposed_at_once_alone() -> None:
     consensus = GatedConsensus()
     consensus.gate.set()
     result = GroupCommit(consensus.propose, LIMITS).submit(append("a"))
-    assert result == Appended(0, 1, duplicate=False)
+    assert result == Appended(Offset(0), Offset(1), duplicate=False)
     assert consensus.groups == [1]
 
 
@@ -109,7 +110,7 @@ def test_a_failed_entry_fails_each_of_its_commands_and_the_next_group_still_runs
     with pytest.raises(RaftQError) as failed:
         group.submit(append("a"))
     assert failed.value.code is ErrorCode.NO_LEADER
-    assert group.submit(append("b")) == Appended(0, 1, duplicate=False)
+    assert group.submit(append("b")) == Appended(Offset(0), Offset(1), duplicate=False)
 
 
 def test_a_bug_in_propose_becomes_an_error_and_does_not_wedge_the_partition() -> None:
@@ -163,8 +164,8 @@ def test_a_full_queue_answers_backpressure() -> None:
 def test_mixed_commands_in_one_group_each_get_their_own_kind_of_result() -> None:
     twin = MemoryConsensus("t/0", 3, PARTITION_LIMITS)
     results = twin.propose([append("a", "p", 1), Consume("c", 5, "r1"), append("a", "p", 1)])
-    assert results[0] == Appended(0, 1, duplicate=False)
-    assert results[2] == Appended(0, 1, duplicate=True), "a retry inside one group"
+    assert results[0] == Appended(Offset(0), Offset(1), duplicate=False)
+    assert results[2] == Appended(Offset(0), Offset(1), duplicate=True), "a retry inside one group"
     assert twin.read(lambda log: log.consumers["c"].offset) == 1
 
 

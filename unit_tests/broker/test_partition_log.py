@@ -17,6 +17,7 @@ from broker.partition.log import (
     Rejected,
 )
 from protocol.errors import ErrorCode
+from protocol.types import Offset
 
 LIMITS = PartitionLimits(
     unflushed_messages_max=100,
@@ -38,8 +39,10 @@ def batch(*values: str) -> list[tuple[str | None, str]]:
 
 def test_offsets_are_contiguous_from_zero() -> None:
     log = new_log()
-    assert log.append(batch("a", "b"), 1, None, None) == Appended(0, 2, duplicate=False)
-    assert log.append(batch("c"), 2, None, None) == Appended(2, 3, duplicate=False)
+    assert log.append(batch("a", "b"), 1, None, None) == Appended(
+        Offset(0), Offset(2), duplicate=False
+    )
+    assert log.append(batch("c"), 2, None, None) == Appended(Offset(2), Offset(3), duplicate=False)
     assert [o for o, _ in log.read(0, 10)] == [0, 1, 2]
     assert log.read(1, 2) == [(1, (None, "b", 1))]
 
@@ -56,8 +59,8 @@ def test_retried_sequence_returns_original_offsets_and_appends_nothing() -> None
     first = log.append(batch("a", "b"), 1, "p", 7)
     log.append(batch("c"), 1, "q", 1)
     again = log.append(batch("a", "b"), 9, "p", 7)
-    assert first == Appended(0, 2, duplicate=False)
-    assert again == Appended(0, 2, duplicate=True)
+    assert first == Appended(Offset(0), Offset(2), duplicate=False)
+    assert again == Appended(Offset(0), Offset(2), duplicate=True)
     assert log.end_offset == 3
 
 
@@ -66,7 +69,7 @@ def test_sequences_may_skip_but_not_go_back_past_the_window() -> None:
     for sequence in (1, 5, 9):
         assert isinstance(log.append(batch("x"), 1, "p", sequence), Appended)
     # 5 and 9 are remembered (window of 2); 1 is too old to be told apart from a new batch.
-    assert log.append(batch("x"), 1, "p", 5) == Appended(1, 2, duplicate=True)
+    assert log.append(batch("x"), 1, "p", 5) == Appended(Offset(1), Offset(2), duplicate=True)
     old = log.append(batch("x"), 1, "p", 1)
     assert isinstance(old, Rejected) and old.code == ErrorCode.SEQUENCE_OUT_OF_ORDER
     assert log.end_offset == 3
@@ -82,11 +85,11 @@ def test_least_recently_used_producer_is_forgotten_past_the_bound() -> None:
 def test_pop_advances_and_a_repeated_request_id_gets_the_same_range() -> None:
     log = new_log()
     log.append(batch("a", "b", "c"), 1, None, None)
-    assert log.consume("c1", 2, "r1") == Consumed(0, 2)
-    assert log.consume("c1", 2, "r1") == Consumed(0, 2)
-    assert log.consume("c1", 2, "r2") == Consumed(2, 3)
-    assert log.consume("c1", 2, "r3") == Consumed(3, 3)
-    assert log.consume("c2", 5, None) == Consumed(0, 3)
+    assert log.consume("c1", 2, "r1") == Consumed(Offset(0), Offset(2))
+    assert log.consume("c1", 2, "r1") == Consumed(Offset(0), Offset(2))
+    assert log.consume("c1", 2, "r2") == Consumed(Offset(2), Offset(3))
+    assert log.consume("c1", 2, "r3") == Consumed(Offset(3), Offset(3))
+    assert log.consume("c2", 5, None) == Consumed(Offset(0), Offset(3))
 
 
 def test_consumers_are_bounded() -> None:
@@ -102,10 +105,10 @@ def test_consumers_are_bounded() -> None:
 def test_messages_leave_memory_only_when_every_replica_flushed_them() -> None:
     log = new_log()
     log.append(batch("a", "b", "c"), 1, None, None)
-    assert log.mark_flushed(0, 3) == Flushed(3, 0)
-    assert log.mark_flushed(1, 2) == Flushed(2, 0)
+    assert log.mark_flushed(0, 3) == Flushed(Offset(3), Offset(0))
+    assert log.mark_flushed(1, 2) == Flushed(Offset(2), Offset(0))
     assert log.replicated_bitmask(2) == 0b110
-    assert log.mark_flushed(2, 2) == Flushed(2, 2)
+    assert log.mark_flushed(2, 2) == Flushed(Offset(2), Offset(2))
     assert log.replicated_bitmask(0) == 0
     assert sorted(log.messages) == [2]
     assert log.read(0, 3) == [(2, (None, "c", 1))]
@@ -138,7 +141,7 @@ def test_mark_flushed_is_idempotent_and_checks_its_input() -> None:
     log = new_log()
     log.append(batch("a", "b"), 1, None, None)
     log.mark_flushed(0, 2)
-    assert log.mark_flushed(0, 1) == Flushed(2, 0)
+    assert log.mark_flushed(0, 1) == Flushed(Offset(2), Offset(0))
     past_end = log.mark_flushed(1, 3)
     assert isinstance(past_end, Rejected) and past_end.code == ErrorCode.INVALID_FIELD
     no_replica = log.mark_flushed(3, 1)

@@ -1,6 +1,7 @@
 """RaftQ's client library (``Admin``, ``Producer``, ``Consumer``) and the ``raftq`` CLI.
 
-Talks HTTP to the load balancer; imports only ``protocol`` of the project, so it stays light.
+Talks HTTP to the load balancer, and to the brokers on the direct path (``raftq.direct_path``);
+imports only ``protocol`` of the project, so it stays light.
 """
 
 from raftq.admin import Admin

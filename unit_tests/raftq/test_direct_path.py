@@ -249,6 +249,29 @@ def test_stale_maps_and_unknown_outcomes_fall_back_with_the_same_sequence(
     assert (through_lb["partition_id"], through_lb["sequence"]) == (0, 4)
 
 
+def test_a_failure_after_an_unknown_direct_attempt_is_reported_as_unknown(
+    service: FakeService, brokers: list[FakeService]
+) -> None:
+    serve_map(service, [brokers[0], brokers[1]])
+    timeout = Scripted(201, {"partition_id": 0, "offsets": [0]}, delay_s=1.0)
+    for broker in brokers[:2]:
+        broker.script("POST", "/logs", timeout)
+    service.default("POST", "/logs", lambda _p: (503, {"error_code": 50301}))
+    producer = Producer(service.url, "t", partition_id=0, limits=FAST)
+    with pytest.raises(ProduceError) as failed:
+        producer.produce_batch(["a"])  # LB: "nothing done", but the broker may have
+    assert failed.value.retained and failed.value.outcome_unknown
+    producer.close()  # not flushed again
+    service.default("POST", "/logs", lambda _p: (400, {"error_code": 40002}))
+    with (
+        Producer(service.url, "t", partition_id=1, limits=FAST) as producer,
+        pytest.raises(ProduceError) as refused,
+    ):
+        producer.produce_batch(["b"])
+    cause = refused.value.__cause__
+    assert isinstance(cause, ApiError) and cause.after_unknown_outcome
+
+
 def test_a_final_broker_answer_is_final(service: FakeService, brokers: list[FakeService]) -> None:
     serve_map(service, [brokers[0]])
     old = Scripted(409, {"error_code": 40902, "message": "sequence out of order"})

@@ -9,6 +9,7 @@ caller's thread; every wait is bounded.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
@@ -19,7 +20,7 @@ import requests
 
 from raftq.cluster import LocalCluster
 from stress_tests.bench_http import VALUE, create_topic, end_offset, new_id, post
-from stress_tests.bench_load import Exhausted, Step, run_load
+from stress_tests.bench_load import Exhausted, MakeStep, Step, run_load
 from stress_tests.bench_memory import MemorySampler
 from stress_tests.bench_report import RAFTQ, Row, median
 from stress_tests.cluster_view import replica_status
@@ -81,17 +82,20 @@ class _Budget:
             self._left += count
 
 
-def _backlog_step(lb: str, topic: str, budget: _Budget) -> Callable[[], Step]:
-    def make() -> Step:
-        session = requests.Session()
+def _backlog_step(lb: str, topic: str, budget: _Budget) -> MakeStep:
+    def make(opened: contextlib.ExitStack) -> Step:
+        session = opened.enter_context(requests.Session())
         producer = post(session, f"{lb}/producers", {"topic": topic})["producer_id"]
 
         def step() -> int:
             count = budget.take(BACKLOG_BATCH)
             if count == 0:
                 raise Exhausted
-            body = {"producer_id": producer, "topic": topic,
-                    "messages": [{"message": VALUE, "key": None}] * count}  # fmt: skip
+            body = {
+                "producer_id": producer,
+                "topic": topic,
+                "messages": [{"message": VALUE, "key": None}] * count,
+            }
             try:
                 post(session, f"{lb}/logs", body)
             except Exception:
@@ -124,7 +128,9 @@ def backlog_rows(
     poll_until(lambda: not cluster.is_running(victim), STOP_WAIT_S, f"{victim} to die")
     tally = run_load(BACKLOG_THREADS, timeout_s, _backlog_step(lb, topic, _Budget(messages)))
     scenario = f"produce {messages:,} backlog, 1000/req, 1 of 3 replicas down, 4 threads"
-    produced = tally.row(RAFTQ, scenario)
+    short = tally.messages < messages
+    note = f"only {tally.messages:,} within {timeout_s:g} s (--backlog-timeout)" if short else ""
+    produced = tally.row(RAFTQ, scenario, note=note)
     log(f"  backlog: restart {victim}, wait for it to catch up ...")
     sampler.set_phase("catch-up")
     return [produced, _catch_up_row(cluster, victim, topic, replica_id, timeout_s)]

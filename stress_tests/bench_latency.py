@@ -86,8 +86,11 @@ def _consume(lb: str, topic: str, offset: int, tag: str, probe: _Probe, seconds:
     with requests.Session() as session:
         while time.monotonic() < deadline_s:
             params: dict[str, str | int] = {
-                "topic": topic, "partition_id": 0, "offset": offset, "max_messages": 100,
-            }  # fmt: skip
+                "topic": topic,
+                "partition_id": 0,
+                "offset": offset,
+                "max_messages": 100,
+            }
             try:
                 messages = get(session, f"{lb}/logs", params)["messages"]
             except Exception:

@@ -2,12 +2,14 @@
 ``Tally`` of what they measured becomes one table ``Row``.
 
 Each thread builds its own step (its own HTTP session, producer id or AMQP connection), since
-none of those clients is thread-safe. Threads are joined with a bound, and a step that raises
+none of those clients is thread-safe; what a step opens it registers on the run's
+``ExitStack``, closed when the run ends. Threads are joined with a bound, and a step that raises
 counts as one error, so one broken request never ends or hangs a scenario.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -75,11 +77,20 @@ class Tally:
         return f"no request succeeded ({self.errors} errors; last: {self.last_error or '-'})"
 
 
-def run_load(threads: int, seconds: float, make_step: Callable[[], Step]) -> Tally:
+MakeStep = Callable[[contextlib.ExitStack], Step]
+"""Builds one thread's step; registers what it opens (sessions, connections) to be closed."""
+
+
+def run_load(threads: int, seconds: float, make_step: MakeStep) -> Tally:
     """Run one step per thread in a loop until ``seconds`` have passed (or the step is
     exhausted, or the per-thread count bound is reached), and tally every request."""
+    with contextlib.ExitStack() as opened:
+        steps = [make_step(opened) for _ in range(threads)]  # setup is not timed
+        return _run_steps(steps, seconds)
+
+
+def _run_steps(steps: list[Step], seconds: float) -> Tally:
     tally = Tally()
-    steps = [make_step() for _ in range(threads)]  # setup (registration) is not timed
     started_s = time.monotonic()
     deadline_s = started_s + seconds
     pool = [

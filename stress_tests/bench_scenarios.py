@@ -8,6 +8,7 @@ per thread and numbers its batches, as an idempotent client does.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ import requests
 
 from stress_tests.bench_http import VALUE, create_topic, end_offset, get, leader_address, new_id
 from stress_tests.bench_http import post as post_json
-from stress_tests.bench_load import Exhausted, Step, run_load
+from stress_tests.bench_load import Exhausted, MakeStep, Step, run_load
 from stress_tests.bench_report import RAFTQ, Row
 
 
@@ -39,12 +40,12 @@ def make_topics(lb: str) -> Topics:
     return topics
 
 
-def produce_via_lb(lb: str, topic: str, batch: int, sequences: bool = False) -> Callable[[], Step]:
+def produce_via_lb(lb: str, topic: str, batch: int, sequences: bool = False) -> MakeStep:
     """A step per thread: its own session and registered producer; ``sequences`` numbers the
     batches (idempotent produce)."""
 
-    def make() -> Step:
-        session = requests.Session()
+    def make(opened: contextlib.ExitStack) -> Step:
+        session = opened.enter_context(requests.Session())
         producer = post_json(session, f"{lb}/producers", {"topic": topic})["producer_id"]
         counter = itertools.count(1)
 
@@ -64,11 +65,11 @@ def produce_via_lb(lb: str, topic: str, batch: int, sequences: bool = False) -> 
     return make
 
 
-def produce_direct(broker: str, topic: str, partition_id: int) -> Callable[[], Step]:
+def produce_direct(broker: str, topic: str, partition_id: int) -> MakeStep:
     """1 message per request straight to the partition leader's broker (no LB, no manager)."""
 
-    def make() -> Step:
-        session = requests.Session()
+    def make(opened: contextlib.ExitStack) -> Step:
+        session = opened.enter_context(requests.Session())
         body = {
             "topic": topic,
             "partition_id": partition_id,
@@ -84,12 +85,12 @@ def produce_direct(broker: str, topic: str, partition_id: int) -> Callable[[], S
     return make
 
 
-def pop(lb: str, topic: str, batch: int) -> Callable[[], Step]:
+def pop(lb: str, topic: str, batch: int) -> MakeStep:
     """Each thread its own consumer (each reads the whole topic); a retry-safe request id per
     pop. An empty answer means the topic is drained: the thread stops."""
 
-    def make() -> Step:
-        session = requests.Session()
+    def make(opened: contextlib.ExitStack) -> Step:
+        session = opened.enter_context(requests.Session())
         consumer = post_json(session, f"{lb}/consumers", {"topic": topic})["consumer_id"]
 
         def step() -> int:
@@ -108,11 +109,11 @@ def pop(lb: str, topic: str, batch: int) -> Callable[[], Step]:
     return make
 
 
-def fetch(lb: str, topic: str, batch: int, end: int) -> Callable[[], Step]:
+def fetch(lb: str, topic: str, batch: int, end: int) -> MakeStep:
     """Fetch by offset through the LB, walking ``[0, end)`` and wrapping around."""
 
-    def make() -> Step:
-        session = requests.Session()
+    def make(opened: contextlib.ExitStack) -> Step:
+        session = opened.enter_context(requests.Session())
         offsets = itertools.count(0, batch)
 
         def step() -> int:
@@ -135,7 +136,7 @@ class Scenario:
     key: str | None
     """The comparable scenario of the peers (None: RaftQ only)."""
     threads: int
-    make: Callable[[], Callable[[], Step]]
+    make: Callable[[], MakeStep]
     """Called when the scenario starts, so its setup (and its failure) belongs to it."""
 
 
@@ -143,19 +144,39 @@ def produce_plan(lb: str, topics: Topics, leader: str | None) -> list[Scenario]:
     one, three = topics.one, topics.three
     direct = lambda: produce_direct(_known(leader), one, 0)  # noqa: E731
     return [
-        Scenario("produce 1/req via LB, 1 thread", "produce 1/req, 1 client", 1,
-                 lambda: produce_via_lb(lb, one, 1)),
-        Scenario("produce 1/req via LB, 8 threads", "produce 1/req, 8 clients", 8,
-                 lambda: produce_via_lb(lb, one, 1)),
+        Scenario(
+            "produce 1/req via LB, 1 thread",
+            "produce 1/req, 1 client",
+            1,
+            lambda: produce_via_lb(lb, one, 1),
+        ),
+        Scenario(
+            "produce 1/req via LB, 8 threads",
+            "produce 1/req, 8 clients",
+            8,
+            lambda: produce_via_lb(lb, one, 1),
+        ),
         Scenario("produce 1/req to leader broker, 1 thread", None, 1, direct),
         Scenario("produce 1/req to leader broker, 8 threads", None, 8, direct),
-        Scenario("produce 100/req via LB, 3 partitions, 4 threads", "produce 100/req, 4 clients",
-                 4, lambda: produce_via_lb(lb, three, 100)),
-        Scenario("produce 1000/req via LB, 3 partitions, 4 threads",
-                 "produce 1000/req, 4 clients", 4, lambda: produce_via_lb(lb, three, 1000)),
-        Scenario("4 producers with sequences, 100/req, 4 threads", None, 4,
-                 lambda: produce_via_lb(lb, three, 100, sequences=True)),
-    ]  # fmt: skip
+        Scenario(
+            "produce 100/req via LB, 3 partitions, 4 threads",
+            "produce 100/req, 4 clients",
+            4,
+            lambda: produce_via_lb(lb, three, 100),
+        ),
+        Scenario(
+            "produce 1000/req via LB, 3 partitions, 4 threads",
+            "produce 1000/req, 4 clients",
+            4,
+            lambda: produce_via_lb(lb, three, 1000),
+        ),
+        Scenario(
+            "4 producers with sequences, 100/req, 4 threads",
+            None,
+            4,
+            lambda: produce_via_lb(lb, three, 100, sequences=True),
+        ),
+    ]
 
 
 def throughput_rows(

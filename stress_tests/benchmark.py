@@ -43,9 +43,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=5.0, help="per scenario (default 5)")
     parser.add_argument("--backlog", type=int, default=200_000, help="messages (default 200000)")
     parser.add_argument(
-        "--backlog-timeout", type=float, default=900.0, help="bound on producing the backlog "
-        "and on the catch-up, each (s, default 900)"
-    )  # fmt: skip
+        "--backlog-timeout",
+        type=float,
+        default=None,
+        help="bound on producing the backlog and, separately, on the catch-up (s; default "
+        "300 or 1 ms per message, whichever is longer)",
+    )
     parser.add_argument("--failovers", type=int, default=3, help="kill -9s (default 3)")
     parser.add_argument("--peers", action="store_true", help="also NATS JetStream and RabbitMQ")
     parser.add_argument("--base-port", type=int, default=BASE_PORT)
@@ -53,6 +56,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.seconds <= 0 or args.backlog <= 0 or args.failovers < 0:
         parser.error("--seconds and --backlog must be positive, --failovers at least 0")
+    if args.backlog_timeout is None:
+        args.backlog_timeout = max(300.0, args.backlog / 1000)
     return args
 
 

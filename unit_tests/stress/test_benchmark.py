@@ -4,6 +4,7 @@ checks every row has a figure. No test asserts a speed: figures depend on the ma
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
@@ -108,7 +109,7 @@ def test_render_prints_every_row_ratios_failures_and_memory_per_process() -> Non
 def test_run_load_is_bounded_in_time_counts_errors_and_stops_when_exhausted() -> None:
     calls = [0]
 
-    def make() -> Step:
+    def make(_opened: contextlib.ExitStack) -> Step:
         def step() -> int:
             calls[0] += 1
             if calls[0] % 3 == 0:
@@ -122,7 +123,7 @@ def test_run_load_is_bounded_in_time_counts_errors_and_stops_when_exhausted() ->
     assert time.monotonic() - started_s < 5.0
     assert tally.errors > 0 and tally.messages == 10 * len(tally.latencies_s)
 
-    def drained() -> Step:
+    def drained(_opened: contextlib.ExitStack) -> Step:
         def step() -> int:
             raise Exhausted
 

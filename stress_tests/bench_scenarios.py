@@ -65,10 +65,13 @@ def produce_via_lb(lb: str, topic: str, batch: int, sequences: bool = False) -> 
     return make
 
 
-def produce_direct(broker: str, topic: str, partition_id: int) -> MakeStep:
-    """1 message per request straight to the partition leader's broker (no LB, no manager)."""
+def produce_direct(broker: str | None, topic: str, partition_id: int) -> MakeStep:
+    """1 message per request straight to the partition leader's broker (no LB, no manager);
+    ``broker`` None (no leader known) fails the scenario, not the benchmark."""
 
     def make(opened: contextlib.ExitStack) -> Step:
+        if broker is None:
+            raise RuntimeError(f"the managers know no leader for {topic}/{partition_id}")
         session = opened.enter_context(requests.Session())
         body = {
             "topic": topic,
@@ -136,25 +139,26 @@ class Scenario:
     key: str | None
     """The comparable scenario of the peers (None: RaftQ only)."""
     threads: int
-    make: Callable[[], MakeStep]
-    """Called when the scenario starts, so its setup (and its failure) belongs to it."""
+    make: MakeStep
+    """Called per thread when the scenario starts, so its setup (and its failure) belongs
+    to it."""
 
 
 def produce_plan(lb: str, topics: Topics, leader: str | None) -> list[Scenario]:
     one, three = topics.one, topics.three
-    direct = lambda: produce_direct(_known(leader), one, 0)  # noqa: E731
+    direct = produce_direct(leader, one, 0)
     return [
         Scenario(
             "produce 1/req via LB, 1 thread",
             "produce 1/req, 1 client",
             1,
-            lambda: produce_via_lb(lb, one, 1),
+            produce_via_lb(lb, one, 1),
         ),
         Scenario(
             "produce 1/req via LB, 8 threads",
             "produce 1/req, 8 clients",
             8,
-            lambda: produce_via_lb(lb, one, 1),
+            produce_via_lb(lb, one, 1),
         ),
         Scenario("produce 1/req to leader broker, 1 thread", None, 1, direct),
         Scenario("produce 1/req to leader broker, 8 threads", None, 8, direct),
@@ -162,19 +166,19 @@ def produce_plan(lb: str, topics: Topics, leader: str | None) -> list[Scenario]:
             "produce 100/req via LB, 3 partitions, 4 threads",
             "produce 100/req, 4 clients",
             4,
-            lambda: produce_via_lb(lb, three, 100),
+            produce_via_lb(lb, three, 100),
         ),
         Scenario(
             "produce 1000/req via LB, 3 partitions, 4 threads",
             "produce 1000/req, 4 clients",
             4,
-            lambda: produce_via_lb(lb, three, 1000),
+            produce_via_lb(lb, three, 1000),
         ),
         Scenario(
             "4 producers with sequences, 100/req, 4 threads",
             None,
             4,
-            lambda: produce_via_lb(lb, three, 100, sequences=True),
+            produce_via_lb(lb, three, 100, sequences=True),
         ),
     ]
 
@@ -190,7 +194,7 @@ def throughput_rows(
         "pop 1000/req via LB, 3 partitions, 1 thread",
         "consume 1000/req, 1 client",
         1,
-        lambda: pop(lb, topics.three, 1000),
+        pop(lb, topics.three, 1000),
     )
     rows.append(_measure(pop_1000, seconds, log))
     with requests.Session() as session:
@@ -199,23 +203,17 @@ def throughput_rows(
         "fetch 1000/req by offset via LB, 1 partition, 2 threads",
         None,
         2,
-        lambda: fetch(lb, topics.one, 1000, end),
+        fetch(lb, topics.one, 1000, end),
     )
     rows.append(_measure(fetch_1000, seconds, log))
     return rows
-
-
-def _known(address: str | None) -> str:
-    if address is None:
-        raise RuntimeError("the managers know no leader for the 1-partition topic")
-    return address
 
 
 def _measure(scenario: Scenario, seconds: float, log: Callable[[str], None]) -> Row:
     """One scenario; a scenario that cannot even start becomes a FAILED row, not a crash."""
     log(f"  {scenario.name} ...")
     try:
-        tally = run_load(scenario.threads, seconds, scenario.make())
+        tally = run_load(scenario.threads, seconds, scenario.make)
     except Exception as exc:  # the row says why; the other scenarios still run
         error = f"{type(exc).__name__}: {exc}"[:160]
         return Row(RAFTQ, scenario.name, key=scenario.key, error=error)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import functools
 import os
 import signal
 import sys
@@ -27,7 +28,7 @@ from types import FrameType
 from raftq.cluster import LocalCluster
 from stress_tests import bench_faults, bench_latency, bench_scenarios
 from stress_tests.bench_memory import MemorySampler
-from stress_tests.bench_report import MemoryRow, Row, render
+from stress_tests.bench_report import RAFTQ, MemoryRow, Row, render
 from stress_tests.peers.run import run_peers
 from stress_tests.polling import poll_until
 
@@ -102,11 +103,24 @@ def raftq_rows(
     log("RaftQ scenarios:")
     rows = bench_scenarios.throughput_rows(lb, topics, args.seconds, log)
     log(f"  {bench_latency.SCENARIO} ...")
-    rows.append(bench_latency.measure(lb, topics.one, args.seconds))
+    rows += guarded(
+        bench_latency.SCENARIO, lambda: [bench_latency.measure(lb, topics.one, args.seconds)]
+    )
     if args.failovers > 0:
         rows.append(bench_faults.failover_row(cluster, topics.one, args.failovers, log))
-    rows += bench_faults.backlog_rows(cluster, sampler, args.backlog, args.backlog_timeout, log)
-    return rows
+    backlog = functools.partial(
+        bench_faults.backlog_rows, cluster, sampler, args.backlog, args.backlog_timeout, log
+    )
+    return rows + guarded("backlog and catch-up", backlog)
+
+
+def guarded(name: str, scenario: Callable[[], list[Row]]) -> list[Row]:
+    """The scenario's rows, or one FAILED row saying why it could not run: one broken
+    scenario does not cost the figures of the others."""
+    try:
+        return scenario()
+    except Exception as exc:
+        return [Row(RAFTQ, name, error=f"{type(exc).__name__}: {exc}"[:160])]
 
 
 def title(args: argparse.Namespace, peer_lines: Sequence[str]) -> str:
@@ -127,11 +141,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(line, file=sys.stderr, flush=True)
 
     peer_lines: list[str] = []
-    with terminate_as_interrupt(), tempfile.TemporaryDirectory(prefix="raftq-bench-") as tmp:
-        rows, memory = run_raftq(args, Path(tmp) / "raftq", log)
-        if args.peers:
-            peer_rows, peer_memory, peer_lines = run_peers(args.seconds, Path(tmp), log)
-            rows, memory = rows + peer_rows, memory + peer_memory
+    try:
+        with terminate_as_interrupt(), tempfile.TemporaryDirectory(prefix="raftq-bench-") as tmp:
+            rows, memory = run_raftq(args, Path(tmp) / "raftq", log)
+            if args.peers:
+                peer_rows, peer_memory, peer_lines = run_peers(args.seconds, Path(tmp), log)
+                rows, memory = rows + peer_rows, memory + peer_memory
+    except KeyboardInterrupt:
+        log("interrupted: every process the benchmark started is stopped")
+        return 130
     print(render(title(args, peer_lines), rows, memory, PHASES), flush=True)
     return 0 if all(row.error is None for row in rows) else 1
 

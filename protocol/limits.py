@@ -87,6 +87,10 @@ class Limits:
     """Long enough for a snapshot transfer of a full partition."""
     raft_log_compaction_entries_min: int = 20_000
     raft_log_compaction_time_min_s: int = 60
+    raft_log_compaction_bytes_min: int = 32 * 1024 * 1024
+    """A partition's Raft log is also compacted once its entries take this many bytes:
+    pysyncobj holds every entry in memory until then, and with group commit an entry can
+    carry thousands of messages, so neither the entry count nor the time bounds memory."""
 
     # --- HTTP between components -----------------------------------------------------------
     http_timeout_s: float = 10.0

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import weakref
 from typing import Any
 
 import pysyncobj.journal
 import pysyncobj.syncobj
-from pysyncobj.journal import FileJournal, MemoryJournal, MetaStorer
+from pysyncobj.journal import FIRST_RECORD_OFFSET, FileJournal, MemoryJournal, MetaStorer
 from pysyncobj.pickle import dumps, loads
 
 
@@ -67,6 +68,14 @@ class DurableFileJournal(FileJournal):
         super().__init__(journal_file)
         self._deferring = False
         self._dump_file = dump_file_for(journal_file)
+        _opened[os.path.abspath(journal_file)] = self
+
+    @property
+    def entry_bytes(self) -> int:
+        """Bytes of the entries the journal holds: pysyncobj also keeps every one of them in
+        memory until a log compaction drops them."""
+        end = int(self._FileJournal__currentOffset)
+        return end - int(FIRST_RECORD_OFFSET)
 
     def add(self, command: bytes, idx: int, term: int) -> None:
         super().add(command, idx, term)
@@ -113,6 +122,16 @@ def dump_file_for(journal_file: str) -> str:
     ``X.dump`` side by side."""
     base, _ = os.path.splitext(journal_file)
     return base + ".dump"
+
+
+_opened: weakref.WeakValueDictionary[str, DurableFileJournal] = weakref.WeakValueDictionary()
+"""Journals by absolute path: pysyncobj creates its journal itself, given only the path, so
+this is how the adapter that named the path finds it (weak: a destroyed node's goes away)."""
+
+
+def opened(journal_file: str) -> DurableFileJournal | None:
+    """The journal pysyncobj opened at ``journal_file`` in this process, if any."""
+    return _opened.get(os.path.abspath(journal_file))
 
 
 def create_journal(journal_file: str | None = None) -> Any:

@@ -127,6 +127,17 @@ class PartitionRaft:
         )
         durable_journal.install()
         self._sync = SyncObj(spec.raft_address, list(spec.partners), conf, consumers=[self.state])
+        self._journal = durable_journal.opened(conf.journalFile)
+        self._sync.addOnTickCallback(self._compact_when_large)
+
+    def _compact_when_large(self) -> None:
+        """Tick thread: bound the memory the Raft log holds by bytes (see the limit)."""
+        journal = self._journal
+        if (
+            journal is not None
+            and journal.entry_bytes >= self._limits.raft_log_compaction_bytes_min
+        ):
+            self._sync.forceLogCompaction()
 
     def propose(self, commands: Sequence[Command]) -> list[Result]:
         """Commit ``commands`` as one entry and wait until it is applied here."""

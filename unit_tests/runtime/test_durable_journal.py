@@ -107,3 +107,16 @@ def test_term_and_vote_are_fsynced_and_a_commit_index_alone_is_not_stored(
     assert len(fsyncs) == 4
     reread = DurableMetaStorer(str(tmp_path / "raft.journal.meta")).getMeta()
     assert (reread["currentTerm"], reread["votedForNodeId"]) == (3, "b")
+
+
+def test_the_adapter_finds_its_journal_and_its_size_in_bytes(tmp_path: Path) -> None:
+    path = str(tmp_path / "raft.journal")
+    journal = DurableFileJournal(path)
+    assert durable_journal.opened(path) is journal
+    assert journal.entry_bytes == 0
+    journal.add(b"x" * 1000, 1, 1)
+    journal.add(b"y" * 500, 2, 1)
+    assert 1500 < journal.entry_bytes < 1600, "commands plus a small header each"
+    journal.deleteEntriesTo(1)
+    assert 500 < journal.entry_bytes < 600
+    journal._destroy()

@@ -1,0 +1,81 @@
+"""PartitionRaft on a real (single-node) pysyncobj group: a group of commands is one entry
+with one result per command, and the log is compacted by bytes, not only by count or time."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from broker.partition.commands import Append, Command, Consume, MarkFlushed
+from broker.partition.log import Appended, Consumed, Flushed, Rejected
+from broker.partition.raft import PartitionRaft
+from protocol.limits import Limits
+from protocol.types import BrokerId, Offset, PartitionId, ReplicaAddress, ReplicaId, ReplicaSpec
+
+WAIT_S = 15.0
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def make_raft(tmp_path: Path) -> Iterator[Callable[[Limits], PartitionRaft]]:
+    nodes: list[PartitionRaft] = []
+
+    def make(limits: Limits) -> PartitionRaft:
+        address = ReplicaAddress(ReplicaId(0), BrokerId(1), "http://b1", f"127.0.0.1:{free_port()}")
+        spec = ReplicaSpec("t", PartitionId(0), ReplicaId(0), (address,))
+        node = PartitionRaft(spec, str(tmp_path / "replica"), "secret", limits)
+        nodes.append(node)
+        return node
+
+    yield make
+    for node in nodes:
+        node.destroy()
+
+
+def test_a_group_is_one_entry_with_a_result_per_command(
+    make_raft: Callable[[Limits], PartitionRaft],
+) -> None:
+    raft = make_raft(Limits())
+    raft.propose([Consume("warm-up", 1, None)])  # past the new leader's own first entry
+    commands: list[Command] = [
+        Append(((None, "a"), ("k", "b")), 1, "p", 1),
+        Append(((None, "c"),), 1, "p", 1),  # the same sequence again: a duplicate
+        Consume("c", 10, "r"),
+        MarkFlushed(ReplicaId(0), Offset(2)),
+        MarkFlushed(ReplicaId(5), Offset(2)),  # no such replica: rejected, others unaffected
+    ]
+    before = raft.status().commit_index
+    results = raft.propose(commands)
+    assert results[:4] == [
+        Appended(Offset(0), Offset(2), duplicate=False),
+        Appended(Offset(0), Offset(2), duplicate=True),
+        Consumed(Offset(0), Offset(2)),
+        Flushed(Offset(2), Offset(2)),
+    ]
+    assert isinstance(results[4], Rejected)
+    assert raft.status().commit_index == before + 1
+    assert raft.read(lambda log: (log.end_offset, log.evicted_offset)) == (2, 2)
+
+
+def test_the_log_is_compacted_once_its_entries_pass_the_byte_bound(
+    make_raft: Callable[[Limits], PartitionRaft],
+) -> None:
+    raft = make_raft(Limits(raft_log_compaction_bytes_min=200_000))
+    for sequence in range(40):  # ~40 KB per entry, ~1.6 MB in all (distinct values: pickle
+        # stores a repeated string once)
+        batch = tuple((None, f"{sequence}-{i}".ljust(1000, "x")) for i in range(40))
+        raft.propose([Append(batch, 1, "p", sequence)])
+    deadline = time.monotonic() + WAIT_S
+    while raft.status().log_entries > 10:
+        assert time.monotonic() < deadline, f"never compacted: {raft.status()}"
+        time.sleep(0.02)
+    assert raft.read(lambda log: log.end_offset) == 1600

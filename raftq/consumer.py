@@ -71,6 +71,8 @@ class Consumer:
 
     def close(self) -> None:
         self._http.close()
+        if self.direct_path is not None:
+            self.direct_path.close()
 
     def __enter__(self) -> Consumer:
         return self

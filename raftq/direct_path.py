@@ -12,20 +12,23 @@ One attempt per request at the broker, then the decision:
   503 COMMIT_TIMEOUT), which the client retries with the same ids anyway. The broker is then
   avoided for ``broker_avoid_s`` and the map is refreshed (rate-limited).
 
-Not thread-safe: one per client object.
+A batch's partition groups are sent at once (``call_many``, on ``ParallelSender``'s worker
+threads); everything else here runs on the caller's thread. Not thread-safe: one per client
+object.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
 from protocol.errors import ErrorCode
 from raftq.client_limits import ClientLimits
-from raftq.errors import ApiError, ProtocolError, UnavailableError
+from raftq.errors import ApiError, ProtocolError, RaftQClientError, UnavailableError
 from raftq.http import Failure, HttpTransport, Reply, api_error
+from raftq.parallel_sender import ParallelSender, Send
 from raftq.partition_map import PartitionMap, PartitionMaps
 from raftq.records import PartitionInfo, parse_partitions
 
@@ -35,6 +38,16 @@ _NOTHING_DONE_503 = frozenset(
     {ErrorCode.NO_LEADER.value, ErrorCode.NOT_LEADER.value, ErrorCode.UNAVAILABLE.value}
 )
 """A broker answers these when its Raft group refused before proposing anything."""
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRequest:
+    """A request to ``{leader}/logs`` for one partition."""
+
+    partition_id: int
+    method: str
+    body: object | None = None
+    params: Mapping[str, str | int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +85,7 @@ class DirectPath:
         self._http = http
         self._limits = limits
         self.maps = PartitionMaps(self._fetch_map, limits, clock)
+        self._sender = ParallelSender(limits, limits.broker_request_timeout_s)
         self.answers = 0
         """Requests a broker answered directly (for tests and curiosity)."""
         self.fallbacks = 0
@@ -98,26 +112,47 @@ class DirectPath:
         params: Mapping[str, str | int] | None = None,
     ) -> object:
         """``{broker}/logs`` of the partition's leader: the 2xx body, or a ``Fallback``."""
-        address = self.maps.leader(topic, partition_id)
-        if address is None:
-            return Fallback(f"no usable leader known for {topic}/{partition_id}", False)
-        reply = self._http.send_once(
-            address,
-            method,
-            "/logs",
-            body=body,
-            params=params,
-            read_timeout_s=self._limits.broker_request_timeout_s,
-        )
-        failure = classify_broker_reply(reply)
+        (result,) = self.call_many(topic, [PartitionRequest(partition_id, method, body, params)])
+        if isinstance(result, RaftQClientError):
+            raise result
+        return result
+
+    def call_many(self, topic: str, requests: Sequence[PartitionRequest]) -> list[object]:
+        """The requests sent at once, each to its partition's leader. Each result is the
+        2xx body, a ``Fallback``, or the ``RaftQClientError`` of a final answer (returned, not
+        raised, so that one group's refusal does not hide another group's offsets)."""
+        addresses = [self.maps.leader(topic, r.partition_id) for r in requests]
+        sends = [
+            Send(address, r.method, "/logs", r.body, r.params)
+            for address, r in zip(addresses, requests, strict=True)
+            if address is not None
+        ]
+        replies = iter(self._sender.send_all(sends))
+        results: list[object] = []
+        for address, request in zip(addresses, requests, strict=True):
+            if address is None:
+                reason = f"no usable leader known for {topic}/{request.partition_id}"
+                results.append(Fallback(reason, outcome_unknown=False))
+            else:
+                results.append(self._settle(topic, address, next(replies)))
+        return results
+
+    def close(self) -> None:
+        self._sender.close()
+
+    def _settle(self, topic: str, address: str, reply: Reply | Failure) -> object:
+        try:
+            failure = classify_broker_reply(reply)
+        except ApiError as exc:
+            return exc
         if failure is None:
             answer = reply.body if isinstance(reply, Reply) else None
             if answer is None:
-                raise ProtocolError(f"{method} {address}/logs: the answer is not JSON")
+                return ProtocolError(f"{address}/logs: the answer is not JSON")
             self.answers += 1
             return answer
         self.maps.avoid(address)
-        self.maps.refresh(topic)
+        self.maps.refresh(topic)  # rate-limited: several failures of one batch fetch it once
         return Fallback(f"{address}: {failure.description}", failure.outcome_unknown)
 
     def via_lb(self, fallback: Fallback, call: Callable[[], _T]) -> _T:

@@ -24,7 +24,7 @@ from protocol.routing import PartitionGroup
 from protocol.types import NewMessage
 from raftq.batch_groups import GroupResult, cut_batch, group_body, merge_offsets, wire_message
 from raftq.client_limits import ClientLimits
-from raftq.direct_path import DirectPath, Fallback
+from raftq.direct_path import DirectPath, Fallback, PartitionRequest
 from raftq.errors import (
     ApiError,
     BufferFullError,
@@ -120,8 +120,11 @@ class Producer:
             raise
 
     def close(self) -> None:
-        """Release the connection; unsent messages are dropped (call ``flush`` first)."""
+        """Release the connections (and the direct path's threads); unsent messages are
+        dropped (call ``flush`` first)."""
         self._http.close()
+        if self.direct_path is not None:
+            self.direct_path.close()
 
     def __enter__(self) -> Producer:
         return self
@@ -220,16 +223,32 @@ class Producer:
             self.producer_id,
             batch.sequence,
         )
-        results = [self._send_group(direct, batch, group) for group in groups]
+        bodies = [
+            group_body(self.topic, self.producer_id, batch.sequence, batch.messages, group)
+            for group in groups
+        ]
+        answers = direct.call_many(
+            self.topic,
+            [
+                PartitionRequest(g.partition_id, "POST", b)
+                for g, b in zip(groups, bodies, strict=True)
+            ],
+        )
+        results = [
+            self._settle_group(direct, group, body, answer)
+            for group, body, answer in zip(groups, bodies, answers, strict=True)
+        ]
         return merge_offsets(groups, results, len(batch.messages))
 
-    def _send_group(self, direct: DirectPath, batch: Batch, group: PartitionGroup) -> GroupResult:
-        """One partition's part: to its leader's broker, else through the load balancer with
-        its ``partition_id`` and the same sequence."""
-        body = group_body(self.topic, self.producer_id, batch.sequence, batch.messages, group)
+    def _settle_group(
+        self, direct: DirectPath, group: PartitionGroup, body: object, answer: object
+    ) -> GroupResult:
+        """One partition's part: the broker's offsets, else the same group through the load
+        balancer with its ``partition_id`` and the same sequence."""
         count = len(group.indexes)
+        if isinstance(answer, RaftQClientError):
+            return answer
         try:
-            answer = direct.call(self.topic, group.partition_id, "POST", body=body)
             if not isinstance(answer, Fallback):
                 return parse_broker_offsets(answer, group.partition_id, count)
             return direct.via_lb(

@@ -4,11 +4,12 @@ the fallback decisions, and the bounds of the partition map cache."""
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Iterator, Sequence
 
 import pytest
 
-from protocol.routing import group_messages, pop_order, unkeyed_salt
+from protocol.routing import group_messages, partition_for_key, pop_order, unkeyed_salt
 from protocol.types import NewMessage, PartitionId
 from raftq import ApiError, ClientLimits, Consumer, PartitionOffset, ProduceError, Producer
 from raftq.cli import build_parser
@@ -209,6 +210,32 @@ def test_keyed_batch_goes_to_each_partitions_leader_in_the_managers_groups(
         assert call["producer_id"] == "p-1" and call["topic"] == "t"
         assert len(call["messages"]) == len(group.indexes)  # type: ignore[arg-type]
     assert service.calls("POST", "/logs") == []
+
+
+def test_a_batchs_groups_are_sent_at_once_and_the_threads_stop_at_close(
+    service: FakeService, brokers: list[FakeService]
+) -> None:
+    serve_map(service, brokers)
+    all_three = threading.Barrier(3, timeout=5.0)  # sent one after another, it would break
+
+    def together(params: dict[str, object]) -> tuple[int, object]:
+        try:
+            all_three.wait()
+        except threading.BrokenBarrierError:
+            return 500, {"error_code": 50001, "message": "not sent at once"}
+        return broker_produce(params)
+
+    for broker in brokers:
+        broker.default("POST", "/logs", together)
+    keys = ["k1", "k3", "k0"]  # one per partition of three
+    assert sorted(partition_for_key(k, 3) for k in keys) == [0, 1, 2]
+    slow = dataclasses.replace(FAST, broker_request_timeout_s=10.0)
+    with Producer(service.url, "t", limits=slow) as producer:
+        acked = producer.produce_batch([("v", k) for k in keys])
+        assert producer.direct_path is not None and producer.direct_path.fallbacks == 0
+        assert any(t.name.startswith("raftq-direct") for t in threading.enumerate())
+    assert [o.partition_id for o in acked] == [partition_for_key(k, 3) for k in keys]
+    assert not any(t.name.startswith("raftq-direct") for t in threading.enumerate())
 
 
 def test_a_refusing_leader_sends_the_group_through_the_lb_with_the_same_sequence(

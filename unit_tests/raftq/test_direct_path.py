@@ -461,3 +461,10 @@ def test_cli_direct_flag() -> None:
     parser = build_parser()
     assert parser.parse_args(["produce", "--topic", "t", "x"]).direct is True
     assert parser.parse_args(["consume", "--topic", "t", "--no-direct"]).direct is False
+
+
+def test_direct_path_limits_are_validated() -> None:
+    with pytest.raises(ValueError, match="partition_map_refresh_s_min"):
+        ClientLimits(partition_map_refresh_s_min=20.0).validate()
+    with pytest.raises(ValueError, match="direct_parallel_requests_max"):
+        ClientLimits(direct_parallel_requests_max=0).validate()

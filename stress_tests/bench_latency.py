@@ -31,6 +31,8 @@ class _Probe:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.sent_s: dict[int, float] = {}
+        self.acked: set[int] = set()
+        self.seen: set[int] = set()
         self.latencies_s: list[float] = []
         self.errors = 0
         self.producer_done = threading.Event()
@@ -48,12 +50,12 @@ def measure(lb: str, topic: str, seconds: float) -> Row:
     probe.producer_done.set()
     consumer.join(seconds + DRAIN_GRACE_S + 30.0)
     with probe.lock:
-        latencies, sent, errors = list(probe.latencies_s), len(probe.sent_s), probe.errors
-    lost = sent - len(latencies)
+        latencies, errors = list(probe.latencies_s), probe.errors
+        lost = len(probe.acked - probe.seen)  # acknowledged, never seen by the consumer
     if not latencies:
         return Row(RAFTQ, SCENARIO, errors=errors, error="no message was seen by the consumer")
     p50, p99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
-    note = f"n={len(latencies)}, one message every {SEND_PERIOD_S * 1000:.0f} ms"
+    note = f"n={len(latencies)}; sends >= {SEND_PERIOD_S * 1000:.0f} ms apart, each after an ack"
     return Row(RAFTQ, SCENARIO, None, None, _ms(p50), _ms(p99), errors + lost, note)
 
 
@@ -76,6 +78,9 @@ def _produce(lb: str, topic: str, producer: str, tag: str, probe: _Probe, second
             except Exception:  # counted; the message may or may not arrive
                 with probe.lock:
                     probe.errors += 1
+            else:
+                with probe.lock:
+                    probe.acked.add(number)
             pause_s = started_s + SEND_PERIOD_S - time.monotonic()
             if pause_s > 0:
                 time.sleep(pause_s)  # pacing, not waiting for a condition
@@ -99,7 +104,7 @@ def _consume(lb: str, topic: str, offset: int, tag: str, probe: _Probe, seconds:
             offset += len(messages)
             _note_arrivals(messages, tag, arrived_s, probe)
             with probe.lock:
-                if probe.producer_done.is_set() and len(probe.latencies_s) >= len(probe.sent_s):
+                if probe.producer_done.is_set() and probe.acked <= probe.seen:
                     return
             if not messages:
                 time.sleep(POLL_PAUSE_S)
@@ -110,6 +115,8 @@ def _note_arrivals(messages: list[dict[str, object]], tag: str, at_s: float, pro
         for message in messages:
             value = str(message.get("message", ""))
             if value.startswith(tag):
-                sent_s = probe.sent_s.get(int(value[len(tag) :]))
-                if sent_s is not None:
+                number = int(value[len(tag) :])
+                sent_s = probe.sent_s.get(number)
+                if sent_s is not None and number not in probe.seen:
+                    probe.seen.add(number)
                     probe.latencies_s.append(at_s - sent_s)

@@ -53,6 +53,11 @@ class NatsCluster:
     """What the table's title says about this peer ("NATS: 3 of 3 nodes, cluster formed")."""
 
     @property
+    def listen_ports(self) -> list[int]:
+        """Every port the cluster listens on (client, route, monitoring)."""
+        return [self.base_port + o + i for o in (0, 100, 200) for i in range(1, NODES + 1)]
+
+    @property
     def servers(self) -> list[str]:
         return [f"nats://127.0.0.1:{self.base_port + i}" for i in range(1, NODES + 1)]
 

@@ -43,6 +43,8 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
 
 
 class PeerProcess:
+    """One server; ``pgid`` is None unless it runs, so a sampler never reads a reused pid."""
+
     def __init__(
         self, name: str, argv: Sequence[str], log_file: Path, env: Mapping[str, str] | None = None
     ) -> None:

@@ -52,6 +52,12 @@ class RabbitCluster:
         return [self.base_port + i for i in range(1, NODES + 1)]
 
     @property
+    def listen_ports(self) -> list[int]:
+        """Every port the nodes listen on (AMQP, distribution, epmd)."""
+        dist = [self.base_port + 10 + i for i in range(1, NODES + 1)]
+        return [*self.amqp_ports, *dist, self.epmd_port]
+
+    @property
     def epmd_port(self) -> int:
         return self.base_port + 27
 

@@ -58,14 +58,14 @@ def run_peers(
             "NATS",
             nats,
             missing_client("nats", "nats-py"),
-            [nats.base_port + i for i in (1, 2, 3, 101, 102, 103)],
+            nats.listen_ports,
             lambda: nats_rows(nats.servers, seconds, log),
         ),
         (
             "RabbitMQ",
             rabbit,
             missing_client("pika", "pika"),
-            [*rabbit.amqp_ports, rabbit.epmd_port],
+            rabbit.listen_ports,
             lambda: rabbitmq_rows(rabbit.amqp_ports, seconds, log),
         ),
     ]

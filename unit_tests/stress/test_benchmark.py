@@ -15,6 +15,8 @@ import pytest
 
 from stress_tests.bench_load import Exhausted, Step, Tally, run_load
 from stress_tests.bench_report import MemoryRow, Row, median, percentile, ratio_rows, render
+from stress_tests.peers import nats_cluster, rabbitmq_cluster
+from stress_tests.peers import run as peers_run
 from stress_tests.peers.nats_cluster import node_config
 from stress_tests.peers.rabbitmq_bench import Confirms
 from stress_tests.polling import WaitTimeoutError, poll_until
@@ -214,3 +216,24 @@ def test_benchmark_command_prints_every_row_with_a_figure() -> None:
     nodes = {(cells[0], cells[1]) for cells in memory}
     for node in ("lb", "manager-1", "manager-2", "manager-3", "broker-1", "broker-2", "broker-3"):
         assert (node, "master") in nodes and (node, "worker") in nodes, done.stdout
+
+
+def test_a_peer_that_cannot_run_is_named_and_the_others_go_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(peers_run, "missing_client", lambda module, package: f"{package} missing")
+    rows, memory, lines = peers_run.run_peers(0.1, tmp_path, lambda _line: None)
+    assert (rows, memory) == ([], [])
+    assert lines == ["NATS: not run (nats-py missing)", "RabbitMQ: not run (pika missing)"]
+
+
+def test_a_missing_server_binary_is_reported_not_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(nats_cluster, "find_binary", lambda *_args: None)
+    monkeypatch.setattr(rabbitmq_cluster, "find_binary", lambda *_args: None)
+    nats, rabbit = nats_cluster.NatsCluster(tmp_path), rabbitmq_cluster.RabbitCluster(tmp_path)
+    assert not nats.start() and "nats-server not found" in nats.status
+    assert not rabbit.start() and "rabbitmq-server not found" in rabbit.status
+    nats.stop()
+    rabbit.stop()  # nothing started: nothing to stop, no error

@@ -6,6 +6,7 @@ request per step: the client's batching, buffering and retries would blur that.
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -17,6 +18,8 @@ REQUEST_TIMEOUT_S = 30.0
 """Per request; above the servers' own 10 s component timeout so their errors reach us."""
 ADMIN_TIMEOUT_S = 30.0
 LEADERS_WAIT_S = 60.0
+UNAVAILABLE_CODE = 50304
+"""``protocol.errors.ErrorCode.UNAVAILABLE``, as a client sees it on the wire."""
 VALUE = "x" * 100
 """Every produced message: 100 bytes (plus a short key where the scenario routes by key)."""
 
@@ -67,18 +70,31 @@ def leader_address(session: requests.Session, lb: str, topic: str, partition_id:
 
 def create_topic(session: requests.Session, lb: str, name: str, partition_count: int) -> None:
     """Create the topic, then wait until the managers see a leader for every partition, so
-    no scenario measures an election."""
+    no scenario measures an election. Right after a broker restart the managers may answer
+    503 (no leader yet, or "recorded but not yet hosted": creation then resumes in the
+    background), so both steps retry until ``LEADERS_WAIT_S``."""
     body = {"name": name, "partitions": partition_count}
-    with session.post(f"{lb}/topics", json=body, timeout=ADMIN_TIMEOUT_S) as response:
-        expect(response, 201)
-    poll_until(
-        lambda: all(
-            leader_address(session, lb, name, p) is not None for p in range(partition_count)
-        ),
-        LEADERS_WAIT_S,
-        f"a leader for every partition of {name}",
-        period_s=0.2,
-    )
+
+    def recorded() -> bool:
+        try:
+            with session.post(f"{lb}/topics", json=body, timeout=ADMIN_TIMEOUT_S) as response:
+                # 409: an earlier attempt recorded it; 503 50304: recorded, still being placed.
+                if response.status_code in (201, 409):
+                    return True
+                return bool(response.json().get("error_code") == UNAVAILABLE_CODE)
+        except (requests.RequestException, ValueError):
+            return False
+
+    def led() -> bool:
+        try:
+            return all(leader_address(session, lb, name, p) for p in range(partition_count))
+        except (requests.RequestException, ValueError, RequestFailedError):
+            return False
+
+    deadline_s = time.monotonic() + LEADERS_WAIT_S
+    poll_until(recorded, LEADERS_WAIT_S, f"topic {name} recorded", period_s=0.5)
+    wait_s = max(1.0, deadline_s - time.monotonic())
+    poll_until(led, wait_s, f"a leader for every partition of {name}", period_s=0.2)
 
 
 def end_offset(session: requests.Session, lb: str, topic: str, partition_id: int) -> int:

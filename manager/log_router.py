@@ -24,6 +24,7 @@ from manager.registry.topics import PartitionRecord, TopicRecord
 from manager.replicated import ReplicatedRegistry
 from protocol.errors import ErrorCode, RaftQError
 from protocol.requests import Fetch, Pop, Produce, invalid
+from protocol.routing import unkeyed_salt
 from protocol.types import BrokerId, PartitionId
 from runtime.http_client import HttpAnswer, NoAnswerError
 
@@ -69,7 +70,11 @@ class LogRouter:
                 ErrorCode.UNKNOWN_PARTITION,
                 f"{topic.name!r} has no partition {request.partition_id}",
             )
-        salt = None if request.sequence is None else f"{request.producer_id}:{request.sequence}"
+        salt = (
+            None
+            if request.sequence is None or request.producer_id is None
+            else unkeyed_salt(request.producer_id, request.sequence)
+        )
         groups = group_messages(
             request.messages,
             count,

@@ -47,7 +47,12 @@ def partition_detail(
                 "is_leader": replica.broker_id == leader,
             }
         )
-    return {"partition_id": partition.partition_id, "leader": leader, "replicas": replicas}
+    return {
+        "partition_id": partition.partition_id,
+        "state": partition.state.value,
+        "leader": leader,
+        "replicas": replicas,
+    }
 
 
 def broker_summary(broker: BrokerRecord, replica_count: int) -> dict[str, object]:

@@ -15,6 +15,7 @@ Not thread-safe: one per client object.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -45,8 +46,13 @@ def build_map(topic: str, partitions: Sequence[PartitionInfo], now_s: float) -> 
     ordered = sorted(partitions, key=lambda p: p.partition_id)
     if [p.partition_id for p in ordered] != list(range(len(ordered))) or not ordered:
         raise ProtocolError(f"GET /partitions?topic={topic}: partition ids are not 0..n-1")
+    # Only the active prefix takes messages (the manager routes over the same prefix): a
+    # partition still being created is not routed to until its creation has finished.
+    active = list(itertools.takewhile(lambda p: p.active, ordered))
+    if not active:
+        raise ProtocolError(f"GET /partitions?topic={topic}: no partition is active yet")
     leaders = tuple(
-        next((r.address for r in p.replicas if r.is_leader and r.address), None) for p in ordered
+        next((r.address for r in p.replicas if r.is_leader and r.address), None) for p in active
     )
     return PartitionMap(topic, leaders, now_s)
 

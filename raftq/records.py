@@ -65,6 +65,8 @@ class PartitionInfo:
     partition_id: int
     leader: int | None
     replicas: tuple[Replica, ...]
+    active: bool = True
+    """False while the partition is still being created (it takes no messages yet)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +205,10 @@ def parse_partition(body: object, where: str) -> PartitionInfo:
             )
         )
     return PartitionInfo(
-        _int(part, "partition_id", where), _opt_int(part, "leader"), tuple(replicas)
+        _int(part, "partition_id", where),
+        _opt_int(part, "leader"),
+        tuple(replicas),
+        active=part.get("state", "active") == "active",
     )
 
 

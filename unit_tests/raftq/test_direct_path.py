@@ -468,3 +468,11 @@ def test_direct_path_limits_are_validated() -> None:
         ClientLimits(partition_map_refresh_s_min=20.0).validate()
     with pytest.raises(ValueError, match="direct_parallel_requests_max"):
         ClientLimits(direct_parallel_requests_max=0).validate()
+
+
+def test_a_partition_still_being_created_is_not_routed_to() -> None:
+    creating = PartitionInfo(2, None, (Replica(1, "c", "h:1", is_leader=True),), active=False)
+    routed = build_map("t", [info(0, "a"), info(1, "b"), creating], 0.0)
+    assert routed.leaders == ("a", "b"), "the manager routes over the active prefix only"
+    with pytest.raises(ProtocolError):
+        build_map("t", [PartitionInfo(0, None, (), active=False)], 0.0)

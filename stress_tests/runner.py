@@ -114,12 +114,19 @@ class Run:
                 batch_messages=config.batch_messages,
                 limits=WORKER_LIMITS,
                 give_up_s=config.give_up_s,
+                direct=i % 2 == 0,  # both paths under every fault: brokers directly, and the LB
             )
             for i in range(config.producers)
         ]
         self.consumers = [
             ConsumerWorker(
-                f"{tag}-c{i}", url, topic, self.recorder, limits=WORKER_LIMITS, poll_messages=500
+                f"{tag}-c{i}",
+                url,
+                topic,
+                self.recorder,
+                limits=WORKER_LIMITS,
+                poll_messages=500,
+                direct=i % 2 == 1,
             )
             for i in range(config.consumers)
         ]

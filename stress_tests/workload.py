@@ -50,8 +50,10 @@ class ProducerWorker:
         limits: ClientLimits,
         give_up_s: float,
         partition_id: int | None = None,
+        direct: bool = True,
     ) -> None:
         self.name = name
+        self._direct = direct
         self._url, self._topic, self._recorder = url, topic, recorder
         self._batch_messages, self._limits, self._give_up_s = batch_messages, limits, give_up_s
         self._partition_id = partition_id
@@ -117,6 +119,7 @@ class ProducerWorker:
                     limits=self._limits,
                     producer_id=self.name,
                     first_sequence=self._sequence + 1,
+                    direct=self._direct,
                 )
             except RaftQClientError:
                 return None
@@ -165,8 +168,10 @@ class ConsumerWorker:
         *,
         limits: ClientLimits,
         poll_messages: int,
+        direct: bool = True,
     ) -> None:
         self.name = name
+        self._direct = direct
         self._url, self._topic, self._recorder, self._limits = url, topic, recorder, limits
         self._poll_messages = poll_messages
         self._consumer: Consumer | None = None
@@ -176,7 +181,9 @@ class ConsumerWorker:
         """Pop once; the number of messages, or -1 after an error."""
         try:
             if self._consumer is None:
-                self._consumer = Consumer(self._url, self._topic, limits=self._limits)
+                self._consumer = Consumer(
+                    self._url, self._topic, limits=self._limits, direct=self._direct
+                )
             records = self._consumer.poll(self._poll_messages)
         except RaftQClientError:
             self.errors += 1

@@ -54,10 +54,10 @@ class PeerCopy:
             raise RaftQError(ErrorCode.INTERNAL, "a peer answered a fetch without messages")
         return [
             StoredMessage(
-                Offset(int(item["offset"])),
-                str(item["message"]),
-                None if item.get("key") is None else str(item["key"]),
-                int(item["timestamp_ms"]),
+                offset=Offset(int(item["offset"])),
+                value=str(item["message"]),
+                key=None if item.get("key") is None else str(item["key"]),
+                timestamp_ms=int(item["timestamp_ms"]),
             )
             for item in items
         ]

@@ -187,7 +187,7 @@ class BrokerService:
                 spec.topic, spec.partition_id, start, min(evicted, end)
             )
         messages.extend(
-            StoredMessage(Offset(offset), value, key, timestamp_ms)
+            StoredMessage(offset=Offset(offset), value=value, key=key, timestamp_ms=timestamp_ms)
             for offset, (key, value, timestamp_ms) in in_memory
         )
         if len(messages) != end - start or (messages and messages[0].offset != start):

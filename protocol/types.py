@@ -28,21 +28,25 @@ class RaftRole(Enum):
     CANDIDATE = "candidate"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NewMessage:
-    """A message as a producer sends it, before it has an offset."""
+    """A message as a producer sends it, before it has an offset.
 
-    value: str
+    Keyword-only, like ``StoredMessage``: key and value are both strings, so a positional
+    call could swap them silently. Everywhere below the HTTP layer the order is key, then
+    value (the broker's ``(key, value)`` tuples, its ``msg_dict``, its table rows)."""
+
     key: str | None = None
+    value: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StoredMessage:
-    """A committed message at its offset in a partition."""
+    """A committed message at its offset in a partition (keyword-only, see ``NewMessage``)."""
 
     offset: Offset
-    value: str
     key: str | None
+    value: str
     timestamp_ms: int
 
     def to_json(self, topic: str, partition_id: PartitionId) -> dict[str, object]:

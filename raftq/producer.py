@@ -74,9 +74,9 @@ def as_message(item: MessageLike) -> NewMessage:
     if isinstance(item, NewMessage):
         return item
     if isinstance(item, str):
-        return NewMessage(item)
+        return NewMessage(value=item)
     value, key = item
-    return NewMessage(value, key)
+    return NewMessage(value=value, key=key)
 
 
 class Producer:
@@ -150,7 +150,7 @@ class Producer:
             raise BufferFullError(
                 f"{self.pending_messages} messages are unsent (buffer_messages_max): flush first"
             )
-        self._buffer.append(NewMessage(value, key))
+        self._buffer.append(NewMessage(value=value, key=key))
 
     def produce_batch(self, messages: Iterable[MessageLike]) -> list[PartitionOffset]:
         """Send these messages (after any buffered ones) and return the offsets of all, in

@@ -70,7 +70,7 @@ def messages_from_columns(
             raise RowError(f"{where}: no topic (null 'topic' column and no 'topic' option)")
         if value is None:
             raise RowError(f"{where}: 'value' is null; RaftQ messages are strings")
-        yield name, NewMessage(_text(value, where, "value"), _opt_text(key, where))
+        yield name, NewMessage(value=_text(value, where, "value"), key=_opt_text(key, where))
 
 
 @dataclass(frozen=True, slots=True)

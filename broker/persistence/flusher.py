@@ -83,7 +83,13 @@ class Flusher:
                 return start, min(log.evicted_offset, start + batch_max), None
             end = min(log.end_offset, start + batch_max)
             rows = [
-                FlushRow(offset, key, value, timestamp_ms, mask)
+                FlushRow(
+                    offset=offset,
+                    key=key,
+                    value=value,
+                    timestamp_ms=timestamp_ms,
+                    replicated_bitmask=mask,
+                )
                 for (offset, (key, value, timestamp_ms)), mask in zip(
                     log.read(start, end), log.replicated_bitmasks(start, end), strict=True
                 )
@@ -94,5 +100,14 @@ class Flusher:
         if rows is not None:
             return rows, end
         copied = self._peer_read(spec, start, end)
-        rows = [FlushRow(m.offset, m.key, m.value, m.timestamp_ms, 0) for m in copied]
+        rows = [
+            FlushRow(
+                offset=m.offset,
+                key=m.key,
+                value=m.value,
+                timestamp_ms=m.timestamp_ms,
+                replicated_bitmask=0,
+            )
+            for m in copied
+        ]
         return rows, start + len(rows)

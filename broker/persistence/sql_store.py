@@ -63,7 +63,7 @@ class SqlMessageStore:
         )
         with Session(self._engine) as session:
             return [
-                StoredMessage(Offset(offset), msg, key, timestamp_ms)
+                StoredMessage(offset=Offset(offset), value=msg, key=key, timestamp_ms=timestamp_ms)
                 for offset, msg, key, timestamp_ms in session.execute(query)
             ]
 

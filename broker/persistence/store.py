@@ -15,8 +15,11 @@ from typing import Protocol
 from protocol.types import Offset, ReplicaSpec, StoredMessage
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FlushRow:
+    """A ``StoredMessage`` on its way into the database, with the seed's
+    ``msg_replicated_bitmask``; keyword-only like every message shape (see ``NewMessage``)."""
+
     offset: int
     key: str | None
     value: str
@@ -81,7 +84,12 @@ class MemoryMessageStore:
             for row in rows:
                 stored.setdefault(
                     row.offset,
-                    StoredMessage(Offset(row.offset), row.value, row.key, row.timestamp_ms),
+                    StoredMessage(
+                        offset=Offset(row.offset),
+                        value=row.value,
+                        key=row.key,
+                        timestamp_ms=row.timestamp_ms,
+                    ),
                 )
             self.flushed_offsets[(topic, partition_id)] = flushed_offset
 

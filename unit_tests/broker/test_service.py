@@ -71,7 +71,11 @@ def service(store: MemoryMessageStore) -> Iterator[BrokerService]:
 
 def test_produce_then_fetch_keeps_offsets_keys_and_values_in_place(service: BrokerService) -> None:
     offsets = service.produce(
-        "orders", P0, (NewMessage("v0", "k0"), NewMessage("v1", None)), None, None
+        "orders",
+        P0,
+        (NewMessage(value="v0", key="k0"), NewMessage(value="v1", key=None)),
+        None,
+        None,
     )
     assert offsets == [0, 1]
     fetched = service.fetch("orders", P0, 0, 10)
@@ -81,7 +85,7 @@ def test_produce_then_fetch_keeps_offsets_keys_and_values_in_place(service: Brok
 def test_a_retried_sequence_and_a_retried_pop_return_the_same_answers(
     service: BrokerService,
 ) -> None:
-    batch = (NewMessage("a"), NewMessage("b"))
+    batch = (NewMessage(value="a"), NewMessage(value="b"))
     first = service.produce("orders", P0, batch, "p", 1)
     assert service.produce("orders", P0, batch, "p", 1) == first
     popped = service.pop("orders", P0, "c", 1, "r1")
@@ -92,7 +96,7 @@ def test_a_retried_sequence_and_a_retried_pop_return_the_same_answers(
 def test_flushed_messages_leave_memory_and_are_read_from_the_store(
     service: BrokerService, store: MemoryMessageStore
 ) -> None:
-    service.produce("orders", P0, tuple(NewMessage(f"m{i}") for i in range(50)), None, None)
+    service.produce("orders", P0, tuple(NewMessage(value=f"m{i}") for i in range(50)), None, None)
     _wait_until(lambda: store.flushed_offsets.get(("orders", 0)) == 50)
     replica = service._replica("orders", P0)
     _wait_until(lambda: replica.partition.read(lambda log: log.evicted_offset) == 50)
@@ -106,7 +110,7 @@ def test_flushes_are_paced_not_one_per_message(store: MemoryMessageStore) -> Non
     try:
         started = time.monotonic()
         for i in range(200):
-            service.produce("orders", P0, (NewMessage(f"m{i}"),), None, None)
+            service.produce("orders", P0, (NewMessage(value=f"m{i}"),), None, None)
         _wait_until(lambda: store.flushed_offsets.get(("orders", 0)) == 200)
         elapsed_s = time.monotonic() - started
         entries = service._replica("orders", P0).partition.status().commit_index
@@ -118,7 +122,7 @@ def test_flushes_are_paced_not_one_per_message(store: MemoryMessageStore) -> Non
 
 def test_concurrent_producers_get_distinct_contiguous_offsets(service: BrokerService) -> None:
     def send(i: int) -> list[int]:
-        return list(service.produce("orders", P0, (NewMessage(str(i)),), f"p{i}", 1))
+        return list(service.produce("orders", P0, (NewMessage(value=str(i)),), f"p{i}", 1))
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         offsets = sorted(o for found in pool.map(send, range(300)) for o in found)
@@ -127,7 +131,7 @@ def test_concurrent_producers_get_distinct_contiguous_offsets(service: BrokerSer
 
 def test_an_unhosted_partition_is_a_clear_404(service: BrokerService) -> None:
     with pytest.raises(RaftQError) as missing:
-        service.produce("orders", PartitionId(7), (NewMessage("x"),), None, None)
+        service.produce("orders", PartitionId(7), (NewMessage(value="x"),), None, None)
     assert missing.value.code is ErrorCode.UNKNOWN_PARTITION
 
 
@@ -135,11 +139,13 @@ def test_backpressure_is_answered_and_stores_nothing(store: MemoryMessageStore) 
     service = make_service(store, replicas=3)  # no peer flushes: nothing is ever evicted
     try:
         limit = LIMITS.partition_unflushed_messages_max
-        service.produce("orders", P0, tuple(NewMessage("x") for _ in range(10_000)), None, None)
+        service.produce(
+            "orders", P0, tuple(NewMessage(value="x") for _ in range(10_000)), None, None
+        )
         with pytest.raises(RaftQError) as full:
             for _ in range(limit // 10_000):
                 service.produce(
-                    "orders", P0, tuple(NewMessage("x") for _ in range(10_000)), None, None
+                    "orders", P0, tuple(NewMessage(value="x") for _ in range(10_000)), None, None
                 )
         assert full.value.code is ErrorCode.BACKPRESSURE
         replica = service._replica("orders", P0)

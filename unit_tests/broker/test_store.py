@@ -59,7 +59,14 @@ def store(
 
 def rows(start: int, end: int) -> list[FlushRow]:
     return [
-        FlushRow(o, None if o % 2 else f"k{o}", f"v{o}", 1000 + o, 0b100) for o in range(start, end)
+        FlushRow(
+            offset=o,
+            key=None if o % 2 else f"k{o}",
+            value=f"v{o}",
+            timestamp_ms=1000 + o,
+            replicated_bitmask=0b100,
+        )
+        for o in range(start, end)
     ]
 
 
@@ -104,7 +111,12 @@ def test_a_large_flush_is_one_call(store: MessageStore) -> None:
 def test_any_text_round_trips_unchanged(store: MessageStore) -> None:
     """PostgreSQL flushes through COPY's text format: its escapes must not leak."""
     odd = ["tab\there", "new\nline", "back\\slash", "\\N", "cr\rlf\r\n", "ünï €", "", " "]
-    rows = [FlushRow(i, text if i % 2 else None, text, 7, 0) for i, text in enumerate(odd)]
+    rows = [
+        FlushRow(
+            offset=i, key=text if i % 2 else None, value=text, timestamp_ms=7, replicated_bitmask=0
+        )
+        for i, text in enumerate(odd)
+    ]
     store.insert_messages("or\tders\\", 2, rows, len(rows))
     got = store.read_messages("or\tders\\", 2, 0, len(rows))
     assert [(m.offset, m.key, m.value) for m in got] == [(r.offset, r.key, r.value) for r in rows]

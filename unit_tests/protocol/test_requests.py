@@ -22,7 +22,7 @@ def refused(parse: object, params: dict[str, object]) -> ErrorCode:
 
 def test_produce_single_and_batch() -> None:
     one = Produce.parse({"topic": "t", "message": "hi", "key": "k", "producer_id": "p"}, LIMITS)
-    assert one.messages == (NewMessage("hi", "k"),) and not one.is_batch
+    assert one.messages == (NewMessage(value="hi", key="k"),) and not one.is_batch
     many = Produce.parse(
         {
             "topic": "t",

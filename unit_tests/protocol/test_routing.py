@@ -13,7 +13,7 @@ from protocol.types import NewMessage, PartitionId
 
 
 def test_given_partition_takes_everything_in_order() -> None:
-    messages = [NewMessage("a", "k1"), NewMessage("b")]
+    messages = [NewMessage(value="a", key="k1"), NewMessage(value="b")]
     groups = group_messages(
         messages, 4, partition_id=PartitionId(2), unkeyed_salt=None, round_robin=0
     )
@@ -21,7 +21,12 @@ def test_given_partition_takes_everything_in_order() -> None:
 
 
 def test_keyed_by_crc_unkeyed_together_by_salt() -> None:
-    messages = [NewMessage("a", "k1"), NewMessage("b"), NewMessage("c", "k2"), NewMessage("d")]
+    messages = [
+        NewMessage(value="a", key="k1"),
+        NewMessage(value="b"),
+        NewMessage(value="c", key="k2"),
+        NewMessage(value="d"),
+    ]
     groups = group_messages(messages, 8, partition_id=None, unkeyed_salt="p:7", round_robin=0)
     where = {i: g.partition_id for g in groups for i in g.indexes}
     assert where[0] == partition_for_key("k1", 8)
@@ -34,7 +39,7 @@ def test_keyed_by_crc_unkeyed_together_by_salt() -> None:
 
 
 def test_unkeyed_without_sequence_round_robins() -> None:
-    messages = [NewMessage("a"), NewMessage("b")]
+    messages = [NewMessage(value="a"), NewMessage(value="b")]
     first = group_messages(messages, 3, partition_id=None, unkeyed_salt=None, round_robin=4)
     assert [(g.partition_id, g.indexes) for g in first] == [(1, (0, 1))]
 

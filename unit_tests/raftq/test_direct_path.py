@@ -195,7 +195,7 @@ def test_keyed_batch_goes_to_each_partitions_leader_in_the_managers_groups(
         acked = producer.produce_batch(messages)
         assert producer.direct_path is not None and producer.direct_path.fallbacks == 0
     expected_groups = group_messages(
-        [NewMessage(v, k) for v, k in messages],
+        [NewMessage(value=v, key=k) for v, k in messages],
         2,
         partition_id=None,
         unkeyed_salt=unkeyed_salt("p-1", 0),
@@ -329,7 +329,7 @@ def test_a_partly_stored_batch_is_resent_to_the_same_partitions_after_a_partitio
         acked = producer.flush()
     assert [o.partition_id for o in acked] == [
         group_messages(
-            [NewMessage("v", k)], 2, partition_id=None, unkeyed_salt=None, round_robin=0
+            [NewMessage(value="v", key=k)], 2, partition_id=None, unkeyed_salt=None, round_robin=0
         )[0].partition_id
         for k in keys
     ]

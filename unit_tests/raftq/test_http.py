@@ -48,10 +48,10 @@ def test_backoff_is_jittered_and_capped() -> None:
 
 
 def test_take_batch_respects_both_bounds() -> None:
-    buffer = deque(NewMessage("x" * 10) for _ in range(5))
+    buffer = deque(NewMessage(value="x" * 10) for _ in range(5))
     assert len(take_batch(buffer, messages_max=3, bytes_max=1000)) == 3
     assert len(take_batch(buffer, messages_max=3, bytes_max=15)) == 1
-    big = deque([NewMessage("y" * 100), NewMessage("z")])
+    big = deque([NewMessage(value="y" * 100), NewMessage(value="z")])
     assert len(take_batch(big, messages_max=3, bytes_max=15)) == 1  # alone, not stuck
     assert [m.value for m in take_batch(big, 3, 15)] == ["z"]
 

@@ -54,8 +54,8 @@ def test_rows_become_messages_and_bad_rows_are_named() -> None:
         "topic": ["x", "y"],
     }
     assert list(messages_from_columns(columns, None)) == [
-        ("x", NewMessage("a")),
-        ("y", NewMessage("b", "k")),
+        ("x", NewMessage(value="a")),
+        ("y", NewMessage(value="b", key="k")),
     ]
     assert [t for t, _ in messages_from_columns(columns, "forced")] == ["forced", "forced"]
     with pytest.raises(RowError, match="row 12: 'value' is null"):
@@ -77,7 +77,10 @@ def test_write_schema_checks() -> None:
 
 
 def test_batches_are_cut_per_topic_deterministically() -> None:
-    rows = [("b", NewMessage(str(i))) if i % 3 else ("a", NewMessage(str(i))) for i in range(7)]
+    rows = [
+        ("b", NewMessage(value=str(i))) if i % 3 else ("a", NewMessage(value=str(i)))
+        for i in range(7)
+    ]
     batches = list(cut_batches(rows, 2, 1_000))
     assert batches == list(cut_batches(rows, 2, 1_000))
     assert [(b.topic, [m.value for m in b.messages]) for b in batches] == [
@@ -86,7 +89,7 @@ def test_batches_are_cut_per_topic_deterministically() -> None:
         ("b", ["4", "5"]),
         ("a", ["6"]),
     ]
-    by_bytes = list(cut_batches([("a", NewMessage("xx"))] * 3, 10, 4))
+    by_bytes = list(cut_batches([("a", NewMessage(value="xx"))] * 3, 10, 4))
     assert [len(b.messages) for b in by_bytes] == [2, 1]
 
 
@@ -126,7 +129,7 @@ class RememberingPartition:
 
 def attempt(rows: int, fail_after: int | None) -> Iterator[TopicBatch]:
     """One task attempt's batches; the first attempt dies after ``fail_after`` rows."""
-    messages = (("t", NewMessage(str(i))) for i in range(rows))
+    messages = (("t", NewMessage(value=str(i))) for i in range(rows))
     for count, batch in enumerate(cut_batches(messages, 2, 1_000)):
         if fail_after is not None and count * 2 >= fail_after:
             raise RuntimeError("executor lost")

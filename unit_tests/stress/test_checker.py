@@ -141,6 +141,11 @@ def test_a_database_that_differs_from_its_replica_log_diverges() -> None:
 
 def test_the_checksum_matches_the_brokers_layout() -> None:
     log = (Entry(0, None, "a", 5), Entry(1, "k", "b", 6))
-    stored = [StoredMessage(Offset(e.offset), e.value, e.key, e.timestamp_ms) for e in log]
+    stored = [
+        StoredMessage(
+            offset=Offset(e.offset), value=e.value, key=e.key, timestamp_ms=e.timestamp_ms
+        )
+        for e in log
+    ]
     expected = range_checksum(0, 2, stored)
     assert log_checksum(log, 0, 2).sha256 == expected.sha256

@@ -45,15 +45,21 @@ def rss_mib(pid: int) -> float | None:
     return None  # a zombie has no VmRSS
 
 
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of the group, leader first."""
-    members = []
+def group_members(pgids: set[int]) -> dict[int, list[int]]:
+    """Live (non-zombie) processes of each group, leader first: one pass over /proc for all
+    groups, so sampling every node costs one scan, not one per node."""
+    members: dict[int, list[int]] = {pgid: [] for pgid in pgids}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             fields = stat_fields(int(entry.name))
-            if fields is not None and int(fields[2]) == pgid and fields[0] != "Z":
-                members.append(int(entry.name))
-    return sorted(members, key=lambda pid: (pid != pgid, pid))
+            if fields is not None and int(fields[2]) in members and fields[0] != "Z":
+                members[int(fields[2])].append(int(entry.name))
+    for pgid, pids in members.items():
+        pids.sort()
+        if pgid in pids:  # the leader (gunicorn's master) first
+            pids.remove(pgid)
+            pids.insert(0, pgid)
+    return members
 
 
 def role_names(pgid: int, members: list[int], gunicorn: bool) -> dict[int, str]:
@@ -76,12 +82,11 @@ def role_names(pgid: int, members: list[int], gunicorn: bool) -> dict[int, str]:
 
 def snapshot(groups: Mapping[str, int | None], gunicorn: bool) -> dict[tuple[str, str], float]:
     """(node, role) -> RSS MiB, for every running process of every node."""
+    running = {node: pgid for node, pgid in groups.items() if pgid is not None}
+    members = group_members(set(running.values()))
     found: dict[tuple[str, str], float] = {}
-    for node, pgid in groups.items():
-        if pgid is None:
-            continue
-        members = group_members(pgid)
-        for pid, role in role_names(pgid, members, gunicorn).items():
+    for node, pgid in running.items():
+        for pid, role in role_names(pgid, members[pgid], gunicorn).items():
             mib = rss_mib(pid)
             if mib is not None:
                 found[(node, role)] = mib

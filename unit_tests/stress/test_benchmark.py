@@ -5,6 +5,8 @@ checks every row has a figure. No test asserts a speed: figures depend on the ma
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from stress_tests.bench_load import Exhausted, Step, Tally, run_load
+from stress_tests.bench_memory import group_members, snapshot
 from stress_tests.bench_report import MemoryRow, Row, median, percentile, ratio_rows, render
 from stress_tests.peers import nats_cluster, rabbitmq_cluster
 from stress_tests.peers import run as peers_run
@@ -237,3 +240,18 @@ def test_a_missing_server_binary_is_reported_not_raised(
     assert not rabbit.start() and "rabbitmq-server not found" in rabbit.status
     nats.stop()
     rabbit.stop()  # nothing started: nothing to stop, no error
+
+
+def test_memory_snapshot_reports_the_group_leader_and_each_child_apart() -> None:
+    """A stand-in for a gunicorn node: a leader (``master``) with one child (``worker``)."""
+    node = subprocess.Popen(["sh", "-c", "sleep 30 & wait"], start_new_session=True)
+    try:
+        poll_until(lambda: len(group_members({node.pid})[node.pid]) == 2, 10.0, "the child")
+        found = snapshot({"broker-1": node.pid, "broker-2": None}, gunicorn=True)
+        assert set(found) == {("broker-1", "master"), ("broker-1", "worker")}
+        assert all(mib > 0 for mib in found.values())
+        named = snapshot({"peer-1": node.pid}, gunicorn=False)
+        assert set(named) == {("peer-1", "sh"), ("peer-1", "sleep")}
+    finally:
+        os.killpg(node.pid, signal.SIGKILL)
+        node.wait(10)

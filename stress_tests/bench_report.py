@@ -68,32 +68,30 @@ class MemoryRow:
 def ratio_rows(rows: Iterable[Row]) -> list[Row]:
     """RaftQ's figure divided by each peer's, per comparable scenario (same ``key``), for
     throughput and for latency: ``msgs/s 0.5x`` means RaftQ moves half as many messages,
-    ``p99 2.0x`` that its p99 is twice the peer's."""
-    by_system: dict[str, dict[str, Row]] = {}
+    ``p99 2.0x`` that its p99 is twice the peer's. Every RaftQ row with the key is compared
+    (through the LB and straight to the leader broker), with the peer's first row."""
+    ours: dict[str, list[Row]] = {}
+    theirs: dict[tuple[str, str], Row] = {}
     for row in rows:
-        if row.key is not None and row.ok:
-            by_system.setdefault(row.system, {}).setdefault(row.key, row)
-    ours = by_system.get(RAFTQ, {})
-    ratios = []
-    for system, theirs in by_system.items():
-        if system == RAFTQ:
+        if row.key is None or not row.ok:
             continue
-        for key, peer in theirs.items():
-            mine = ours.get(key)
-            if mine is None:
-                continue
-            ratios.append(
-                Row(
-                    f"{RAFTQ}/{system}",
-                    key,
-                    _ratio(mine.msgs_per_s, peer.msgs_per_s),
-                    _ratio(mine.requests_per_s, peer.requests_per_s),
-                    _ratio(mine.p50_ms, peer.p50_ms),
-                    _ratio(mine.p99_ms, peer.p99_ms),
-                    note=f"{mine.scenario} vs {peer.scenario}",
-                )
-            )
-    return ratios
+        if row.system == RAFTQ:
+            ours.setdefault(row.key, []).append(row)
+        else:
+            theirs.setdefault((row.system, row.key), row)
+    return [
+        Row(
+            f"{RAFTQ}/{system}",
+            mine.scenario,
+            _ratio(mine.msgs_per_s, peer.msgs_per_s),
+            _ratio(mine.requests_per_s, peer.requests_per_s),
+            _ratio(mine.p50_ms, peer.p50_ms),
+            _ratio(mine.p99_ms, peer.p99_ms),
+            note=f"vs {peer.scenario}",
+        )
+        for (system, key), peer in theirs.items()
+        for mine in ours.get(key, [])
+    ]
 
 
 def _ratio(mine: float | None, theirs: float | None) -> float | None:

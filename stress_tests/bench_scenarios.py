@@ -160,8 +160,10 @@ def produce_plan(lb: str, topics: Topics, leader: str | None) -> list[Scenario]:
             8,
             produce_via_lb(lb, one, 1),
         ),
-        Scenario("produce 1/req to leader broker, 1 thread", None, 1, direct),
-        Scenario("produce 1/req to leader broker, 8 threads", None, 8, direct),
+        Scenario("produce 1/req to leader broker, 1 thread", "produce 1/req, 1 client", 1, direct),
+        Scenario(
+            "produce 1/req to leader broker, 8 threads", "produce 1/req, 8 clients", 8, direct
+        ),
         Scenario(
             "produce 100/req via LB, 3 partitions, 4 threads",
             "produce 100/req, 4 clients",

@@ -71,19 +71,26 @@ def test_tally_without_a_success_is_a_failed_row_with_the_last_error() -> None:
 
 def test_ratio_rows_divide_raftq_by_each_peer_per_shared_key() -> None:
     rows = [
-        Row("raftq", "a", 100.0, 100.0, 10.0, 20.0, key="k1"),
+        Row("raftq", "a via LB", 100.0, 100.0, 10.0, 20.0, key="k1"),
+        Row("raftq", "a direct", 200.0, 200.0, 5.0, 10.0, key="k1"),
         Row("raftq", "only raftq", 1.0, 1.0, 1.0, 1.0),
         Row("nats", "b", 400.0, 50.0, 5.0, 40.0, key="k1"),
         Row("nats", "c", 1.0, 1.0, 1.0, 1.0, key="k2"),  # no RaftQ counterpart
         Row("rabbitmq", "d", 0.0, 0.0, None, None, key="k1"),
         Row("rabbitmq", "e", key="k1", error="could not run"),  # failed rows never compare
     ]
-    ratios = {row.system: row for row in ratio_rows(rows)}
-    assert set(ratios) == {"raftq/nats", "raftq/rabbitmq"}
-    nats = ratios["raftq/nats"]
-    assert (nats.scenario, nats.msgs_per_s, nats.requests_per_s) == ("k1", 0.25, 2.0)
-    assert (nats.p50_ms, nats.p99_ms) == (2.0, 0.5)
-    assert ratios["raftq/rabbitmq"].msgs_per_s is None  # division by zero shows "-"
+    ratios = {(row.system, row.scenario): row for row in ratio_rows(rows)}
+    assert set(ratios) == {
+        ("raftq/nats", "a via LB"),
+        ("raftq/nats", "a direct"),
+        ("raftq/rabbitmq", "a via LB"),
+        ("raftq/rabbitmq", "a direct"),
+    }
+    via_lb = ratios[("raftq/nats", "a via LB")]
+    assert (via_lb.msgs_per_s, via_lb.requests_per_s, via_lb.note) == (0.25, 2.0, "vs b")
+    assert (via_lb.p50_ms, via_lb.p99_ms) == (2.0, 0.5)
+    assert ratios[("raftq/nats", "a direct")].msgs_per_s == 0.5
+    assert ratios[("raftq/rabbitmq", "a via LB")].msgs_per_s is None  # division by zero: "-"
 
 
 def test_render_prints_every_row_ratios_failures_and_memory_per_process() -> None:

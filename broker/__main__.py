@@ -15,7 +15,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _serve_options(config: BrokerConfig) -> ServeOptions:
     return ServeOptions(
-        config.host, config.port, config.http_threads, f"raftq-broker-{config.broker_id}"
+        config.host,
+        config.port,
+        config.http_threads,
+        f"raftq-broker-{config.broker_id}",
+        config.limits.gil_switch_interval_s,
     )
 
 

@@ -48,7 +48,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _serve_options(config: LoadBalancerConfig) -> ServeOptions:
     return ServeOptions(
-        config.host, config.port, config.threads, "raftq-load-balancer", config.workers
+        config.host,
+        config.port,
+        config.threads,
+        "raftq-load-balancer",
+        config.limits.gil_switch_interval_s,
+        config.workers,
     )
 
 

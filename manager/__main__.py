@@ -56,7 +56,11 @@ def main(argv: list[str]) -> int:
 
 def _serve_options(config: ManagerConfig) -> ServeOptions:
     return ServeOptions(
-        config.host, config.port, config.http_threads, f"raftq-manager-{config.manager_id}"
+        config.host,
+        config.port,
+        config.http_threads,
+        f"raftq-manager-{config.manager_id}",
+        config.limits.gil_switch_interval_s,
     )
 
 

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
+from pysyncobj import FAIL_REASON, SyncObjConf, SyncObjConsumer, replicated
 from pysyncobj.syncobj import SyncObjException
 
 from manager.config import ManagerConfig
@@ -23,6 +23,7 @@ from manager.registry.topics import Assignment
 from manager.replicated import RaftStatus
 from protocol.errors import ErrorCode, RaftQError
 from runtime import durable_journal
+from runtime.raft_node import RaftNode
 
 _log = logging.getLogger(__name__)
 
@@ -138,7 +139,7 @@ class ManagerRaft:
         )
         self._consumer = _RegistryConsumer()
         durable_journal.install()  # entries and votes on disk before Raft acts on them
-        self._syncobj = SyncObj(
+        self._syncobj = RaftNode(
             config.raft_address, config.partner_raft_addresses, conf, consumers=[self._consumer]
         )
 

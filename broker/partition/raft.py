@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
+from pysyncobj import FAIL_REASON, SyncObjConf, SyncObjConsumer, replicated
 from pysyncobj.syncobj import SyncObjException
 
 from broker.partition.commands import Command, KeyValue, to_wire
@@ -28,6 +28,7 @@ from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 from protocol.types import RaftRole, ReplicaSpec
 from runtime import durable_journal
+from runtime.raft_node import RaftNode
 
 _log = logging.getLogger(__name__)
 _LEADER_POLL_S = 0.02
@@ -126,13 +127,12 @@ class PartitionRaft:
             dynamicMembershipChange=False,
         )
         durable_journal.install()
-        self._sync = SyncObj(spec.raft_address, list(spec.partners), conf, consumers=[self.state])
-        self._journal = durable_journal.opened(conf.journalFile)
+        self._sync = RaftNode(spec.raft_address, list(spec.partners), conf, consumers=[self.state])
         self._sync.addOnTickCallback(self._compact_when_large)
 
     def _compact_when_large(self) -> None:
         """Tick thread: bound the memory the Raft log holds by bytes (see the limit)."""
-        journal = self._journal
+        journal = self._sync.journal
         if (
             journal is not None
             and journal.entry_bytes >= self._limits.raft_log_compaction_bytes_min

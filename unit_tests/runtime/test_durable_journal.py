@@ -120,3 +120,22 @@ def test_the_adapter_finds_its_journal_and_its_size_in_bytes(tmp_path: Path) -> 
     journal.deleteEntriesTo(1)
     assert 500 < journal.entry_bytes < 600
     journal._destroy()
+
+
+def test_a_sync_is_an_fdatasync_of_the_journal_file_which_releases_the_gil(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "raft.journal"
+    journal = DurableFileJournal(str(path))
+    synced: list[int] = []
+    real = os.fdatasync
+
+    def counting(fd: int) -> None:
+        synced.append(os.fstat(fd).st_ino)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", counting)
+    journal.add(b"entry", 1, 1)
+    assert synced == [path.stat().st_ino], "one fdatasync, of the journal file itself"
+    assert b"entry" in path.read_bytes(), "the mapped write is in the file"
+    journal._destroy()

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from broker.partition.log import PartitionLog
 from broker.partition.replica import PartitionReplica
-from broker.persistence.store import FlushRow, MessageStore
+from broker.persistence.store import FlushBatch, MessageStore
 from protocol.errors import RaftQError
 from protocol.limits import Limits
 from protocol.types import ReplicaSpec, StoredMessage
@@ -72,42 +72,24 @@ class Flusher:
         self._replica.mark_flushed(spec.replica_id, end)
         return len(rows)
 
-    def _next_rows(self, spec: ReplicaSpec) -> tuple[list[FlushRow], int]:
+    def _next_rows(self, spec: ReplicaSpec) -> tuple[FlushBatch, int]:
         """The next batch past this replica's flushed offset, from memory or, for a replica
         that lagged past the evicted offset, from a peer."""
         batch_max = self._limits.flush_batch_messages_max
 
-        def from_memory(log: PartitionLog) -> tuple[int, int, list[FlushRow] | None]:
+        def from_memory(log: PartitionLog) -> tuple[int, int, FlushBatch | None]:
+            # Under the partition's lock: copy references, build nothing per message.
             start = log.flushed_offsets[spec.replica_id]
             if log.lagging(spec.replica_id):
                 return start, min(log.evicted_offset, start + batch_max), None
             end = min(log.end_offset, start + batch_max)
-            rows = [
-                FlushRow(
-                    offset=offset,
-                    key=key,
-                    value=value,
-                    timestamp_ms=timestamp_ms,
-                    replicated_bitmask=mask,
-                )
-                for (offset, (key, value, timestamp_ms)), mask in zip(
-                    log.read(start, end), log.replicated_bitmasks(start, end), strict=True
-                )
-            ]
-            return start, end, rows
-
-        start, end, rows = self._replica.read(from_memory)
-        if rows is not None:
-            return rows, end
-        copied = self._peer_read(spec, start, end)
-        rows = [
-            FlushRow(
-                offset=m.offset,
-                key=m.key,
-                value=m.value,
-                timestamp_ms=m.timestamp_ms,
-                replicated_bitmask=0,
+            batch = FlushBatch(
+                messages=log.read(start, end), bitmasks=log.replicated_bitmasks(start, end)
             )
-            for m in copied
-        ]
-        return rows, start + len(rows)
+            return start, end, batch
+
+        start, end, batch = self._replica.read(from_memory)
+        if batch is not None:
+            return batch, end
+        copied = FlushBatch.of_stored(self._peer_read(spec, start, end))
+        return copied, start + len(copied)

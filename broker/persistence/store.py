@@ -8,23 +8,45 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from broker.partition.log import MessageTuple
+from protocol.invariant import check
 from protocol.types import Offset, ReplicaSpec, StoredMessage
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class FlushRow:
-    """A ``StoredMessage`` on its way into the database, with the seed's
-    ``msg_replicated_bitmask``; keyword-only like every message shape (see ``NewMessage``)."""
+class FlushBatch:
+    """Messages on their way into the database: ``messages`` as the partition's memory holds
+    them, ``(offset, (key, value, timestamp_ms))`` (key before value, like every message
+    shape below the HTTP layer), and the seed's ``msg_replicated_bitmask`` of each. One
+    object per batch, not one per message: it is built under the partition's lock."""
 
-    offset: int
-    key: str | None
-    value: str
-    timestamp_ms: int
-    replicated_bitmask: int
+    messages: Sequence[tuple[int, MessageTuple]]
+    bitmasks: Sequence[int]
+
+    def __post_init__(self) -> None:
+        check(len(self.messages) == len(self.bitmasks), "one bitmask per message")
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    @classmethod
+    def of_stored(cls, messages: Sequence[StoredMessage]) -> FlushBatch:
+        """Messages copied from a peer: no replica's flush state comes with them (mask 0)."""
+        return cls(
+            messages=[(m.offset, (m.key, m.value, m.timestamp_ms)) for m in messages],
+            bitmasks=[0] * len(messages),
+        )
+
+    def rows(self) -> Iterator[tuple[int, str | None, str, int, int]]:
+        """``(offset, key, value, timestamp_ms, bitmask)``, the table's column order."""
+        for (offset, (key, value, timestamp_ms)), mask in zip(
+            self.messages, self.bitmasks, strict=True
+        ):
+            yield offset, key, value, timestamp_ms, mask
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,10 +59,10 @@ class RangeChecksum:
 
 class MessageStore(Protocol):
     def insert_messages(
-        self, topic: str, partition_id: int, rows: list[FlushRow], flushed_offset: int
+        self, topic: str, partition_id: int, batch: FlushBatch, flushed_offset: int
     ) -> None:
-        """Insert rows (skipping ones already there) and record ``flushed_offset``, in one
-        transaction."""
+        """Insert the batch (skipping rows already there) and record ``flushed_offset``, in
+        one transaction."""
 
     def read_messages(
         self, topic: str, partition_id: int, start: int, end: int
@@ -77,18 +99,15 @@ class MemoryMessageStore:
         self.flushed_offsets: dict[tuple[str, int], int] = {}
 
     def insert_messages(
-        self, topic: str, partition_id: int, rows: list[FlushRow], flushed_offset: int
+        self, topic: str, partition_id: int, batch: FlushBatch, flushed_offset: int
     ) -> None:
         with self._lock:
             stored = self._messages.setdefault((topic, partition_id), {})
-            for row in rows:
+            for offset, key, value, timestamp_ms, _ in batch.rows():
                 stored.setdefault(
-                    row.offset,
+                    offset,
                     StoredMessage(
-                        offset=Offset(row.offset),
-                        value=row.value,
-                        key=row.key,
-                        timestamp_ms=row.timestamp_ms,
+                        offset=Offset(offset), key=key, value=value, timestamp_ms=timestamp_ms
                     ),
                 )
             self.flushed_offsets[(topic, partition_id)] = flushed_offset

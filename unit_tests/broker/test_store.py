@@ -11,7 +11,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from broker.persistence.sql_store import SqlMessageStore
-from broker.persistence.store import FlushRow, MemoryMessageStore, MessageStore
+from broker.persistence.store import FlushBatch, MemoryMessageStore, MessageStore
 from protocol.types import BrokerId, PartitionId, ReplicaAddress, ReplicaId, ReplicaSpec
 
 SPEC = ReplicaSpec(
@@ -57,17 +57,11 @@ def store(
     _drop_postgres_database(url)
 
 
-def rows(start: int, end: int) -> list[FlushRow]:
-    return [
-        FlushRow(
-            offset=o,
-            key=None if o % 2 else f"k{o}",
-            value=f"v{o}",
-            timestamp_ms=1000 + o,
-            replicated_bitmask=0b100,
-        )
-        for o in range(start, end)
-    ]
+def rows(start: int, end: int) -> FlushBatch:
+    return FlushBatch(
+        messages=[(o, (None if o % 2 else f"k{o}", f"v{o}", 1000 + o)) for o in range(start, end)],
+        bitmasks=[0b100] * (end - start),
+    )
 
 
 def test_flush_is_idempotent_and_reads_ranges_in_order(store: MessageStore) -> None:
@@ -111,12 +105,11 @@ def test_a_large_flush_is_one_call(store: MessageStore) -> None:
 def test_any_text_round_trips_unchanged(store: MessageStore) -> None:
     """PostgreSQL flushes through COPY's text format: its escapes must not leak."""
     odd = ["tab\there", "new\nline", "back\\slash", "\\N", "cr\rlf\r\n", "ünï €", "", " "]
-    rows = [
-        FlushRow(
-            offset=i, key=text if i % 2 else None, value=text, timestamp_ms=7, replicated_bitmask=0
-        )
-        for i, text in enumerate(odd)
-    ]
-    store.insert_messages("or\tders\\", 2, rows, len(rows))
-    got = store.read_messages("or\tders\\", 2, 0, len(rows))
-    assert [(m.offset, m.key, m.value) for m in got] == [(r.offset, r.key, r.value) for r in rows]
+    batch = FlushBatch(
+        messages=[(i, (text if i % 2 else None, text, 7)) for i, text in enumerate(odd)],
+        bitmasks=[0] * len(odd),
+    )
+    store.insert_messages("or\tders\\", 2, batch, len(odd))
+    got = store.read_messages("or\tders\\", 2, 0, len(odd))
+    expected = [(i, text if i % 2 else None, text) for i, text in enumerate(odd)]
+    assert [(m.offset, m.key, m.value) for m in got] == expected

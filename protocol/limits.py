@@ -61,7 +61,7 @@ class Limits:
     group_commit_queued_max: int = 10_000
     """Most commands waiting for one partition's next entry; past it, 429."""
     group_commit_queue_wait_s_max: float = 2.0
-    """A command that waited this long without being proposed is withdrawn (503, nothing
+    """A command that waited this long without being proposed is withdrawn (429, nothing
     done) rather than proposed after its caller may have given up."""
 
     # --- flush -----------------------------------------------------------------------------

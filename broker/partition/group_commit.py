@@ -12,8 +12,8 @@ so no request thread keeps working for others after its own answer is ready.
 
 Bounds: at most ``commands_max`` commands and ``messages_max`` messages per group; at most
 ``queued_max`` commands waiting (more get 429). A queued command that waits longer than
-``queue_wait_s_max`` without being proposed is withdrawn and answered 503 UNAVAILABLE:
-nothing was proposed, so the caller may safely send it elsewhere.
+``queue_wait_s_max`` without being proposed is withdrawn and answered 429 (backpressure):
+nothing was proposed, so the caller may safely retry it, here or elsewhere.
 
 Threads: any number of callers (HTTP threads, the flusher); ``propose`` runs on whichever
 caller is the proposer at the time.
@@ -97,8 +97,10 @@ class GroupCommit:
             if slot in self._queue:
                 self._queue.remove(slot)
                 slot.answered = True
+                # 429: the partition is too busy, and nothing was done (UNAVAILABLE would
+                # not say that: a manager answers it when a broker's outcome is unknown).
                 slot.error = RaftQError(
-                    ErrorCode.UNAVAILABLE,
+                    ErrorCode.BACKPRESSURE,
                     "queued behind a slow commit and withdrawn: nothing was proposed",
                 )
                 return

@@ -135,7 +135,7 @@ def test_a_command_queued_too_long_is_withdrawn_unproposed() -> None:
         assert consensus.first_entered.wait(WAIT_S)
         with pytest.raises(RaftQError) as withdrawn:
             group.submit(append("late"))
-        assert withdrawn.value.code is ErrorCode.UNAVAILABLE
+        assert withdrawn.value.code is ErrorCode.BACKPRESSURE
         consensus.gate.set()
         first.result(WAIT_S)
     assert consensus.groups == [1], "the withdrawn command was never proposed"

@@ -3,7 +3,6 @@ with one result per command, and the log is compacted by bytes, not only by coun
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,14 +14,9 @@ from broker.partition.log import Appended, Consumed, Flushed, Rejected
 from broker.partition.raft import PartitionRaft
 from protocol.limits import Limits
 from protocol.types import BrokerId, Offset, PartitionId, ReplicaAddress, ReplicaId, ReplicaSpec
+from unit_tests.ports import free_port
 
 WAIT_S = 15.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture

@@ -3,12 +3,10 @@ served from threads of this test process."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,16 +14,11 @@ import pytest
 import requests
 
 from unit_tests.load_balancer.fake_manager import FakeManager
+from unit_tests.ports import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 20.0
 REQUEST_TIMEOUT_S = 10.0
-
-
-def free_port() -> int:
-    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

@@ -3,7 +3,6 @@ would, and its follower then deletes entries it had acknowledged); a refusal sti
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,14 +12,9 @@ from pysyncobj import SyncObjConf
 
 from runtime import durable_journal
 from runtime.raft_node import RaftNode
+from unit_tests.ports import free_port
 
 WAIT_S = 10.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture

@@ -19,7 +19,6 @@ def _serve_options(config: BrokerConfig) -> ServeOptions:
         config.port,
         config.http_threads,
         f"raftq-broker-{config.broker_id}",
-        config.limits.gil_switch_interval_s,
     )
 
 

@@ -52,7 +52,6 @@ def _serve_options(config: LoadBalancerConfig) -> ServeOptions:
         config.port,
         config.threads,
         "raftq-load-balancer",
-        config.limits.gil_switch_interval_s,
         config.workers,
     )
 

@@ -60,7 +60,6 @@ def _serve_options(config: ManagerConfig) -> ServeOptions:
         config.port,
         config.http_threads,
         f"raftq-manager-{config.manager_id}",
-        config.limits.gil_switch_interval_s,
     )
 
 

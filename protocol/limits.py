@@ -124,9 +124,6 @@ class Limits:
     manager_http_threads_max: int = 16
     """Threads a manager uses for parallel calls to brokers (polls, produce groups)."""
     retry_after_s: int = 1
-    gil_switch_interval_s: float = 0.0005
-    """Longest a busy thread keeps Python's GIL while another waits (CPython's default, 5 ms,
-    is added whole to a request whose Raft reply arrives while another thread computes)."""
     """Value of the Retry-After header on 429 and 503."""
 
     def validate(self) -> Limits:

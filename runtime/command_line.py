@@ -25,7 +25,6 @@ class ServeOptions:
     port: int
     threads: int
     name: str
-    gil_switch_interval_s: float
     workers: int = 1
 
 
@@ -77,10 +76,6 @@ def run_server(
         print(f"{role}: {exc}", file=sys.stderr)
         return 2
     chosen = options(config)
-    # A thread that waits for the GIL (the Raft thread with a reply in hand, a request thread
-    # whose commit just applied) waits up to this long for a busy one to let go; CPython's
-    # default of 5 ms showed up whole in request latencies.
-    sys.setswitchinterval(chosen.gil_switch_interval_s)
     serve(
         lambda: create_app(config),
         host=chosen.host,

@@ -13,8 +13,9 @@ replica's *flushed offset* is the end of the prefix it has flushed.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from broker.partition.commands import Append, Command, Consume, KeyValue, MarkFlushed
 from protocol.errors import ErrorCode
@@ -135,9 +136,13 @@ class PartitionLog:
         if full is not None:
             return full
         start = self.end_offset
-        for key, value in messages:
-            self.messages[self.end_offset] = (key, value, timestamp_ms)
-            self.end_offset = Offset(self.end_offset + 1)
+        # One dict update for the batch; Offset() per message would cost a call each (the
+        # NewType is free only to the type checker).
+        by_offset = cast(dict[int, MessageTuple], self.messages)
+        by_offset.update(
+            zip(range(start, start + len(messages)), _stamped(messages, timestamp_ms), strict=True)
+        )
+        self.end_offset = Offset(start + len(messages))
         self.unflushed_bytes += size_bytes
         if producer_id is not None and sequence is not None:
             self._remember(producer_id, sequence, start, self.end_offset)
@@ -190,7 +195,11 @@ class PartitionLog:
         """Messages of ``[start, end)`` still in memory, in offset order."""
         low = max(start, self.evicted_offset)
         high = min(end, self.end_offset)
-        return [(Offset(offset), self.messages[Offset(offset)]) for offset in range(low, high)]
+        messages = cast(dict[int, MessageTuple], self.messages)
+        return cast(
+            list[tuple[Offset, MessageTuple]],
+            [(offset, messages[offset]) for offset in range(low, high)],
+        )
 
     def replicated_bitmasks(self, start: int, end: int) -> list[int]:
         """``replicated_bitmask`` of each offset in ``[start, end)``: the mask changes only at
@@ -261,8 +270,9 @@ class PartitionLog:
         return min(*in_sync, majority_floor)
 
     def _evict(self, new_evicted_offset: Offset) -> None:
+        messages = cast(dict[int, MessageTuple], self.messages)
         for offset in range(self.evicted_offset, new_evicted_offset):
-            key, value, _ = self.messages.pop(Offset(offset))
+            key, value, _ = messages.pop(offset)
             self.unflushed_bytes -= _size_bytes(key, value)
         self.evicted_offset = max(self.evicted_offset, new_evicted_offset)
 
@@ -276,6 +286,10 @@ class PartitionLog:
             len(self.messages) == self.end_offset - self.evicted_offset,
             "msg_dict holds exactly [evicted_offset, end_offset)",
         )
+
+
+def _stamped(messages: Sequence[KeyValue], timestamp_ms: int) -> Iterator[MessageTuple]:
+    return ((key, value, timestamp_ms) for key, value in messages)
 
 
 def _size_bytes(key: str | None, value: str) -> int:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from protocol.types import Offset, ReplicaId
+
 KeyValue = tuple[str | None, str]
 """One message as the log stores it: key first, then value (the order everywhere below
 the HTTP layer)."""
@@ -39,8 +41,8 @@ class Consume:
 
 @dataclass(frozen=True, slots=True)
 class MarkFlushed:
-    replica_id: int
-    flushed_offset: int
+    replica_id: ReplicaId
+    flushed_offset: Offset
 
 
 Command = Append | Consume | MarkFlushed
@@ -76,7 +78,7 @@ def from_wire(wire: object) -> Command | None:
     elif tag == "mark_flushed" and len(args) == 2:
         replica_id, flushed_offset = args
         if isinstance(replica_id, int) and isinstance(flushed_offset, int):
-            return MarkFlushed(replica_id, flushed_offset)
+            return MarkFlushed(ReplicaId(replica_id), Offset(flushed_offset))
     return None
 
 

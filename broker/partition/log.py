@@ -20,7 +20,7 @@ from typing import cast
 from broker.partition.commands import Append, Command, Consume, KeyValue, MarkFlushed
 from protocol.errors import ErrorCode
 from protocol.invariant import check
-from protocol.types import Offset
+from protocol.types import Offset, ReplicaId
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +171,7 @@ class PartitionLog:
         consumer.last_range = (start, end)
         return Consumed(start, end)
 
-    def mark_flushed(self, replica_id: int, flushed_offset: int) -> Flushed | Rejected:
+    def mark_flushed(self, replica_id: ReplicaId, flushed_offset: int) -> Flushed | Rejected:
         """Replica ``replica_id`` has every message below ``flushed_offset`` in its database.
         Idempotent and monotonic: a lower or equal offset changes nothing."""
         if not 0 <= replica_id < len(self.flushed_offsets):
@@ -186,7 +186,7 @@ class PartitionLog:
 
     # --- queries (any thread, under the adapter's lock) -----------------------------------
 
-    def lagging(self, replica_id: int) -> bool:
+    def lagging(self, replica_id: ReplicaId) -> bool:
         """True when messages this replica has not flushed have already left memory: it must
         copy ``[its flushed offset, evicted_offset)`` from a peer's database."""
         return self.flushed_offsets[replica_id] < self.evicted_offset

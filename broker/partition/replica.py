@@ -18,7 +18,7 @@ from broker.partition.log import Appended, Consumed, Flushed, PartitionLog, Reje
 from protocol.errors import RaftQError
 from protocol.invariant import check
 from protocol.limits import Limits
-from protocol.types import ReplicaSpec
+from protocol.types import Offset, ReplicaId, ReplicaSpec
 
 T = TypeVar("T")
 _Kind = TypeVar("_Kind")
@@ -47,7 +47,7 @@ class PartitionReplica:
     def consume(self, consumer_id: str, max_messages: int, request_id: str | None) -> Consumed:
         return self._submit(Consume(consumer_id, max_messages, request_id), Consumed)
 
-    def mark_flushed(self, replica_id: int, flushed_offset: int) -> Flushed:
+    def mark_flushed(self, replica_id: ReplicaId, flushed_offset: Offset) -> Flushed:
         return self._submit(MarkFlushed(replica_id, flushed_offset), Flushed)
 
     def read(self, query: Callable[[PartitionLog], T]) -> T:

@@ -22,7 +22,7 @@ from broker.partition.replica import PartitionReplica
 from broker.persistence.store import FlushBatch, MessageStore
 from protocol.errors import RaftQError
 from protocol.limits import Limits
-from protocol.types import ReplicaSpec, StoredMessage
+from protocol.types import Offset, ReplicaSpec, StoredMessage
 
 PeerRead = Callable[[ReplicaSpec, int, int], list[StoredMessage]]
 """Messages ``[start, end)`` of a partition from a peer replica (may return fewer)."""
@@ -69,7 +69,7 @@ class Flusher:
         if not rows:
             return 0
         self._store.insert_messages(spec.topic, spec.partition_id, rows, end)
-        self._replica.mark_flushed(spec.replica_id, end)
+        self._replica.mark_flushed(spec.replica_id, Offset(end))
         return len(rows)
 
     def _next_rows(self, spec: ReplicaSpec) -> tuple[FlushBatch, int]:

@@ -17,7 +17,7 @@ from broker.partition.log import (
     Rejected,
 )
 from protocol.errors import ErrorCode
-from protocol.types import Offset
+from protocol.types import Offset, ReplicaId
 
 LIMITS = PartitionLimits(
     unflushed_messages_max=100,
@@ -105,10 +105,10 @@ def test_consumers_are_bounded() -> None:
 def test_messages_leave_memory_only_when_every_replica_flushed_them() -> None:
     log = new_log()
     log.append(batch("a", "b", "c"), 1, None, None)
-    assert log.mark_flushed(0, 3) == Flushed(Offset(3), Offset(0))
-    assert log.mark_flushed(1, 2) == Flushed(Offset(2), Offset(0))
+    assert log.mark_flushed(ReplicaId(0), 3) == Flushed(Offset(3), Offset(0))
+    assert log.mark_flushed(ReplicaId(1), 2) == Flushed(Offset(2), Offset(0))
     assert log.replicated_bitmask(2) == 0b110
-    assert log.mark_flushed(2, 2) == Flushed(Offset(2), Offset(2))
+    assert log.mark_flushed(ReplicaId(2), 2) == Flushed(Offset(2), Offset(2))
     assert log.replicated_bitmask(0) == 0
     assert sorted(log.messages) == [2]
     assert log.read(0, 3) == [(2, (None, "c", 1))]
@@ -117,34 +117,34 @@ def test_messages_leave_memory_only_when_every_replica_flushed_them() -> None:
 def test_a_replica_lagging_too_far_no_longer_holds_memory_but_a_majority_does() -> None:
     log = new_log()
     log.append(batch(*["x"] * 60), 1, None, None)
-    log.mark_flushed(0, 60)
+    log.mark_flushed(ReplicaId(0), 60)
     assert log.evicted_offset == 0  # only one replica has them: keep them
-    log.mark_flushed(1, 60)
+    log.mark_flushed(ReplicaId(1), 60)
     assert log.evicted_offset == 60  # replica 2 is 60 behind (> 30): stop waiting for it
-    assert log.messages == {} and log.lagging(2) and not log.lagging(0)
+    assert log.messages == {} and log.lagging(ReplicaId(2)) and not log.lagging(ReplicaId(0))
     assert log.replicated_bitmask(10) == 0b100
     log.append(batch("y"), 2, None, None)
-    log.mark_flushed(2, 60)  # it copied [0, 60) from a peer
-    assert not log.lagging(2) and log.evicted_offset == 60
+    log.mark_flushed(ReplicaId(2), 60)  # it copied [0, 60) from a peer
+    assert not log.lagging(ReplicaId(2)) and log.evicted_offset == 60
 
 
 def test_a_replica_within_the_lag_bound_holds_eviction_back() -> None:
     log = new_log()
     log.append(batch(*["x"] * 40), 1, None, None)
-    log.mark_flushed(2, 20)
-    log.mark_flushed(0, 40)
-    log.mark_flushed(1, 40)  # replica 2 is 20 behind (<= 30): still waited for
-    assert log.evicted_offset == 20 and not log.lagging(2)
+    log.mark_flushed(ReplicaId(2), 20)
+    log.mark_flushed(ReplicaId(0), 40)
+    log.mark_flushed(ReplicaId(1), 40)  # replica 2 is 20 behind (<= 30): still waited for
+    assert log.evicted_offset == 20 and not log.lagging(ReplicaId(2))
 
 
 def test_mark_flushed_is_idempotent_and_checks_its_input() -> None:
     log = new_log()
     log.append(batch("a", "b"), 1, None, None)
-    log.mark_flushed(0, 2)
-    assert log.mark_flushed(0, 1) == Flushed(Offset(2), Offset(0))
-    past_end = log.mark_flushed(1, 3)
+    log.mark_flushed(ReplicaId(0), 2)
+    assert log.mark_flushed(ReplicaId(0), 1) == Flushed(Offset(2), Offset(0))
+    past_end = log.mark_flushed(ReplicaId(1), 3)
     assert isinstance(past_end, Rejected) and past_end.code == ErrorCode.INVALID_FIELD
-    no_replica = log.mark_flushed(3, 1)
+    no_replica = log.mark_flushed(ReplicaId(3), 1)
     assert isinstance(no_replica, Rejected)
     assert log.flushed_offsets == [2, 0, 0]
 
@@ -155,7 +155,7 @@ def test_backpressure_past_the_unflushed_bound_then_relief_after_flush() -> None
     full = log.append(batch("y"), 1, None, None)
     assert isinstance(full, Rejected) and full.code == ErrorCode.BACKPRESSURE
     for replica in range(3):
-        log.mark_flushed(replica, 50)
+        log.mark_flushed(ReplicaId(replica), 50)
     assert isinstance(log.append(batch("y"), 1, None, None), Appended)
     too_big = log.append(batch("z" * 20_000), 1, None, None)
     assert isinstance(too_big, Rejected) and too_big.code == ErrorCode.BACKPRESSURE
@@ -199,8 +199,8 @@ def test_replicas_applying_the_same_commands_agree(seed: int) -> None:
 def test_bitmasks_of_a_range_equal_the_mask_of_each_offset() -> None:
     log = new_log()
     log.append(batch(*[str(i) for i in range(20)]), 1, None, None)
-    log.mark_flushed(0, 12)
-    log.mark_flushed(2, 5)
+    log.mark_flushed(ReplicaId(0), 12)
+    log.mark_flushed(ReplicaId(2), 5)
     for start, end in [(0, 20), (3, 15), (5, 12), (12, 20), (0, 0), (7, 8)]:
         assert log.replicated_bitmasks(start, end) == [
             log.replicated_bitmask(offset) for offset in range(start, end)

@@ -1,7 +1,9 @@
 """A 3-node RabbitMQ cluster on loopback, for the benchmark to compare RaftQ with.
 
-Ports chosen clear of the system RabbitMQ (5672/15672/25672, epmd 4369) and of RaftQ: AMQP
-``base+i`` (35672..35674), Erlang distribution ``base+10+i`` (set explicitly: it would
+Ports chosen clear of the system RabbitMQ (5672/15672/25672, epmd 4369), of RaftQ, and below
+the kernel's ephemeral range (32768-60999 here: a client connection's local port there can
+take a fixed listening port, which crashed a node once in CI): AMQP ``base+i``
+(26672..26674), Erlang distribution ``base+10+i`` (set explicitly: it would
 default to AMQP + 20000), the CLI's distribution ports ``base+20..base+26`` and a private epmd
 on ``base+27``, everything bound to 127.0.0.1. Each node's data, logs, config and an empty
 plugin list (no management listener) live in the work directory, and ``HOME`` holds the
@@ -25,7 +27,7 @@ from stress_tests.peers.processes import PeerProcess, find_binary, port_open
 from stress_tests.polling import WaitTimeoutError, poll_until
 
 NODES = 3
-DEFAULT_BASE_PORT = 35671
+DEFAULT_BASE_PORT = 26671
 START_TIMEOUT_S = 90.0
 FORM_TIMEOUT_S = 60.0
 CTL_TIMEOUT_S = 30.0
@@ -85,6 +87,7 @@ class RabbitCluster:
                 RABBITMQ_LOG_BASE=str(home / "log"),
                 RABBITMQ_ENABLED_PLUGINS_FILE=str(home / "enabled_plugins"),
                 RABBITMQ_PID_FILE=str(home / "rabbitmq.pid"),
+                ERL_CRASH_DUMP=str(home / "erl_crash.dump"),
             )
         return env
 
@@ -126,13 +129,26 @@ class RabbitCluster:
             self.nodes.append(node)
         started = self._wait_started()
         if started < NODES:
-            tail = next((n.log_tail() for n in self.nodes if not n.running()), "")
             self.status = (
                 f"RabbitMQ: {started} of {NODES} nodes started within "
-                f"{START_TIMEOUT_S:g} s; not run. {tail[-200:]}"
+                f"{START_TIMEOUT_S:g} s; not run. {self._why_not_started()}"
             )
             return False
         return self._form_cluster()
+
+    def _why_not_started(self) -> str:
+        """The crash dump's slogan (Erlang's one-line reason) of the first node that died, or
+        the tail of its log."""
+        for index, node in enumerate(self.nodes, start=1):
+            if node.running():
+                continue
+            dump = self.directory / f"rabbit-{index}" / "erl_crash.dump"
+            with contextlib.suppress(OSError):
+                for line in dump.read_text(errors="replace").splitlines()[:5]:
+                    if line.startswith("Slogan:"):
+                        return f"{node.name}: {line[:300]}"
+            return f"{node.name}: {node.log_tail()[-300:]}"
+        return "every node is running but not answering"
 
     def _wait_started(self) -> int:
         """How many nodes answer AMQP and ``rabbitmqctl status`` within the bound."""

@@ -25,7 +25,7 @@ from stress_tests.peers.rabbitmq_cluster import RABBITMQ_BIN, RabbitCluster
 pytestmark = pytest.mark.cluster
 
 NATS_BASE_PORT = 24500
-RABBIT_BASE_PORT = 35771
+RABBIT_BASE_PORT = 26771
 
 
 def needs(binary: str | None, module: str, what: str) -> pytest.MarkDecorator:

@@ -18,6 +18,7 @@ from broker.persistence.sql_store import SqlMessageStore
 from broker.registration import Registration
 from broker.replica import HostedReplica
 from broker.service import BrokerService
+from protocol.durable_files import make_directories
 from protocol.requests import RegisterBroker
 from protocol.types import BrokerId, ReplicaSpec
 from runtime.http_api import install_error_handlers
@@ -26,7 +27,7 @@ from runtime.metrics import Metrics
 
 def create_app(config: BrokerConfig) -> Flask:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    os.makedirs(config.data_dir, exist_ok=True)
+    make_directories(config.data_dir)
     store = SqlMessageStore(config.db_url)
 
     peers = PeerCopy(config.limits)

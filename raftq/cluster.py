@@ -24,6 +24,7 @@ from pathlib import Path
 
 import requests
 
+from protocol.durable_files import create_if_missing, make_directories, write_atomically
 from raftq.cluster_layout import (
     CLUSTER_FILE,
     NODES_PER_ROLE,
@@ -160,15 +161,11 @@ class LocalCluster:
         self.wait_ready(timeout_s)
 
     def ensure_secret(self) -> Path:
-        """Create the cluster secret (64 hex characters, mode 0600) unless it exists."""
+        """Create the cluster secret (64 hex characters, mode 0600) unless it exists; on disk
+        (file and directory synced) before any node can use it."""
         path = self._settings.secret_file
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            return path
-        with os.fdopen(fd, "w") as handle:
-            handle.write(secrets.token_hex(32) + "\n")
+        make_directories(path.parent)
+        create_if_missing(path, (secrets.token_hex(32) + "\n").encode(), 0o600)
         return path
 
     def start_node(self, name: str) -> int:
@@ -178,7 +175,7 @@ class LocalCluster:
         if running_pid is not None and self.is_running(name):
             return running_pid
         self.ensure_secret()
-        node.data_dir.mkdir(parents=True, exist_ok=True)
+        make_directories(node.data_dir)
         with open(node.log_file, "ab") as log:
             log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting {name}\n".encode())
             log.flush()
@@ -235,13 +232,12 @@ class LocalCluster:
             self.stop_node(name, timeout_s)
 
     def save(self) -> None:
-        """Write ``cluster.json`` atomically."""
+        """Write ``cluster.json`` atomically and durably (``cluster up`` after a power cut
+        reads it to find the cluster's settings)."""
         body = cluster_json(self._settings, tuple(self._nodes.values()), self._pids)
-        path = self.directory / CLUSTER_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(".json.tmp")
-        temporary.write_text(json.dumps(body, indent=2) + "\n")
-        os.replace(temporary, path)
+        make_directories(self.directory)
+        text = json.dumps(body, indent=2) + "\n"
+        write_atomically(self.directory / CLUSTER_FILE, text.encode())
 
     # --- readiness and status --------------------------------------------------------------
 

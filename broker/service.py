@@ -134,7 +134,9 @@ class BrokerService:
         request_id: str | None,
     ) -> list[StoredMessage]:
         replica = self._replica(topic, partition_id)
-        consumed = replica.partition.consume(consumer_id, max_messages, request_id)
+        consumed = replica.partition.consume(
+            consumer_id, max_messages, request_id, self._clock_ms()
+        )
         return self._read(replica, consumed.start, consumed.end)
 
     def fetch(
@@ -192,7 +194,7 @@ class BrokerService:
         )
         if len(messages) != end - start or (messages and messages[0].offset != start):
             raise RaftQError(
-                ErrorCode.UNAVAILABLE,
+                ErrorCode.REFUSED,
                 f"{replica.partition.name} cannot read [{start}, {end}) yet: try another replica",
             )
         return messages

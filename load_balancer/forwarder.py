@@ -136,7 +136,8 @@ class Forwarder:
                     leader = self._tracker.refresh()
                     continue
                 self._metrics.inc("unavailable")
-                raise RaftQError(ErrorCode.UNAVAILABLE, _failure_message(leader, exc)) from exc
+                code = ErrorCode.REFUSED if nothing_was_sent(exc) else ErrorCode.UNAVAILABLE
+                raise RaftQError(code, _failure_message(leader, exc)) from exc
             if attempt == 0 and is_not_leader_answer(answer):
                 self._metrics.inc("retries", reason="not_leader")
                 leader = self._tracker.refresh()

@@ -2,7 +2,7 @@
 
 A request goes to the partition leader's broker when polling knows it, else to another alive
 replica's. The next replica is tried only when the previous one provably did not process the
-request (connection refused, or a 503 NO_LEADER / NOT_LEADER / UNAVAILABLE), or when repeating
+request (connection refused, or a 5xx that ``proves_nothing_done``), or when repeating
 is harmless anyway (a pop with its request id, a fetch, a produce with a sequence: each
 partition de-duplicates those). Any other broker error goes back to the caller unchanged.
 
@@ -22,20 +22,11 @@ from manager.log_routing import PartitionGroup, broker_order, group_messages, po
 from manager.registry.brokers import BrokerRecord
 from manager.registry.topics import PartitionRecord, TopicRecord
 from manager.replicated import ReplicatedRegistry
-from protocol.errors import ErrorCode, RaftQError
+from protocol.errors import ErrorCode, RaftQError, proves_nothing_done
 from protocol.requests import Fetch, Pop, Produce, invalid
 from protocol.routing import unkeyed_salt
 from protocol.types import BrokerId, PartitionId
 from runtime.http_client import HttpAnswer, NoAnswerError
-
-_NOTHING_DONE = {ErrorCode.NO_LEADER.value, ErrorCode.NOT_LEADER.value}
-"""503 codes that prove a broker did not act (its Raft group refused before proposing)."""
-_RETRY_ELSEWHERE = {
-    ErrorCode.NO_LEADER.value,
-    ErrorCode.NOT_LEADER.value,
-    ErrorCode.UNAVAILABLE.value,
-}
-"""503 codes with which a broker says it did not process the request."""
 
 BrokerCall = Callable[[str], HttpAnswer]
 
@@ -218,6 +209,7 @@ class LogRouter:
         alive = {b.broker_id for b in brokers.values() if b.alive}
         leader = self._monitor.leader_of(topic, partition.partition_id)
         last_reason = "no replica broker is registered"
+        outcome_unknown = False
         silent = self._monitor.silent()
         for broker_id in broker_order(partition, leader, alive, silent):
             broker: BrokerRecord | None = brokers.get(BrokerId(broker_id))
@@ -229,6 +221,7 @@ class LogRouter:
                 if not (exc.refused or repeat_is_harmless):
                     raise
                 last_reason = exc.message
+                outcome_unknown = outcome_unknown or not exc.refused
                 continue
             if 200 <= answer.status < 300:
                 return answer
@@ -236,7 +229,7 @@ class LogRouter:
                 raise BrokerRefusalError(answer)
             last_reason = f"broker {broker_id} answered {answer.status}: {answer.body}"
         raise RaftQError(
-            ErrorCode.UNAVAILABLE,
+            ErrorCode.UNAVAILABLE if outcome_unknown else ErrorCode.REFUSED,
             f"no replica of {topic}/{partition.partition_id} took the request: {last_reason}",
         )
 
@@ -264,16 +257,13 @@ def _produce_failure(failures: list[Exception], stored_groups: int) -> Exception
 
 def _proves_nothing_done(failure: Exception) -> bool:
     if isinstance(failure, BrokerRefusalError):
-        status, body = failure.answer.status, failure.answer.body
-        code = body.get("error_code") if isinstance(body, dict) else None
-    elif isinstance(failure, RaftQError):
-        status, code = failure.status, failure.code.value
-    else:
-        return False
-    return status < 500 or code in _NOTHING_DONE
+        return proves_nothing_done(failure.answer.status, failure.answer.body)
+    if isinstance(failure, RaftQError):
+        return failure.code.proves_nothing_done
+    return False
 
 
 def _says_not_processed(answer: HttpAnswer) -> bool:
-    body = answer.body
-    code = body.get("error_code") if isinstance(body, dict) else None
-    return answer.status == 503 and code in _RETRY_ELSEWHERE
+    """A broker's 5xx that proves it did nothing: another replica may take the request. (A
+    4xx proves it too, but it is the caller's to see: another replica would answer the same.)"""
+    return answer.status >= 500 and proves_nothing_done(answer.status, answer.body)

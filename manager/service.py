@@ -42,8 +42,8 @@ _ERRORS = {
     Outcome.UNKNOWN_PARTITION: ErrorCode.UNKNOWN_PARTITION,
     Outcome.UNKNOWN_BROKER: ErrorCode.NOT_ENOUGH_BROKERS,
     Outcome.INVALID: ErrorCode.INVALID_FIELD,
-    Outcome.BUSY: ErrorCode.UNAVAILABLE,
-    Outcome.ADDRESS_TAKEN: ErrorCode.UNAVAILABLE,
+    Outcome.BUSY: ErrorCode.REFUSED,
+    Outcome.ADDRESS_TAKEN: ErrorCode.REFUSED,
     Outcome.FAILED: ErrorCode.INTERNAL,
 }
 
@@ -101,7 +101,7 @@ class ManagerService:
         with self._operation_lock:
             topic = self._topic(request.topic)
             if topic.creating:
-                raise RaftQError(ErrorCode.UNAVAILABLE, f"topic {topic.name!r} is being created")
+                raise RaftQError(ErrorCode.REFUSED, f"topic {topic.name!r} is being created")
             partition_id = len(topic.partitions)
             replication_factor = len(topic.partitions[0].replicas)
             (assignment,) = self._raft.read(

@@ -1,4 +1,7 @@
-"""Error codes of the HTTP API: ``{"error_code": <status*100+n>, "message": ...}``."""
+"""Error codes of the HTTP API: ``{"error_code": <status*100+n>, "message": ...}``, and the
+one rule on which of them prove that nothing was done (``proves_nothing_done``): the load
+balancer, the manager's router, the client library and both Raft adapters decide with it
+whether repeating a request elsewhere is safe."""
 
 from __future__ import annotations
 
@@ -28,14 +31,44 @@ class ErrorCode(Enum):
     """The command may or may not have been applied: retry with the same sequence or
     request id, which is safe."""
     UNAVAILABLE = 50304
+    """No answer came, or none that says what happened: the outcome is unknown (retry with
+    the same sequence or request id)."""
     NOT_ENOUGH_BROKERS = 50305
     PARTIALLY_WRITTEN = 50306
     """Some partitions of a batch stored their part, others failed: retry with the same
     sequence (the stored parts are recognised as duplicates)."""
+    REFUSED = 50307
+    """Refused before doing anything: busy, not ready yet (a topic still being created, a
+    replica that cannot serve the range yet, a Raft queue that is full), or the connection
+    was never made. Repeating it, here later or elsewhere, is safe."""
 
     @property
     def status(self) -> int:
         return self.value // 100
+
+    @property
+    def proves_nothing_done(self) -> bool:
+        """True when an answer with this code proves the request changed nothing: every 4xx
+        (rejected before acting) and the 503s of a refusal before proposing."""
+        return self.status < 500 or self in _NOTHING_DONE_5XX
+
+
+_NOTHING_DONE_5XX = frozenset(
+    {ErrorCode.NO_LEADER, ErrorCode.NOT_LEADER, ErrorCode.NOT_ENOUGH_BROKERS, ErrorCode.REFUSED}
+)
+
+
+def proves_nothing_done(status: int, body: object) -> bool:
+    """The rule for an HTTP answer: its ``error_code`` decides; without a known code a 4xx
+    proves nothing was done and a 5xx leaves the outcome unknown."""
+    raw = body.get("error_code") if isinstance(body, dict) else None
+    try:
+        code = ErrorCode(raw) if isinstance(raw, int) else None
+    except ValueError:
+        code = None
+    if code is None or code.status != status:
+        return status < 500
+    return code.proves_nothing_done
 
 
 class RaftQError(Exception):

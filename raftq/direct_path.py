@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from protocol.errors import ErrorCode
+from protocol.errors import proves_nothing_done
 from raftq.client_limits import ClientLimits
 from raftq.errors import ApiError, ProtocolError, RaftQClientError, UnavailableError
 from raftq.http import Failure, HttpTransport, Reply, api_error
@@ -33,11 +33,6 @@ from raftq.partition_map import PartitionMap, PartitionMaps
 from raftq.records import PartitionInfo, parse_partitions
 
 _T = TypeVar("_T")
-
-_NOTHING_DONE_503 = frozenset(
-    {ErrorCode.NO_LEADER.value, ErrorCode.NOT_LEADER.value, ErrorCode.UNAVAILABLE.value}
-)
-"""A broker answers these when its Raft group refused before proposing anything."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,15 +55,17 @@ class Fallback:
 
 def classify_broker_reply(reply: Reply | Failure) -> Failure | None:
     """``None`` for a 2xx answer, the ``Failure`` to fall back on, or raises ``ApiError``
-    for a final answer. Pure. Differs from the LB's classification in two places: a broker's
-    503 UNAVAILABLE means it did nothing, and a 404 means the map is stale."""
+    for a final answer. Pure. Differs from the LB's classification in one place: a 404
+    means the map is stale (nothing was done: fall back)."""
     if isinstance(reply, Failure):
         return reply
     if 200 <= reply.status < 300:
         return None
     code = reply.error_code
     description = f"broker answered {reply.status} {code or ''}".strip()
-    if reply.status in (404, 429) or (reply.status == 503 and code in _NOTHING_DONE_503):
+    if reply.status in (404, 429) or (
+        reply.status >= 500 and proves_nothing_done(reply.status, reply.body)
+    ):
         return Failure(description, outcome_unknown=False)
     if reply.status >= 500:
         return Failure(description, outcome_unknown=True)

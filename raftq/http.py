@@ -20,13 +20,9 @@ from dataclasses import dataclass
 import requests
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
-from protocol.errors import ErrorCode
+from protocol.errors import proves_nothing_done
 from raftq.client_limits import ClientLimits
 from raftq.errors import ApiError, ProtocolError, UnavailableError
-
-_NOTHING_DONE_503 = frozenset(
-    {ErrorCode.NO_LEADER.value, ErrorCode.NOT_LEADER.value, ErrorCode.NOT_ENOUGH_BROKERS.value}
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,14 +40,11 @@ def classify_answer(status: int, body: object, retry_after: str | None) -> Failu
     message = body.get("message") if isinstance(body, dict) else None
     description = f"{status} {code or ''} {message or ''}".strip()
     wait_s = _parse_retry_after(retry_after)
-    if status == 429:
-        return Failure(description, outcome_unknown=False, retry_after_s=wait_s)
-    if status == 503:
-        unknown = code not in _NOTHING_DONE_503
+    if status == 429 or status >= 500:
+        # A 500 says nothing about whether the request took effect: only the codes of the
+        # one rule prove that nothing was done.
+        unknown = not proves_nothing_done(status, body)
         return Failure(description, outcome_unknown=unknown, retry_after_s=wait_s)
-    if status >= 500:
-        # 500 included: an internal error says nothing about whether the request took effect.
-        return Failure(description, outcome_unknown=True, retry_after_s=wait_s)
     return None
 
 

@@ -26,12 +26,12 @@ _JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 class NoAnswerError(RaftQError):
-    """``UNAVAILABLE``: no answer came. ``refused`` says the connection was never made
-    (refused or timed out while connecting), which proves the request was not processed
-    (safe to send elsewhere)."""
+    """No answer came. ``refused`` says the connection was never made (refused or timed out
+    while connecting), which proves the request was not processed: ``REFUSED`` then, else
+    ``UNAVAILABLE`` (outcome unknown)."""
 
     def __init__(self, message: str, *, refused: bool) -> None:
-        super().__init__(ErrorCode.UNAVAILABLE, message)
+        super().__init__(ErrorCode.REFUSED if refused else ErrorCode.UNAVAILABLE, message)
         self.refused = refused
 
 

@@ -104,14 +104,15 @@ def one_record(pid: int) -> Handler:
 
 def test_broker_answers_are_classified() -> None:
     assert classify_broker_reply(Reply(201, {"offsets": []})) is None
-    nothing_done = [Reply(503, {"error_code": code}) for code in (50301, 50302, 50304)] + [
+    nothing_done = [Reply(503, {"error_code": code}) for code in (50301, 50302, 50307)] + [
         Reply(404, {"error_code": 40402}),
         Reply(429, {"error_code": 42901}),
     ]
     for reply in nothing_done:
         failure = classify_broker_reply(reply)
         assert failure is not None and not failure.outcome_unknown, reply
-    for reply in (Reply(503, {"error_code": 50303}), Reply(500, None), Reply(502, None)):
+    unknown = [Reply(503, {"error_code": code}) for code in (50303, 50304)]
+    for reply in (*unknown, Reply(500, None), Reply(502, None)):
         failure = classify_broker_reply(reply)
         assert failure is not None and failure.outcome_unknown, reply
     refused = Failure("could not connect", outcome_unknown=False)

@@ -50,6 +50,12 @@ class Limits:
     """Recent sequences per producer whose offsets a duplicate batch gets back."""
     partition_consumers_max: int = 10_000
     """Consumers with an offset in one partition."""
+    client_idle_expiry_s: float = 7 * 24 * 3600.0
+    """A producer or consumer that no command has named for this long is forgotten: by each
+    partition (its dedup window, its offset) and by the managers (its registration). Measured
+    in the proposers' timestamps, so every replica expires the same clients. 7 days, Kafka's
+    ``offsets.retention.minutes`` (its ``producer.id.expiration.ms`` is 1 day): losing a
+    consumer's offset costs a re-read of the partition, so the longer of the two."""
     replication_factor: int = 3
     """Replicas per partition."""
 

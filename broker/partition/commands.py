@@ -6,10 +6,12 @@ trip to the followers). In the entry they travel as plain tuples of strings and 
 as pickled classes, so renaming or moving a class here can never break a journal on disk:
 
     ("append", ((key, value), ...), timestamp_ms, producer_id, sequence)
-    ("consume", consumer_id, max_messages, request_id)
+    ("consume", consumer_id, max_messages, request_id, timestamp_ms)
     ("mark_flushed", replica_id, flushed_offset)
 
-This tuple layout is a wire protocol: change it only by adding a new tag.
+This tuple layout is a wire protocol: change it only by adding a new tag or a trailing
+field that the decoder still accepts without (``consume`` gained ``timestamp_ms`` for client
+expiry; journals written before carry the 3-field form, which decodes with ``None``).
 Pure: no I/O; ``from_wire`` is total (anything malformed decodes to ``None``).
 """
 
@@ -37,6 +39,8 @@ class Consume:
     consumer_id: str
     max_messages: int
     request_id: str | None
+    timestamp_ms: int | None = None
+    """The proposer's clock; ``None`` only in entries written before consumes carried it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +57,8 @@ def to_wire(command: Command) -> WireCommand:
     match command:
         case Append(messages, timestamp_ms, producer_id, sequence):
             return ("append", messages, timestamp_ms, producer_id, sequence)
-        case Consume(consumer_id, max_messages, request_id):
-            return ("consume", consumer_id, max_messages, request_id)
+        case Consume(consumer_id, max_messages, request_id, timestamp_ms):
+            return ("consume", consumer_id, max_messages, request_id, timestamp_ms)
         case MarkFlushed(replica_id, flushed_offset):
             return ("mark_flushed", replica_id, flushed_offset)
 
@@ -70,11 +74,11 @@ def from_wire(wire: object) -> Command | None:
         valid = _messages(messages) and isinstance(timestamp_ms, int)
         if valid and _opt(producer_id, str) and _opt(sequence, int):
             return Append(messages, timestamp_ms, producer_id, sequence)
-    elif tag == "consume" and len(args) == 3:
-        consumer_id, max_messages, request_id = args
+    elif tag == "consume" and len(args) in (3, 4):
+        consumer_id, max_messages, request_id, timestamp_ms = (*args, None)[:4]
         valid = isinstance(consumer_id, str) and isinstance(max_messages, int)
-        if valid and _opt(request_id, str):
-            return Consume(consumer_id, max_messages, request_id)
+        if valid and _opt(request_id, str) and _opt(timestamp_ms, int):
+            return Consume(consumer_id, max_messages, request_id, timestamp_ms)
     elif tag == "mark_flushed" and len(args) == 2:
         replica_id, flushed_offset = args
         if isinstance(replica_id, int) and isinstance(flushed_offset, int):

@@ -20,7 +20,20 @@ from typing import cast
 from broker.partition.commands import Append, Command, Consume, KeyValue, MarkFlushed
 from protocol.errors import ErrorCode
 from protocol.invariant import check
+from protocol.limits import Limits
 from protocol.types import Offset, ReplicaId
+
+_EXPIRED_PER_COMMAND_MAX = 8
+"""Idle clients one command forgets at most, so no apply scans every client. A command names
+at most one new client and forgets up to this many idle ones, so the idle ones never pile up
+(amortized O(1) per command)."""
+
+_CONSUMER = "c"
+_PRODUCER = "p"
+ClientKey = tuple[str, str]
+"""``(_CONSUMER or _PRODUCER, client id)``."""
+
+_DEFAULT_IDLE_EXPIRY_MS = int(Limits().client_idle_expiry_s * 1000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +47,9 @@ class PartitionLimits:
     producers_max: int
     sequences_remembered: int
     consumers_max: int
+    client_idle_expiry_ms: int = _DEFAULT_IDLE_EXPIRY_MS
+    """A consumer or producer no command has named for longer is forgotten. The default is
+    also what a replica created before this limit existed gets (snapshots lack it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +118,24 @@ class PartitionLog:
         self.consumers: dict[str, _Consumer] = {}
         self.producers: OrderedDict[str, _Producer] = OrderedDict()
         """Least recently used first, so the oldest is forgotten when over the bound."""
+        self.clock_ms = 0
+        """Partition time: the highest timestamp a command carried (proposers' clocks, so
+        the same on every replica; never the local clock). 0 until the first one."""
+        self.last_seen_ms: OrderedDict[ClientKey, int] = OrderedDict()
+        """Every consumer and producer above, with the partition time of the last command
+        naming it; oldest first, so expiry looks only at the front."""
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        """Unpickle a snapshot, also one taken before clients expired: its clients are
+        stamped when the first timestamped command sets the clock (see ``_advance``)."""
+        self.__dict__.update(state)
+        if "last_seen_ms" not in state:
+            self.limits = _with_default_expiry(self.limits)
+            self.clock_ms = 0
+            keys = [(_CONSUMER, c) for c in self.consumers] + [
+                (_PRODUCER, p) for p in self.producers
+            ]
+            self.last_seen_ms = OrderedDict((key, 0) for key in keys)
 
     # --- commands (apply) -----------------------------------------------------------------
 
@@ -111,8 +145,8 @@ class PartitionLog:
         match command:
             case Append(messages, timestamp_ms, producer_id, sequence):
                 return self.append(messages, timestamp_ms, producer_id, sequence)
-            case Consume(consumer_id, max_messages, request_id):
-                return self.consume(consumer_id, max_messages, request_id)
+            case Consume(consumer_id, max_messages, request_id, timestamp_ms):
+                return self.consume(consumer_id, max_messages, request_id, timestamp_ms)
             case MarkFlushed(replica_id, flushed_offset):
                 return self.mark_flushed(replica_id, flushed_offset)
         return Rejected(ErrorCode.INVALID_FIELD, "not a partition command")
@@ -125,6 +159,9 @@ class PartitionLog:
         sequence: int | None,
     ) -> Appended | Rejected:
         """Append a batch of ``(key, value)``; idempotent per ``(producer_id, sequence)``."""
+        self._advance(timestamp_ms)
+        if producer_id is not None and producer_id in self.producers:
+            self._touch(_PRODUCER, producer_id)
         if producer_id is not None and sequence is not None:
             seen = self._seen_sequence(producer_id, sequence)
             if seen is not None:
@@ -150,10 +187,15 @@ class PartitionLog:
         return Appended(start, self.end_offset, duplicate=False)
 
     def consume(
-        self, consumer_id: str, max_messages: int, request_id: str | None
+        self,
+        consumer_id: str,
+        max_messages: int,
+        request_id: str | None,
+        timestamp_ms: int | None = None,
     ) -> Consumed | Rejected:
         """Advance ``consumer_id`` by up to ``max_messages``; a repeat of the last
         ``request_id`` gets the same range again and advances nothing."""
+        self._advance(timestamp_ms)
         if max_messages <= 0:
             return Rejected(ErrorCode.INVALID_FIELD, "max_messages must be positive")
         consumer = self.consumers.get(consumer_id)
@@ -162,6 +204,7 @@ class PartitionLog:
                 return Rejected(ErrorCode.TOO_MANY, "this partition has too many consumers")
             consumer = _Consumer(offset=self.log_start_offset)
             self.consumers[consumer_id] = consumer
+        self._touch(_CONSUMER, consumer_id)
         if request_id is not None and request_id == consumer.last_request_id:
             return Consumed(*consumer.last_range)
         start = max(consumer.offset, self.log_start_offset)
@@ -218,6 +261,34 @@ class PartitionLog:
 
     # --- internals ------------------------------------------------------------------------
 
+    def _advance(self, timestamp_ms: int | None) -> None:
+        """Move partition time to ``timestamp_ms`` (never back: proposers' clocks differ a
+        little) and forget a few clients idle for longer than the expiry."""
+        if timestamp_ms is not None and timestamp_ms > self.clock_ms:
+            if self.clock_ms == 0:
+                # Clients recorded before any timestamp (an old snapshot or journal): their
+                # idle time starts now, not at the epoch.
+                self.last_seen_ms = OrderedDict.fromkeys(self.last_seen_ms, timestamp_ms)
+            self.clock_ms = timestamp_ms
+        self._expire_idle()
+
+    def _expire_idle(self) -> None:
+        horizon_ms = self.clock_ms - self.limits.client_idle_expiry_ms
+        for _ in range(_EXPIRED_PER_COMMAND_MAX):
+            oldest = next(iter(self.last_seen_ms.items()), None)
+            if oldest is None or oldest[1] >= horizon_ms:
+                return
+            (kind, client_id), _ = self.last_seen_ms.popitem(last=False)
+            if kind == _CONSUMER:
+                del self.consumers[client_id]
+            else:
+                del self.producers[client_id]
+
+    def _touch(self, kind: str, client_id: str) -> None:
+        key = (kind, client_id)
+        self.last_seen_ms[key] = self.clock_ms
+        self.last_seen_ms.move_to_end(key)
+
     def _seen_sequence(self, producer_id: str, sequence: int) -> Appended | Rejected | None:
         producer = self.producers.get(producer_id)
         if producer is None:
@@ -240,12 +311,14 @@ class PartitionLog:
             producer = _Producer(last_sequence=sequence)
             self.producers[producer_id] = producer
         self.producers.move_to_end(producer_id)
+        self._touch(_PRODUCER, producer_id)
         producer.last_sequence = sequence
         producer.ranges[sequence] = (start, end)
         while len(producer.ranges) > self.limits.sequences_remembered:
             producer.ranges.popitem(last=False)
         while len(self.producers) > self.limits.producers_max:
-            self.producers.popitem(last=False)
+            forgotten, _ = self.producers.popitem(last=False)
+            del self.last_seen_ms[(_PRODUCER, forgotten)]
 
     def _backpressure(self, count: int, size_bytes: int) -> Rejected | None:
         unflushed = self.end_offset - self.evicted_offset
@@ -286,6 +359,18 @@ class PartitionLog:
             len(self.messages) == self.end_offset - self.evicted_offset,
             "msg_dict holds exactly [evicted_offset, end_offset)",
         )
+        check(
+            len(self.last_seen_ms) == len(self.consumers) + len(self.producers),
+            "last_seen_ms names exactly the consumers and producers",
+        )
+
+
+def _with_default_expiry(limits: PartitionLimits) -> PartitionLimits:
+    """``limits`` unpickled from before ``client_idle_expiry_ms`` (the slot is unset)."""
+    if hasattr(limits, "client_idle_expiry_ms"):
+        return limits
+    known = {name: getattr(limits, name) for name in limits.__slots__ if hasattr(limits, name)}
+    return PartitionLimits(**known)
 
 
 def _stamped(messages: Sequence[KeyValue], timestamp_ms: int) -> Iterator[MessageTuple]:

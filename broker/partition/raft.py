@@ -199,6 +199,7 @@ def partition_limits(limits: Limits) -> PartitionLimits:
         producers_max=limits.partition_producers_max,
         sequences_remembered=limits.producer_sequences_remembered,
         consumers_max=limits.partition_consumers_max,
+        client_idle_expiry_ms=int(limits.client_idle_expiry_s * 1000),
     )
 
 

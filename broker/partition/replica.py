@@ -44,8 +44,10 @@ class PartitionReplica:
         command = Append(tuple(messages), timestamp_ms, producer_id, sequence)
         return self._submit(command, Appended)
 
-    def consume(self, consumer_id: str, max_messages: int, request_id: str | None) -> Consumed:
-        return self._submit(Consume(consumer_id, max_messages, request_id), Consumed)
+    def consume(
+        self, consumer_id: str, max_messages: int, request_id: str | None, timestamp_ms: int
+    ) -> Consumed:
+        return self._submit(Consume(consumer_id, max_messages, request_id, timestamp_ms), Consumed)
 
     def mark_flushed(self, replica_id: ReplicaId, flushed_offset: Offset) -> Flushed:
         return self._submit(MarkFlushed(replica_id, flushed_offset), Flushed)

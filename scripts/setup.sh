@@ -3,6 +3,8 @@
 #   - python3 (>= 3.11) with venv and pip (on Debian, installed with apt-get when missing);
 #   - a Java runtime for PySpark (spark_jobs/; on Debian, default-jre-headless when `java`
 #     is missing);
+#   - libfuse 2 and fusermount for the power-cut file system (stress_tests/powercut, fusepy;
+#     on Debian, libfuse2 and fuse3 when either is missing);
 #   - .venv in the repository root;
 #   - requirements-dev.txt and RaftQ itself (editable) installed into it, again only when
 #     requirements*.txt or pyproject.toml changed (a hash of them is kept in .venv).
@@ -53,6 +55,24 @@ ensure_java() {
     command -v java >/dev/null 2>&1 || die "java still missing after apt-get install"
 }
 
+libfuse_usable() {
+    # What fusepy itself looks up: ctypes.util.find_library("fuse") (libfuse.so.2).
+    "$PYTHON" -c 'import ctypes.util, sys; sys.exit(ctypes.util.find_library("fuse") is None)' \
+        && command -v fusermount >/dev/null 2>&1
+}
+
+ensure_libfuse() {
+    if libfuse_usable; then
+        return
+    fi
+    command -v apt-get >/dev/null 2>&1 \
+        || die "libfuse 2 or fusermount (for stress_tests/powercut) is missing and apt-get is not available"
+    log "installing libfuse2 and fuse3 for the power-cut file system (apt-get)"
+    as_root apt-get update
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y libfuse2 fuse3
+    libfuse_usable || die "libfuse 2 or fusermount still missing after apt-get install"
+}
+
 ensure_venv() {
     if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import sys" >/dev/null 2>&1; then
         return
@@ -80,6 +100,7 @@ ensure_packages() {
 
 ensure_python
 ensure_java
+ensure_libfuse
 ensure_venv
 ensure_packages
 [ -x "$VENV/bin/raftq" ] || die "$VENV/bin/raftq is missing after installation"

@@ -3,7 +3,8 @@
 Every ``broker_poll_period_s`` it polls each registered broker's ``GET /partitions`` (the
 heartbeat, and who leads each partition) into the ``BrokerMonitor``, and proposes
 ``set_broker_alive`` only when a broker's liveness changes. Every ``reconcile_period_s`` it
-resumes half-done topic operations. Its side effects are idempotent, so two managers that
+resumes half-done topic operations and forgets client registrations whose lease ran out
+(``client_idle_expiry_s``). Its side effects are idempotent, so two managers that
 briefly both believe they lead do no harm.
 
 Thread: one daemon thread per manager process, started by ``create_app``.
@@ -75,6 +76,7 @@ class LeaderDuties:
         self._poll(brokers)
         if time.monotonic() >= self._next_reconcile_s:
             self._service.resume_pending()
+            self._service.expire_idle_clients()
             self._next_reconcile_s = time.monotonic() + self._limits.reconcile_period_s
 
     def _poll(self, brokers: list[BrokerRecord]) -> None:

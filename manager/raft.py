@@ -39,7 +39,11 @@ class _RegistryConsumer(SyncObjConsumer):
     The wire protocol of the managers' Raft log is the list of ``@replicated`` methods below.
     pysyncobj numbers them by sorted ``(ver, name)``: adding, removing or renaming one at
     ``ver=0`` renumbers the others and breaks existing journals and mixed-version clusters.
-    Add a new command with the next ``ver`` (and switch the cluster's code version) instead.
+    Add a new command with the next ``ver`` (and switch the cluster's code version) instead,
+    or at ``ver=0`` under a name that sorts after every existing one, which renumbers nothing
+    (``sweep_idle_clients``, ``upsert_consumer``, ``upsert_producer``: the timed forms of the
+    registrations, for leases; ``register_*`` stay, unchanged, so old journals replay). A node
+    of an older version cannot apply the new ones: upgrade every manager before proposing.
     """
 
     def __init__(self) -> None:
@@ -111,6 +115,38 @@ class _RegistryConsumer(SyncObjConsumer):
     @replicated(ver=0)
     def set_broker_alive(self, broker_id: int, alive: bool) -> Outcome:
         return self._apply("set_broker_alive", lambda s: s.set_broker_alive(broker_id, alive))
+
+    @replicated(ver=0)
+    def sweep_idle_clients(self, now_ms: int, expiry_ms: int, count_max: int) -> Outcome:
+        return self._apply(
+            "sweep_idle_clients", lambda s: s.expire_idle_clients(now_ms, expiry_ms, count_max)
+        )
+
+    @replicated(ver=0)
+    def upsert_consumer(
+        self,
+        consumer_id: str,
+        topic: str,
+        partition_id: int | None,
+        clients_max: int,
+        now_ms: int,
+        expiry_ms: int,
+    ) -> Outcome:
+        return self._apply(
+            "upsert_consumer",
+            lambda s: s.register_consumer(
+                consumer_id, topic, partition_id, clients_max, now_ms, expiry_ms
+            ),
+        )
+
+    @replicated(ver=0)
+    def upsert_producer(
+        self, producer_id: str, topic: str, clients_max: int, now_ms: int, expiry_ms: int
+    ) -> Outcome:
+        return self._apply(
+            "upsert_producer",
+            lambda s: s.register_producer(producer_id, topic, clients_max, now_ms, expiry_ms),
+        )
 
 
 class ManagerRaft:
@@ -221,15 +257,34 @@ class ManagerRaft:
     def set_broker_alive(self, broker_id: int, alive: bool) -> Outcome:
         return self._propose(self._consumer.set_broker_alive, broker_id, alive)
 
-    def register_producer(self, producer_id: str, topic: str, clients_max: int) -> Outcome:
-        return self._propose(self._consumer.register_producer, producer_id, topic, clients_max)
-
-    def register_consumer(
-        self, consumer_id: str, topic: str, partition_id: int | None, clients_max: int
+    def register_producer(
+        self, producer_id: str, topic: str, clients_max: int, now_ms: int, expiry_ms: int
     ) -> Outcome:
         return self._propose(
-            self._consumer.register_consumer, consumer_id, topic, partition_id, clients_max
+            self._consumer.upsert_producer, producer_id, topic, clients_max, now_ms, expiry_ms
         )
+
+    def register_consumer(
+        self,
+        consumer_id: str,
+        topic: str,
+        partition_id: int | None,
+        clients_max: int,
+        now_ms: int,
+        expiry_ms: int,
+    ) -> Outcome:
+        return self._propose(
+            self._consumer.upsert_consumer,
+            consumer_id,
+            topic,
+            partition_id,
+            clients_max,
+            now_ms,
+            expiry_ms,
+        )
+
+    def expire_idle_clients(self, now_ms: int, expiry_ms: int, count_max: int) -> Outcome:
+        return self._propose(self._consumer.sweep_idle_clients, now_ms, expiry_ms, count_max)
 
     def _propose(self, command: Callable[..., Any], *args: object) -> Outcome:
         try:

@@ -59,10 +59,19 @@ class ReplicatedRegistry(Protocol):
         self, broker_id: int, address: str, host: str, low: int, high: int, brokers_max: int
     ) -> Outcome: ...
     def set_broker_alive(self, broker_id: int, alive: bool) -> Outcome: ...
-    def register_producer(self, producer_id: str, topic: str, clients_max: int) -> Outcome: ...
-    def register_consumer(
-        self, consumer_id: str, topic: str, partition_id: int | None, clients_max: int
+    def register_producer(
+        self, producer_id: str, topic: str, clients_max: int, now_ms: int, expiry_ms: int
     ) -> Outcome: ...
+    def register_consumer(
+        self,
+        consumer_id: str,
+        topic: str,
+        partition_id: int | None,
+        clients_max: int,
+        now_ms: int,
+        expiry_ms: int,
+    ) -> Outcome: ...
+    def expire_idle_clients(self, now_ms: int, expiry_ms: int, count_max: int) -> Outcome: ...
 
 
 class LocalRegistry:
@@ -135,15 +144,31 @@ class LocalRegistry:
     def set_broker_alive(self, broker_id: int, alive: bool) -> Outcome:
         return self._apply("set_broker_alive", lambda s: s.set_broker_alive(broker_id, alive))
 
-    def register_producer(self, producer_id: str, topic: str, clients_max: int) -> Outcome:
+    def register_producer(
+        self, producer_id: str, topic: str, clients_max: int, now_ms: int, expiry_ms: int
+    ) -> Outcome:
         return self._apply(
-            "register_producer", lambda s: s.register_producer(producer_id, topic, clients_max)
+            "upsert_producer",
+            lambda s: s.register_producer(producer_id, topic, clients_max, now_ms, expiry_ms),
         )
 
     def register_consumer(
-        self, consumer_id: str, topic: str, partition_id: int | None, clients_max: int
+        self,
+        consumer_id: str,
+        topic: str,
+        partition_id: int | None,
+        clients_max: int,
+        now_ms: int,
+        expiry_ms: int,
     ) -> Outcome:
         return self._apply(
-            "register_consumer",
-            lambda s: s.register_consumer(consumer_id, topic, partition_id, clients_max),
+            "upsert_consumer",
+            lambda s: s.register_consumer(
+                consumer_id, topic, partition_id, clients_max, now_ms, expiry_ms
+            ),
+        )
+
+    def expire_idle_clients(self, now_ms: int, expiry_ms: int, count_max: int) -> Outcome:
+        return self._apply(
+            "sweep_idle_clients", lambda s: s.expire_idle_clients(now_ms, expiry_ms, count_max)
         )

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import Executor
 
 from manager.broker_client import BrokerClient
@@ -18,7 +20,7 @@ from manager.broker_monitor import BrokerMonitor
 from manager.placement import place_partitions
 from manager.registry.brokers import BrokerRecord
 from manager.registry.outcome import Outcome
-from manager.registry.state import ManagerState
+from manager.registry.state import EXPIRED_PER_SWEEP_MAX, ManagerState
 from manager.registry.topics import TopicRecord
 from manager.replicated import ReplicatedRegistry
 from manager.views import broker_summary, partition_detail, topic_created, topic_summary
@@ -63,8 +65,12 @@ class ManagerService:
         brokers: BrokerClient,
         monitor: BrokerMonitor,
         executor: Executor,
+        clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
         self._limits = limits
+        self._clock_ms = clock_ms
+        """Wall clock of the proposer: registration leases are stamped with it."""
+        self._idle_expiry_ms = int(limits.client_idle_expiry_s * 1000)
         self._raft = raft
         self._brokers = brokers
         self._monitor = monitor
@@ -219,10 +225,15 @@ class ManagerService:
         # Chosen by the proposer (or the client): apply stays deterministic.
         producer_id = request.producer_id or uuid.uuid4().hex
         outcome = self._raft.register_producer(
-            producer_id, request.topic, self._limits.registry_clients_max
+            producer_id,
+            request.topic,
+            self._limits.registry_clients_max,
+            self._clock_ms(),
+            self._idle_expiry_ms,
         )
         check_outcome(outcome, "producer")
-        return {"producer_id": producer_id}, outcome is not Outcome.UNCHANGED
+        body = {"producer_id": producer_id, **self._lease()}
+        return body, outcome is not Outcome.UNCHANGED
 
     def register_consumer(self, request: RegisterConsumer) -> dict[str, object]:
         topic = self._topic(request.topic)
@@ -231,12 +242,34 @@ class ManagerService:
                 ErrorCode.UNKNOWN_PARTITION,
                 f"topic {topic.name!r} has no partition {request.partition_id}",
             )
-        consumer_id = uuid.uuid4().hex
+        consumer_id = request.consumer_id or uuid.uuid4().hex
         outcome = self._raft.register_consumer(
-            consumer_id, request.topic, request.partition_id, self._limits.registry_clients_max
+            consumer_id,
+            request.topic,
+            request.partition_id,
+            self._limits.registry_clients_max,
+            self._clock_ms(),
+            self._idle_expiry_ms,
         )
         check_outcome(outcome, "consumer")
-        return {"consumer_id": consumer_id}
+        return {"consumer_id": consumer_id, **self._lease()}
+
+    def expire_idle_clients(self) -> int:
+        """Leader duty: forget registrations not renewed for ``client_idle_expiry_s``. Proposes
+        only when the oldest one is past it (a read), so an idle cluster writes nothing.
+        Returns how many registrations are left (for logs and tests)."""
+        now_ms = self._clock_ms()
+        oldest_ms = self._raft.read(lambda s: s.clients.oldest_seen_ms())
+        if oldest_ms is not None and now_ms - oldest_ms > self._idle_expiry_ms:
+            outcome = self._raft.expire_idle_clients(
+                now_ms, self._idle_expiry_ms, EXPIRED_PER_SWEEP_MAX
+            )
+            check_outcome(outcome, "expiring idle clients")
+        return self._raft.read(lambda s: len(s.clients))
+
+    def _lease(self) -> dict[str, object]:
+        # Tells the client how often to renew (raftq renews every third of it while active).
+        return {"idle_expiry_s": self._limits.client_idle_expiry_s}
 
 
 def _broker_summaries(state: ManagerState) -> list[dict[str, object]]:

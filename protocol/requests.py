@@ -149,17 +149,24 @@ class RegisterProducer:
 
 @dataclass(frozen=True, slots=True)
 class RegisterConsumer:
+    """``POST /consumers {"topic", "partition_id"?, "consumer_id"?}``. With the
+    ``consumer_id`` it was given, a consumer renews its registration (a lease of
+    ``client_idle_expiry_s``), or registers again under it after the lease ran out."""
+
     topic: str
     partition_id: PartitionId | None
+    consumer_id: ConsumerId | None = None
 
     @classmethod
     def parse(cls, params: Params, limits: Limits) -> RegisterConsumer:
         pid = get_optional_int(
             params, "partition_id", minimum=0, maximum=limits.topic_partitions_max - 1
         )
+        consumer = get_str(params, "consumer_id", limits.id_chars_max, required=False)
         return cls(
             topic=topic_name(params, limits),
             partition_id=None if pid is None else PartitionId(pid),
+            consumer_id=None if consumer is None else ConsumerId(consumer),
         )
 
 

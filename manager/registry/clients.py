@@ -1,11 +1,17 @@
 """Registered producers and consumers, each bound to one topic. Pure.
 
 Ids are chosen by the proposer (``uuid4().hex``) so apply stays deterministic; registering the
-same id with the same data again is a no-op, which makes a retried command harmless.
+same id with the same data again changes no record, which makes a retried command harmless.
+
+A registration is a lease: registering again renews it, and one not renewed for longer than
+the idle expiry is forgotten (the client then registers again, as a new client). Time is the
+registry's clock, the highest ``now_ms`` a command carried (the proposers' clocks, so every
+manager forgets the same clients), never the local clock.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from manager.registry.outcome import Outcome
@@ -28,10 +34,63 @@ class ConsumerRecord:
     version: int
 
 
+_CONSUMER = "c"
+_PRODUCER = "p"
+ClientKey = tuple[str, str]
+"""``(_CONSUMER or _PRODUCER, client id)``."""
+
+
 class ClientRegistry:
     def __init__(self) -> None:
         self._producers: dict[ProducerId, ProducerRecord] = {}
         self._consumers: dict[ConsumerId, ConsumerRecord] = {}
+        self._clock_ms = 0
+        """Highest ``now_ms`` a command carried; 0 until the first."""
+        self._last_seen_ms: OrderedDict[ClientKey, int] = OrderedDict()
+        """Every record above with the registry time of its last (re)registration, oldest
+        first, so expiry looks only at the front."""
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        """Unpickle a dump, also one from before leases: its clients are stamped when the
+        first timed command sets the clock (see ``advance``)."""
+        self.__dict__.update(state)
+        if "_last_seen_ms" not in state:
+            self._clock_ms = 0
+            keys = [(_PRODUCER, str(p)) for p in self._producers]
+            keys += [(_CONSUMER, str(c)) for c in self._consumers]
+            self._last_seen_ms = OrderedDict((key, 0) for key in keys)
+
+    def advance(self, now_ms: int | None, expiry_ms: int | None, count_max: int) -> int:
+        """Move registry time to ``now_ms`` (never back) and forget at most ``count_max``
+        clients not renewed for longer than ``expiry_ms``; how many were forgotten."""
+        if now_ms is not None and now_ms > self._clock_ms:
+            if self._clock_ms == 0:  # records from before leases start their lease now
+                self._last_seen_ms = OrderedDict.fromkeys(self._last_seen_ms, now_ms)
+            self._clock_ms = now_ms
+        if expiry_ms is None:
+            return 0
+        horizon_ms = self._clock_ms - expiry_ms
+        forgotten = 0
+        while forgotten < count_max and self._last_seen_ms:
+            (kind, client_id), seen_ms = next(iter(self._last_seen_ms.items()))
+            if seen_ms >= horizon_ms:
+                break
+            self._last_seen_ms.popitem(last=False)
+            if kind == _PRODUCER:
+                del self._producers[ProducerId(client_id)]
+            else:
+                del self._consumers[ConsumerId(client_id)]
+            forgotten += 1
+        return forgotten
+
+    def oldest_seen_ms(self) -> int | None:
+        """Registry time of the least recently renewed registration (None when empty)."""
+        return next(iter(self._last_seen_ms.values()), None)
+
+    def _renew(self, kind: str, client_id: str) -> None:
+        key = (kind, client_id)
+        self._last_seen_ms[key] = self._clock_ms
+        self._last_seen_ms.move_to_end(key)
 
     def producer(self, producer_id: str) -> ProducerRecord | None:
         return self._producers.get(ProducerId(producer_id))
@@ -48,14 +107,16 @@ class ClientRegistry:
         if not (isinstance(producer_id, str) and producer_id and isinstance(topic, str)):
             return Outcome.INVALID
         known = self._producers.get(ProducerId(producer_id))
-        if known is not None:
-            return Outcome.UNCHANGED if known.topic == topic else Outcome.EXISTS
-        if len(self) >= clients_max:
+        if known is not None and known.topic != topic:
+            return Outcome.EXISTS
+        if known is None and len(self) >= clients_max:
             return Outcome.TOO_MANY
-        self._producers[ProducerId(producer_id)] = ProducerRecord(
-            ProducerId(producer_id), topic, version
-        )
-        return Outcome.CREATED
+        if known is None:
+            self._producers[ProducerId(producer_id)] = ProducerRecord(
+                ProducerId(producer_id), topic, version
+            )
+        self._renew(_PRODUCER, producer_id)
+        return Outcome.UNCHANGED if known is not None else Outcome.CREATED
 
     def add_consumer(
         self,
@@ -72,12 +133,13 @@ class ClientRegistry:
             return Outcome.INVALID
         pid = None if partition_id is None else PartitionId(partition_id)
         known = self._consumers.get(ConsumerId(consumer_id))
-        if known is not None:
-            same = (known.topic, known.partition_id) == (topic, pid)
-            return Outcome.UNCHANGED if same else Outcome.EXISTS
-        if len(self) >= clients_max:
+        if known is not None and (known.topic, known.partition_id) != (topic, pid):
+            return Outcome.EXISTS
+        if known is None and len(self) >= clients_max:
             return Outcome.TOO_MANY
-        self._consumers[ConsumerId(consumer_id)] = ConsumerRecord(
-            ConsumerId(consumer_id), topic, pid, version
-        )
-        return Outcome.CREATED
+        if known is None:
+            self._consumers[ConsumerId(consumer_id)] = ConsumerRecord(
+                ConsumerId(consumer_id), topic, pid, version
+            )
+        self._renew(_CONSUMER, consumer_id)
+        return Outcome.UNCHANGED if known is not None else Outcome.CREATED

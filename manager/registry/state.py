@@ -16,6 +16,12 @@ from protocol.types import BrokerId
 
 _CHANGED = (Outcome.CREATED, Outcome.UPDATED)
 
+EXPIRED_PER_REGISTRATION_MAX = 2
+"""Idle clients a registration forgets on its way: more than the one it may add, so idle
+ones never pile up even when no sweep runs."""
+EXPIRED_PER_SWEEP_MAX = 10_000
+"""Most clients one ``expire_idle_clients`` command forgets (bounds one apply's work)."""
+
 
 class ManagerState:
     def __init__(self) -> None:
@@ -107,9 +113,34 @@ class ManagerState:
     def set_broker_alive(self, broker_id: int, alive: bool) -> Outcome:
         return self._stamp(self.brokers.set_alive(broker_id, alive, version=self.revision + 1))
 
-    def register_producer(self, producer_id: str, topic: str, clients_max: int) -> Outcome:
+    def expire_idle_clients(self, now_ms: int, expiry_ms: int, count_max: int) -> Outcome:
+        """Forget at most ``count_max`` registrations not renewed for over ``expiry_ms``."""
+        if not all(_positive_int(v) for v in (now_ms, expiry_ms, count_max)):
+            return Outcome.INVALID
+        forgotten = self.clients.advance(now_ms, expiry_ms, min(count_max, EXPIRED_PER_SWEEP_MAX))
+        return self._stamp(Outcome.UPDATED if forgotten else Outcome.UNCHANGED)
+
+    def _advance_clients(self, now_ms: int | None, expiry_ms: int | None) -> bool:
+        """Registry time and a little expiry before a registration; False when the times are
+        not valid. ``None`` comes only from commands journaled before leases."""
+        if not all(v is None or _positive_int(v) for v in (now_ms, expiry_ms)):
+            return False
+        self.clients.advance(now_ms, expiry_ms, EXPIRED_PER_REGISTRATION_MAX)
+        return True
+
+    def register_producer(
+        self,
+        producer_id: str,
+        topic: str,
+        clients_max: int,
+        now_ms: int | None = None,
+        expiry_ms: int | None = None,
+    ) -> Outcome:
+        """Register, or renew the lease of, a producer."""
         if not isinstance(topic, str) or self.topics.get(topic) is None:
             return Outcome.UNKNOWN_TOPIC
+        if not self._advance_clients(now_ms, expiry_ms):
+            return Outcome.INVALID
         return self._stamp(
             self.clients.add_producer(
                 producer_id, topic, clients_max=clients_max, version=self.revision + 1
@@ -117,8 +148,15 @@ class ManagerState:
         )
 
     def register_consumer(
-        self, consumer_id: str, topic: str, partition_id: int | None, clients_max: int
+        self,
+        consumer_id: str,
+        topic: str,
+        partition_id: int | None,
+        clients_max: int,
+        now_ms: int | None = None,
+        expiry_ms: int | None = None,
     ) -> Outcome:
+        """Register, or renew the lease of, a consumer."""
         record = self.topics.get(topic) if isinstance(topic, str) else None
         if record is None:
             return Outcome.UNKNOWN_TOPIC
@@ -126,6 +164,8 @@ class ManagerState:
             isinstance(partition_id, int) and 0 <= partition_id < len(record.partitions)
         ):
             return Outcome.UNKNOWN_PARTITION
+        if not self._advance_clients(now_ms, expiry_ms):
+            return Outcome.INVALID
         return self._stamp(
             self.clients.add_consumer(
                 consumer_id,
@@ -135,3 +175,7 @@ class ManagerState:
                 version=self.revision + 1,
             )
         )
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0

@@ -211,7 +211,8 @@ def test_a_client_chosen_producer_id_registers_idempotently(
     service.create_topic(CreateTopic("t", 1, 3))
     service.create_topic(CreateTopic("u", 1, 3))
     body, created = service.register_producer(RegisterProducer("t", ProducerId("job-7-task-2")))
-    assert body == {"producer_id": "job-7-task-2"} and created
+    expiry_s = LIMITS.client_idle_expiry_s
+    assert body == {"producer_id": "job-7-task-2", "idle_expiry_s": expiry_s} and created
     assert service.register_producer(RegisterProducer("t", ProducerId("job-7-task-2")))[1] is False
     with pytest.raises(RaftQError) as info:
         service.register_producer(RegisterProducer("u", ProducerId("job-7-task-2")))

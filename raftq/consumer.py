@@ -26,8 +26,9 @@ from protocol.routing import pop_order
 from protocol.types import PartitionId
 from raftq.client_limits import ClientLimits
 from raftq.direct_path import DirectPath, Fallback
-from raftq.errors import ApiError, ProtocolError, UnavailableError
+from raftq.errors import ApiError, ProtocolError, RaftQClientError, UnavailableError
 from raftq.http import HttpTransport
+from raftq.lease import Lease
 from raftq.records import Record, parse_records
 
 
@@ -63,6 +64,7 @@ class Consumer:
         self._pending: PendingPoll | None = None
         self._registered_here = consumer_id is None
         """Only then is its topic and partition known here, so only then may pops go direct."""
+        self._lease = Lease()
         try:
             self.consumer_id = consumer_id or self._register()
         except BaseException:
@@ -84,6 +86,7 @@ class Consumer:
 
     def poll(self, max_messages: int = 100) -> list[Record]:
         """Pop up to ``max_messages`` (fewer, maybe none, when the partition has no more)."""
+        self._renew_if_due()
         if self._pending is None:
             self._pending = PendingPoll(str(uuid.uuid4()), max_messages)
         try:
@@ -178,13 +181,25 @@ class Consumer:
     def _get_logs(self, params: dict[str, str | int]) -> list[Record]:
         return parse_records(self._http.call("GET", "/logs", params=params, idempotent=True))
 
-    def _register(self) -> str:
+    def _register(self, consumer_id: str | None = None) -> str:
+        """Register, or with ``consumer_id`` renew that registration (``raftq.lease``)."""
         body: dict[str, object] = {"topic": self.topic}
         if self.partition_id is not None:
             body["partition_id"] = self.partition_id
+        if consumer_id is not None:
+            body["consumer_id"] = consumer_id
         # Retrying may register a second, unused consumer: harmless, so idempotent=True.
         answer = self._http.call("POST", "/consumers", body=body, idempotent=True)
         if not isinstance(answer, dict) or not isinstance(answer.get("consumer_id"), str):
             raise ProtocolError("POST /consumers: expected {'consumer_id': str}")
-        consumer_id: str = answer["consumer_id"]
-        return consumer_id
+        self._lease.renewed(answer)
+        registered: str = answer["consumer_id"]
+        return registered
+
+    def _renew_if_due(self) -> None:
+        # Only a consumer registered here knows what to renew (topic and partition).
+        if self._registered_here and self._lease.due():
+            try:
+                self._register(self.consumer_id)
+            except RaftQClientError:
+                self._lease.failed()  # the pop itself may still work (direct path)

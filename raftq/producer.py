@@ -34,6 +34,7 @@ from raftq.errors import (
     UnavailableError,
 )
 from raftq.http import HttpTransport
+from raftq.lease import Lease
 from raftq.records import PartitionOffset, parse_broker_offsets, parse_offsets
 
 MessageLike = str | tuple[str, str | None] | NewMessage
@@ -113,6 +114,7 @@ class Producer:
         self._buffer: deque[NewMessage] = deque()
         self._in_flight: Batch | None = None
         self._next_sequence = first_sequence
+        self._lease = Lease()
         try:
             self.producer_id = self._register(producer_id)
         except BaseException:
@@ -174,6 +176,7 @@ class Producer:
         return acked
 
     def _flush_into(self, acked: list[PartitionOffset]) -> None:
+        self._renew_if_due()
         while self._in_flight is not None or self._buffer:
             if self._in_flight is None:
                 messages = take_batch(self._buffer, self._batch_messages_max, self._batch_bytes_max)
@@ -279,5 +282,14 @@ class Producer:
         body = self._http.call("POST", "/producers", body=request, idempotent=True)
         if not isinstance(body, dict) or not isinstance(body.get("producer_id"), str):
             raise ProtocolError("POST /producers: expected {'producer_id': str}")
+        self._lease.renewed(body)
         registered: str = body["producer_id"]
         return registered
+
+    def _renew_if_due(self) -> None:
+        """Registering again under its id renews the lease (``raftq.lease``)."""
+        if self._lease.due():
+            try:
+                self._register(self.producer_id)
+            except RaftQClientError:
+                self._lease.failed()  # the batch itself may still go (direct path)

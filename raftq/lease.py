@@ -1,0 +1,42 @@
+"""``Lease``: when a producer or consumer renews its registration with the managers.
+
+The managers forget a registration not renewed within ``idle_expiry_s`` (their registration
+answer says how long; ``client_idle_expiry_s`` in ``protocol/limits.py``). A client renews it,
+by registering again under its own id, once a third of that has passed since the last
+renewal, before its next produce or pop: an active client never loses it, an idle one does
+(and so do the partitions' records of it, by the same expiry). A failed renewal never fails
+the produce or pop (the direct path does not need the managers); it is tried again after a
+sixth of the expiry, well before the lease runs out.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+_RENEW_FRACTION = 1 / 3
+_RETRY_FRACTION = 1 / 6
+
+
+class Lease:
+    def __init__(self, clock_s: Callable[[], float] = time.monotonic) -> None:
+        self._clock_s = clock_s
+        self._expiry_s: float | None = None
+        """``None`` until a registration answer states it (older servers do not)."""
+        self._renew_at_s = 0.0
+
+    def renewed(self, answer: object) -> None:
+        """A registration answered ``answer`` just now."""
+        expiry_s = answer.get("idle_expiry_s") if isinstance(answer, dict) else None
+        if isinstance(expiry_s, int | float) and not isinstance(expiry_s, bool) and expiry_s > 0:
+            self._expiry_s = float(expiry_s)
+        if self._expiry_s is not None:
+            self._renew_at_s = self._clock_s() + self._expiry_s * _RENEW_FRACTION
+
+    def failed(self) -> None:
+        """A renewal failed: try again later, not at every call."""
+        if self._expiry_s is not None:
+            self._renew_at_s = self._clock_s() + self._expiry_s * _RETRY_FRACTION
+
+    def due(self) -> bool:
+        return self._expiry_s is not None and self._clock_s() >= self._renew_at_s

@@ -55,7 +55,7 @@ class LogRouter:
         if producer.topic != request.topic:
             raise invalid(f"producer is registered for topic {producer.topic!r}")
         topic = self._active_topic(request.topic)
-        count = topic.active_count
+        count = routing_count(topic, request.partition_count)
         if request.partition_id is not None and request.partition_id >= count:
             raise RaftQError(
                 ErrorCode.UNKNOWN_PARTITION,
@@ -140,7 +140,8 @@ class LogRouter:
         if consumer.partition_id is not None:
             partition_ids = [consumer.partition_id]
         else:
-            partition_ids = [PartitionId(p) for p in range(topic.active_count)]
+            count = routing_count(topic, request.partition_count)
+            partition_ids = [PartitionId(p) for p in range(count)]
         order = pop_order(
             partition_ids, request.consumer_id, request.request_id, next(self._round_robin)
         )
@@ -238,6 +239,22 @@ class LogRouter:
         if topic is None or not topic.is_active:
             raise RaftQError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {name!r}")
         return topic
+
+
+def routing_count(topic: TopicRecord, requested: int | None) -> int:
+    """The partition count to route over: the request's (fixed by its first attempt, so a
+    retry reaches the same partitions) or else the topic's active count. Partitions are only
+    ever added, so a smaller count is still valid; a larger one comes from a view this
+    manager has not caught up with yet, and nothing is done."""
+    if requested is None:
+        return topic.active_count
+    if requested > topic.active_count:
+        raise RaftQError(
+            ErrorCode.REFUSED,
+            f"{topic.name!r} has {topic.active_count} active partitions here, the request "
+            f"was routed for {requested}: retry",
+        )
+    return requested
 
 
 def _produce_failure(failures: list[Exception], stored_groups: int) -> Exception:

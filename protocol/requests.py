@@ -239,6 +239,10 @@ class Produce:
     is_batch: bool
     producer_id: ProducerId | None
     sequence: int | None
+    partition_count: int | None = None
+    """The partition count the sender routed (or wants routed) with: the manager cuts the
+    batch over partitions ``0 .. partition_count-1`` instead of the topic's current count, so
+    a retry after partitions were added lands where the first attempt did."""
 
     @classmethod
     def parse(cls, params: Params, limits: Limits) -> Produce:
@@ -257,6 +261,7 @@ class Produce:
             is_batch=is_batch,
             producer_id=None if producer is None else ProducerId(producer),
             sequence=sequence,
+            partition_count=routing_partition_count(params, limits),
         )
 
     def to_json(self) -> dict[str, object]:
@@ -270,6 +275,8 @@ class Produce:
             body["producer_id"] = self.producer_id
         if self.sequence is not None:
             body["sequence"] = self.sequence
+        if self.partition_count is not None:
+            body["partition_count"] = self.partition_count
         return body
 
 
@@ -281,6 +288,9 @@ class Pop:
     consumer_id: ConsumerId
     max_messages: int
     request_id: RequestId | None
+    partition_count: int | None = None
+    """As for ``Produce``: a consumer of the whole topic visits partitions
+    ``0 .. partition_count-1``, so a retried pop asks the partitions that served it before."""
 
     @classmethod
     def parse(cls, params: Params, limits: Limits) -> Pop:
@@ -291,7 +301,14 @@ class Pop:
                 params, "max_messages", minimum=1, maximum=limits.fetch_messages_max, default=1
             ),
             request_id=None if request is None else RequestId(request),
+            partition_count=routing_partition_count(params, limits),
         )
+
+
+def routing_partition_count(params: Params, limits: Limits) -> int | None:
+    return get_optional_int(
+        params, "partition_count", minimum=1, maximum=limits.topic_partitions_max
+    )
 
 
 @dataclass(frozen=True, slots=True)

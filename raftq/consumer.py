@@ -8,12 +8,12 @@ consumer skip messages.
 With ``direct=True`` (the default) ``fetch`` asks the partition leader's broker, and ``poll``
 of a consumer this object registered visits the partitions' brokers itself, in the manager's
 order for ``(consumer_id, request_id)`` over the partition count it kept with the pending
-poll. A failed direct attempt is repeated through the load balancer with the same request id,
-but a pop only when the load balancer visits the same partitions in the same order (the map,
-refreshed after the failure, has the kept partition count); otherwise the poll fails with its
-request id kept, and the next ``poll`` repeats it directly. A consumer resumed by
-``consumer_id`` pops through the load balancer: only the manager knows what it was registered
-for.
+poll. A failed direct attempt is repeated through the load balancer with the same request id
+and that partition count (``partition_count``), so the manager visits the same partitions in
+the same order; pops through the load balancer (``direct=False``) carry the count of their
+first attempt too. A consumer resumed by ``consumer_id`` pops through the load balancer
+without a count: only the manager knows what it was registered for (so a retry of its pop
+across an added partition may visit other partitions).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from types import TracebackType
 from protocol.routing import pop_order
 from protocol.types import PartitionId
 from raftq.client_limits import ClientLimits
-from raftq.direct_path import DirectPath, Fallback
-from raftq.errors import ApiError, ProtocolError, RaftQClientError, UnavailableError
+from raftq.direct_path import DirectPath, Fallback, partition_maps
+from raftq.errors import ApiError, ProtocolError, RaftQClientError
 from raftq.http import HttpTransport
 from raftq.lease import Lease
 from raftq.records import Record, parse_records
@@ -37,7 +37,8 @@ class PendingPoll:
     request_id: str
     max_messages: int
     partition_count: int | None = None
-    """The partition count a direct attempt visited partitions by (fixes their order)."""
+    """The partition count the first attempt visited partitions by (fixes which partitions,
+    and their order, on every attempt of this poll)."""
 
 
 class Consumer:
@@ -61,6 +62,11 @@ class Consumer:
         limits = (limits or ClientLimits()).validate()
         self._http = HttpTransport(url, limits)
         self.direct_path = DirectPath(self._http, limits) if direct else None
+        self._maps = (
+            self.direct_path.maps
+            if self.direct_path is not None
+            else partition_maps(self._http, limits)
+        )
         self._pending: PendingPoll | None = None
         self._registered_here = consumer_id is None
         """Only then is its topic and partition known here, so only then may pops go direct."""
@@ -126,16 +132,6 @@ class Consumer:
         if not isinstance(answer, Fallback):
             return answer
         pending = self._pending or pending
-        if self.partition_id is None and pending.partition_count is not None:
-            found = direct.maps.get(self.topic)
-            if found is None or found.partition_count != pending.partition_count:
-                raise UnavailableError(
-                    f"pop at a broker failed ({answer.reason}) and the load balancer would "
-                    f"visit other partitions than the {pending.partition_count} it visited; "
-                    "the next poll repeats it directly with the same request id",
-                    outcome_unknown=True,
-                    attempts=1,
-                )
         return direct.via_lb(answer, lambda: self._pop_via_lb(pending))
 
     def _pop_direct(self, direct: DirectPath, pending: PendingPoll) -> list[Record] | Fallback:
@@ -171,12 +167,23 @@ class Consumer:
         return records
 
     def _pop_via_lb(self, pending: PendingPoll) -> list[Record]:
+        if self._visits_all_partitions and pending.partition_count is None:
+            found = self._maps.get(self.topic)
+            if found is not None:
+                self._pending = pending = replace(pending, partition_count=found.partition_count)
         params: dict[str, str | int] = {
             "consumer_id": self.consumer_id,
             "max_messages": pending.max_messages,
             "request_id": pending.request_id,
         }
+        if self._visits_all_partitions and pending.partition_count is not None:
+            params["partition_count"] = pending.partition_count
         return self._get_logs(params)
+
+    @property
+    def _visits_all_partitions(self) -> bool:
+        """Registered here for the whole topic: its pops visit every partition."""
+        return self._registered_here and self.partition_id is None
 
     def _get_logs(self, params: dict[str, str | int]) -> list[Record]:
         return parse_records(self._http.call("GET", "/logs", params=params, idempotent=True))

@@ -81,7 +81,7 @@ class DirectPath:
     ) -> None:
         self._http = http
         self._limits = limits
-        self.maps = PartitionMaps(self._fetch_map, limits, clock)
+        self.maps = partition_maps(http, limits, clock)
         self._sender = ParallelSender(limits, limits.broker_request_timeout_s)
         self.answers = 0
         """Requests a broker answered directly (for tests and curiosity)."""
@@ -170,13 +170,23 @@ class DirectPath:
             exc.after_unknown_outcome = exc.after_unknown_outcome or fallback.outcome_unknown
             raise
 
-    def _fetch_map(self, topic: str) -> list[PartitionInfo]:
-        body = self._http.call(
+
+def partition_maps(
+    http: HttpTransport, limits: ClientLimits, clock: Callable[[], float] = time.monotonic
+) -> PartitionMaps:
+    """A map cache that fetches ``GET /partitions`` through the load balancer. The direct
+    path routes with it; a client without the direct path still pins its partition counts
+    with it (``partition_count`` in a request through the load balancer)."""
+
+    def fetch(topic: str) -> list[PartitionInfo]:
+        body = http.call(
             "GET",
             "/partitions",
             params={"topic": topic},
             idempotent=True,
-            attempts_max=self._limits.partition_map_attempts_max,
-            read_timeout_s=self._limits.partition_map_timeout_s,
+            attempts_max=limits.partition_map_attempts_max,
+            read_timeout_s=limits.partition_map_timeout_s,
         )
         return parse_partitions(body)
+
+    return PartitionMaps(fetch, limits, clock)

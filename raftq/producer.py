@@ -10,7 +10,9 @@ broker; a group the broker does not take is repeated through the load balancer w
 ``partition_id`` and the same sequence (``raftq.direct_path``). The cut is fixed when the
 batch is first sent (its partition count is kept with it), so every resend reaches the same
 partitions. Without a map the batch goes through the load balancer whole, as with
-``direct=False``.
+``direct=False``. A batch sent through the load balancer carries the partition count it was
+first sent with (``partition_count``; also with ``direct=False``, from the same cached map),
+so the manager cuts every resend the same way even after partitions were added.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from protocol.routing import PartitionGroup
 from protocol.types import NewMessage
 from raftq.batch_groups import GroupResult, cut_batch, group_body, merge_offsets, wire_message
 from raftq.client_limits import ClientLimits
-from raftq.direct_path import DirectPath, Fallback, PartitionRequest
+from raftq.direct_path import DirectPath, Fallback, PartitionRequest, partition_maps
 from raftq.errors import (
     ApiError,
     BufferFullError,
@@ -46,8 +48,9 @@ class Batch:
     sequence: int
     messages: tuple[NewMessage, ...]
     partition_count: int | None = None
-    """The partition count the client cut this batch with (direct path), kept for resends;
-    ``None`` until first sent, and for a batch sent whole through the load balancer."""
+    """The partition count this batch is cut with, fixed when first sent and kept for
+    resends (the direct path cuts it here, the load balancer's manager is told it); ``None``
+    until first sent, or when no partition map could be had."""
     via_lb: bool = False
     """First sent whole through the load balancer (which cut it): resends go there too."""
 
@@ -94,12 +97,16 @@ class Producer:
         producer_id: str | None = None,
         first_sequence: int = 0,
         direct: bool = True,
+        partition_count: int | None = None,
     ) -> None:
         """``producer_id`` reuses a client-chosen id (registered idempotently, like Kafka's
         ``transactional.id``); its batches must then start above every sequence it used
         before (``first_sequence``), or replay the same batches with the same sequences.
         ``direct`` sends batches straight to the partition leaders' brokers (falling back to
-        the load balancer); ``False`` sends everything through the load balancer."""
+        the load balancer); ``False`` sends everything through the load balancer.
+        ``partition_count`` fixes the count every batch is cut with instead of the map's at
+        its first send: a job whose tasks may be retried in another process (Spark) fixes it
+        once, so a replayed batch reaches the same partitions and is recognised there."""
         limits = (limits or ClientLimits()).validate()
         self.topic = topic
         self.partition_id = partition_id
@@ -111,9 +118,15 @@ class Producer:
         self._buffer_messages_max = limits.buffer_messages_max
         self._http = HttpTransport(url, limits)
         self.direct_path = DirectPath(self._http, limits) if direct else None
+        self._maps = (
+            self.direct_path.maps
+            if self.direct_path is not None
+            else partition_maps(self._http, limits)
+        )
         self._buffer: deque[NewMessage] = deque()
         self._in_flight: Batch | None = None
         self._next_sequence = first_sequence
+        self._fixed_partition_count = partition_count
         self._lease = Lease()
         try:
             self.producer_id = self._register(producer_id)
@@ -210,13 +223,26 @@ class Producer:
                 outcome_unknown=isinstance(exc, ProtocolError),
             ) from exc
 
-    def _send(self, batch: Batch) -> list[PartitionOffset]:
+    def _pin_routing(self, batch: Batch) -> Batch:
+        """Fix the batch's partition count at its first send (see ``Batch``): the direct
+        path's map, else (through the load balancer) the cached map's count, unless the
+        count is fixed for this producer. A batch for one ``partition_id`` needs none."""
         direct = self.direct_path
-        if direct is not None and batch.partition_count is None and not batch.via_lb:
-            found = direct.usable_map(self.topic, self.partition_id)
-            count = None if found is None else found.partition_count
-            batch = self._in_flight = replace(batch, partition_count=count, via_lb=count is None)
-        if direct is None or batch.partition_count is None:
+        found = None if direct is None else direct.usable_map(self.topic, self.partition_id)
+        count = None if found is None else found.partition_count
+        if self.partition_id is None:
+            if self._fixed_partition_count is not None:
+                count = self._fixed_partition_count
+            elif direct is None:
+                cached = self._maps.get(self.topic)
+                count = None if cached is None else cached.partition_count
+        return replace(batch, partition_count=count, via_lb=found is None)
+
+    def _send(self, batch: Batch) -> list[PartitionOffset]:
+        if batch.partition_count is None and not batch.via_lb:
+            batch = self._in_flight = self._pin_routing(batch)
+        direct = self.direct_path
+        if direct is None or batch.via_lb or batch.partition_count is None:
             body = self._http.call("POST", "/logs", body=self._body(batch), idempotent=True)
             return parse_offsets(body, len(batch.messages))
         groups = cut_batch(
@@ -272,6 +298,8 @@ class Producer:
         }
         if self.partition_id is not None:
             body["partition_id"] = self.partition_id
+        elif batch.partition_count is not None:
+            body["partition_count"] = batch.partition_count
         return body
 
     def _register(self, producer_id: str | None) -> str:

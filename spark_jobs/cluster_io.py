@@ -7,9 +7,10 @@ Not thread-safe: each function opens and closes its own client objects.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from protocol.errors import ErrorCode
@@ -121,6 +122,17 @@ def producer_id(job_id: str, partition_id: int, topic: str | None) -> str:
     return named if len(named) <= 200 else f"{base}-{hashlib.sha256(topic.encode()).hexdigest()}"
 
 
+def active_partition_count(url: str, topic: str, limits: ClientLimits) -> int:
+    """The topic's active partitions now (the prefix that takes messages), read once by the
+    driver to fix the routing of a whole write."""
+    with Admin(url, limits=limits) as admin:
+        partitions = sorted(admin.partitions(topic), key=lambda p: p.partition_id)
+    count = len(list(itertools.takewhile(lambda p: p.active, partitions)))
+    if count == 0:
+        raise ValueError(f"topic {topic!r} has no active partition yet")
+    return count
+
+
 def write_batches(
     url: str,
     batches: Iterable[TopicBatch],
@@ -128,6 +140,7 @@ def write_batches(
     limits: ClientLimits,
     *,
     direct: bool = True,
+    partition_counts: Mapping[str, int] | None = None,
 ) -> TaskWriteSummary:
     """Send ``batches`` strictly one after another (each acknowledged before the next), batch
     *i* of a topic with sequence *i* of that topic's producer.
@@ -140,6 +153,10 @@ def write_batches(
     acknowledged, batch *i* was then fully written, so it is skipped. Bounds: a partition
     remembers at most ``partition_producers_max`` (10,000) producers, least recently used
     forgotten; a producer forgotten there starts afresh and its replay would append again.
+    ``partition_counts`` fixes, per topic, the partition count batches are cut with (the
+    driver's), so a retry after a partition was added still reaches the same partitions; a
+    topic without one is cut with the count its producer sees first (a retried task of a
+    write to a ``topic`` column may then route differently).
     """
     producers: dict[str, Producer] = {}
     rows = sent = skipped = 0
@@ -153,6 +170,7 @@ def write_batches(
                     producer_id=producer_ids(batch.topic),
                     limits=limits,
                     direct=direct,
+                    partition_count=(partition_counts or {}).get(batch.topic),
                 )
                 producers[batch.topic] = producer
             written = _send_once(producer, batch)

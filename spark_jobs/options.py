@@ -85,6 +85,10 @@ class WriteOptions:
     the whole job write nothing twice."""
     direct: bool = True
     """Send each batch's partition groups to the leaders' brokers (falling back to the LB)."""
+    partition_count: int | None = None
+    """The topic's active partition count when the driver planned the write (set by the
+    driver for a fixed ``topic``): every attempt of every task cuts its batches over it, so a
+    retried task reaches the partitions that remember its batches even if one was added."""
 
 
 def normalize(options: Mapping[str, str]) -> dict[str, str]:

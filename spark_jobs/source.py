@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 from pyspark import TaskContext
@@ -100,10 +100,19 @@ class RaftQDataSource(DataSource):
         return RaftQStreamReader(parse_read_options(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> RaftQBatchWriter:
-        return RaftQBatchWriter(_write_options(self.options, schema, overwrite))
+        return RaftQBatchWriter(_pin_routing(_write_options(self.options, schema, overwrite)))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> RaftQStreamWriter:
-        return RaftQStreamWriter(_write_options(self.options, schema, overwrite))
+        return RaftQStreamWriter(_pin_routing(_write_options(self.options, schema, overwrite)))
+
+
+def _pin_routing(options: WriteOptions) -> WriteOptions:
+    """On the driver: fix the partition count of a write to one topic (``WriteOptions``).
+    A streaming query fixes it when it starts; a restart reads it again."""
+    if options.topic is None:
+        return options
+    count = cluster_io.active_partition_count(options.url, options.topic, ClientLimits())
+    return replace(options, partition_count=count)
 
 
 def _write_options(options: Mapping[str, str], schema: StructType, overwrite: bool) -> WriteOptions:
@@ -265,6 +274,11 @@ def write_task(
         ),
         limits,
         direct=options.direct,
+        partition_counts=(
+            {options.topic: options.partition_count}
+            if options.topic is not None and options.partition_count is not None
+            else None
+        ),
     )
     return RaftQCommitMessage(summary)
 

@@ -241,3 +241,41 @@ def test_a_batch_stored_in_some_partitions_only_is_never_reported_as_not_done(
         router.produce(_produce(producer, {"messages": batch, "sequence": 1}))
     assert caught.value.code is ErrorCode.PARTIALLY_WRITTEN
     assert caught.value.status == 503
+
+
+def test_a_request_routed_for_fewer_partitions_keeps_its_routing_after_one_is_added(
+    setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter],
+) -> None:
+    _, brokers, service, router = setup
+    service.create_topic(CreateTopic("t", 2, 3))
+    producer = str(service.register_producer(RegisterProducer("t", None))[0]["producer_id"])
+    batch = [{"message": f"m{i}", "key": f"k{i}"} for i in range(40)]
+    request = {"messages": batch, "sequence": 1, "partition_count": 2}
+    first = router.produce(_produce(producer, request))
+    service.add_partition(TopicRef("t"))
+    again = router.produce(_produce(producer, request))
+    assert again == first
+    assert {b["partition_id"] for _, b in brokers.produced} == {0, 1}
+    unpinned = router.produce(_produce(producer, {"messages": batch, "sequence": 2}))
+    offsets = unpinned["offsets"]
+    assert isinstance(offsets, list)
+    assert {o["partition_id"] for o in offsets} == {0, 1, 2}
+    with pytest.raises(RaftQError) as caught:
+        router.produce(_produce(producer, {**request, "partition_count": 4}))
+    assert caught.value.code is ErrorCode.REFUSED
+
+
+def test_a_pop_routed_for_fewer_partitions_visits_only_those(
+    setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter],
+) -> None:
+    _, _, service, router = setup
+    service.create_topic(CreateTopic("t", 2, 3))
+    consumer = str(service.register_consumer(RegisterConsumer("t", None))["consumer_id"])
+    service.add_partition(TopicRef("t"))
+    params = {"consumer_id": consumer, "max_messages": 10, "request_id": "r", "partition_count": 2}
+    messages = router.pop(Pop.parse(params, LIMITS))["messages"]
+    assert isinstance(messages, list)
+    assert sorted(m["partition_id"] for m in messages) == [0, 1]
+    with pytest.raises(RaftQError) as caught:
+        router.pop(Pop.parse({**params, "partition_count": 3 + 1}, LIMITS))
+    assert caught.value.code is ErrorCode.REFUSED

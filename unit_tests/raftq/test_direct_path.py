@@ -356,15 +356,21 @@ def test_an_unknown_partition_or_no_map_goes_through_the_lb_whole(
     assert brokers[0].calls("POST", "/logs") == []
 
 
-def test_direct_false_never_asks_for_a_map(service: FakeService) -> None:
+def test_direct_false_goes_through_the_lb_with_the_count_of_the_first_attempt(
+    service: FakeService, brokers: list[FakeService]
+) -> None:
+    serve_map(service, brokers[:2])
     service.default("POST", "/logs", lambda _p: (201, {"partition_id": 0, "offset": 7}))
+    service.default("GET", "/logs", lambda _p: (200, {"messages": []}))
     with Producer(service.url, "t", limits=FAST, direct=False) as producer:
         producer.produce_batch(["a"])
     with Consumer(service.url, "t", limits=FAST, direct=False) as consumer:
-        service.default("GET", "/logs", lambda _p: (200, {"messages": []}))
         consumer.poll(1)
         consumer.fetch("t", 0, 0)
-    assert service.calls("GET", "/partitions") == []
+    assert [c["partition_count"] for c in service.calls("POST", "/logs")] == [2]
+    pops = [c for c in service.calls("GET", "/logs") if "consumer_id" in c]
+    assert [c["partition_count"] for c in pops] == ["2"]
+    assert all(b.calls("POST", "/logs") == b.calls("GET", "/logs") == [] for b in brokers)
 
 
 # --- consuming -------------------------------------------------------------------------------
@@ -417,35 +423,22 @@ def test_a_failed_pop_repeats_through_the_lb_with_the_same_request_id(
     assert through_lb["consumer_id"] == "c-1" and "partition_id" not in through_lb
 
 
-def test_a_pop_is_not_repeated_by_the_lb_when_it_would_visit_other_partitions(
+def test_a_pop_repeated_by_the_lb_visits_the_partitions_of_its_first_attempt(
     service: FakeService, brokers: list[FakeService]
 ) -> None:
-    failing = [True]
-
-    def pop(pid: int) -> Handler:
-        def handler(_params: dict[str, object]) -> tuple[int, object]:
-            if failing[0]:
-                return 503, {"error_code": 50303, "message": "commit timed out"}
-            return 200, {"messages": [record(pid, 0)]}
-
-        return handler
-
-    for pid, broker in enumerate(brokers):
-        broker.default("GET", "/logs", pop(pid))
+    for broker in brokers:
+        broker.default("GET", "/logs", lambda _p: (503, {"error_code": 50303, "message": "?"}))
+    service.default("GET", "/logs", lambda _p: (200, {"messages": [record(0, 0)]}))
     service.script("GET", "/partitions", Scripted(200, partitions_answer(brokers[:2])))
     serve_map(service, brokers)  # the refresh after the failure sees a third partition
     limits = dataclasses.replace(FAST, broker_avoid_s=1e-6)
     with Consumer(service.url, "t", limits=limits) as consumer:
-        with pytest.raises(UnavailableError) as failed:
-            consumer.poll(5)
-        assert failed.value.outcome_unknown
-        assert service.calls("GET", "/logs") == []
-        failing[0] = False
-        records = consumer.poll(5)  # repeats the same request over the same two partitions
-    calls = [c for broker in brokers for c in broker.calls("GET", "/logs")]
-    assert len({c["request_id"] for c in calls}) == 1
-    assert brokers[2].calls("GET", "/logs") == []
-    assert sorted(r.partition_id for r in records) == [0, 1]
+        records = consumer.poll(5)
+    (direct_call,) = [c for broker in brokers for c in broker.calls("GET", "/logs")]
+    (lb_call,) = service.calls("GET", "/logs")
+    assert lb_call["request_id"] == direct_call["request_id"]
+    assert lb_call["partition_count"] == "2"
+    assert [r.partition_id for r in records] == [0]
 
 
 def test_a_resumed_consumer_pops_through_the_lb(

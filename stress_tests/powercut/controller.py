@@ -88,8 +88,8 @@ class PowerCutFS:
         """Starts the FUSE process and returns the mount point once it is mounted."""
         if self._process is not None:
             raise RuntimeError(f"{self.mount_point} is already mounted")
-        self.mount_point.mkdir(parents=True, exist_ok=True)
         self._lazy_unmount()  # a mount left by a FUSE process that died with its test run
+        self.mount_point.mkdir(parents=True, exist_ok=True)
         self._log = (self.backing_dir / "fuse.log").open("ab")
         self._process = subprocess.Popen(
             [sys.executable, "-m", "stress_tests.powercut", str(self.mount_point)]

@@ -10,10 +10,13 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import random
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -23,6 +26,7 @@ from stress_tests.powercut.dirty import RANGES_MAX, DirtyRegion
 
 REPO_DIR = Path(__file__).resolve().parents[2]
 CHILD_TIMEOUT_S = 60.0
+SEED = int(os.environ.get("RAFTQ_POWERCUT_SEED", int(time.time()) % 100_000))
 FUSE_UNAVAILABLE = fuse_unavailable_reason()
 needs_fuse = pytest.mark.skipif(FUSE_UNAVAILABLE is not None, reason=str(FUSE_UNAVAILABLE))
 
@@ -361,3 +365,90 @@ def test_remount_and_second_cut_and_clean_unmount(disk: PowerCutFS) -> None:
     disk.cut()
 
     assert (disk.live_dir / "third").read_bytes() == b"3"
+
+
+# --- seeded: random operations against a model of the rules ---
+
+NAMES = ("a", "b", "c", "d")
+OPERATIONS_PER_ROUND = 300
+ROUNDS = 4
+
+
+@dataclass
+class DiskModel:
+    """The rules in a few lines: live names -> object, object -> content; a file's fsync
+    copies its content, the directory's fsync copies the names."""
+
+    live_names: dict[str, int] = field(default_factory=dict)
+    contents: dict[int, bytearray] = field(default_factory=dict)
+    durable_names: dict[str, int] = field(default_factory=dict)
+    durable_contents: dict[int, bytes] = field(default_factory=dict)
+    next_id: int = 0
+
+    def content(self, name: str) -> bytearray:
+        if name not in self.live_names:
+            self.live_names[name] = self.next_id
+            self.contents[self.next_id] = bytearray()
+            self.next_id += 1
+        return self.contents[self.live_names[name]]
+
+    def after_cut(self) -> dict[str, bytes]:
+        durable = self.durable_contents
+        return {name: durable.get(oid, b"") for name, oid in self.durable_names.items()}
+
+
+def random_step(rng: random.Random, mount: Path, model: DiskModel) -> str:
+    """Does one random operation on the mount and on the model; returns what it did."""
+    name, other = rng.sample(NAMES, 2)
+    path = mount / name
+    kind = rng.choice(["write", "write", "truncate", "fsync", "fsync_dir", "rename", "unlink"])
+    if kind == "write":
+        offset, data = rng.randrange(0, 64), rng.randbytes(rng.randrange(1, 32))
+        content = model.content(name)
+        content.extend(bytes(max(0, offset + len(data) - len(content))))
+        content[offset : offset + len(data)] = data
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+        os.pwrite(fd, data, offset)
+        os.close(fd)
+    elif kind == "fsync_dir":
+        sync_dir(mount)
+        model.durable_names = dict(model.live_names)
+    elif name not in model.live_names:
+        return f"skip {kind} {name}"
+    elif kind == "truncate":
+        length = rng.randrange(0, 48)
+        content = model.content(name)
+        content[:] = content[:length] + bytes(max(0, length - len(content)))
+        os.truncate(path, length)
+    elif kind == "fsync":
+        fd = os.open(path, os.O_RDONLY)  # another descriptor than the writes': still covers them
+        os.fsync(fd)
+        os.close(fd)
+        model.durable_contents[model.live_names[name]] = bytes(model.content(name))
+    elif kind == "rename":
+        path.rename(mount / other)
+        model.live_names[other] = model.live_names.pop(name)
+    else:
+        path.unlink()
+        del model.live_names[name]
+    return f"{kind} {name}"
+
+
+@needs_fuse
+def test_random_operations_leave_what_the_model_of_the_rules_predicts(disk: PowerCutFS) -> None:
+    rng = random.Random(SEED)
+    model = DiskModel()
+    for round_number in range(ROUNDS):
+        mount = disk.mount() if round_number else disk.mount_point
+        steps = [random_step(rng, mount, model) for _ in range(OPERATIONS_PER_ROUND)]
+        disk.cut()
+        found = {p.name: p.read_bytes() for p in disk.live_dir.iterdir()}
+        assert found == model.after_cut(), (
+            f"replay with RAFTQ_POWERCUT_SEED={SEED}; round {round_number}: {steps}"
+        )
+        model = DiskModel(next_id=model.next_id)
+        for name, content in found.items():
+            model.live_names[name] = model.durable_names[name] = model.next_id
+            model.contents[model.next_id] = bytearray(content)
+            model.durable_contents[model.next_id] = content
+            model.next_id += 1

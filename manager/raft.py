@@ -21,6 +21,7 @@ from manager.registry.outcome import Outcome
 from manager.registry.state import ManagerState
 from manager.registry.topics import Assignment
 from manager.replicated import RaftStatus
+from protocol.durable_files import make_directories
 from protocol.errors import ErrorCode, RaftQError
 from runtime import durable_journal
 from runtime.raft_node import RaftNode
@@ -154,7 +155,7 @@ class ManagerRaft:
 
     def __init__(self, config: ManagerConfig) -> None:
         limits = config.limits
-        config.data_dir.mkdir(parents=True, exist_ok=True)
+        make_directories(config.data_dir)  # durable: the journal and dump inside must be found
         self._commit_timeout_s = limits.raft_commit_timeout_s
         conf = SyncObjConf(
             password=config.secret,

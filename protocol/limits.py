@@ -97,6 +97,10 @@ class Limits:
     """A partition's Raft log is also compacted once its entries take this many bytes:
     pysyncobj holds every entry in memory until then, and with group commit an entry can
     carry thousands of messages, so neither the entry count nor the time bounds memory."""
+    raft_snapshot_chunk_messages: int = 2_000
+    """Messages a partition's snapshot pickles in one call, in the dump writer's thread: each
+    call holds the GIL (~1.5 ms per 2,000 messages here), so the Raft tick thread waits at most
+    about that long for it, however big the partition."""
 
     # --- HTTP between components -----------------------------------------------------------
     http_timeout_s: float = 10.0

@@ -10,7 +10,18 @@
   24 "truncating already-applied log entries" per 500 entries; none with this fix. Raft's
   leader only moves ``nextIndex`` forward on success; a refusal (``reset``) still moves it
   back.
-- **Its journal** (``DurableFileJournal``), for the adapters' byte-bounded compaction.
+- **A restart keeps the journal's entries past the full dump.** On its first tick pysyncobj
+  loads the dump and keeps the journal only if the journal *starts* with the dump's last two
+  entries; otherwise it clears the journal and starts from the dump. The journal starts
+  there only once the compaction that follows a dump is done, so a node killed after its
+  dump was renamed into place and before the journal was compacted (with the dump written
+  in a thread, for as long as that write runs plus one tick) came back without every
+  entry after the dump: entries it had acknowledged, which the leader had counted toward a
+  commit. Raft's rule, applied here: when the journal holds the dump's last entry (same
+  index and term), drop only what comes before it (``DurableFileJournal.keep_from``).
+  Tested by ``unit_tests/runtime/test_raft_node.py`` (kill -9 right after a snapshot).
+- **Its journal** (``DurableFileJournal``), for the adapters' byte-bounded compaction, and
+  its full dump written by a thread of its own (``DumpWriter``; ``useFork`` is ignored).
 
 pysyncobj takes every attribute a subclass sets after ``SyncObj.__init__`` to be replicated
 state and pickles it into snapshots, so this class sets its own attributes before.
@@ -22,7 +33,7 @@ from typing import Any
 
 from pysyncobj import SyncObj, SyncObjConf
 
-from runtime.durable_journal import DurableFileJournal, opened
+from runtime.durable_journal import DumpWriter, DurableFileJournal, opened
 
 
 class RaftNode(SyncObj):
@@ -53,3 +64,17 @@ class RaftNode(SyncObj):
             and next_index.get(node, before) < before
         ):
             next_index[node] = before
+
+    def _SyncObj__loadDumpFile(self, clearJournal: bool) -> None:  # noqa: N802, N803
+        # Called by pysyncobj on the first tick after a start (clearJournal False) and when a
+        # snapshot from the leader has arrived (True: pysyncobj's leader resends from it).
+        journal = self.journal
+        dump = self._SyncObj__serializer
+        if not clearJournal and journal is not None and isinstance(dump, DumpWriter):
+            try:
+                data = dump.peek()
+            except Exception:  # pysyncobj reads it again and reports the failure
+                data = None
+            if data is not None:
+                journal.keep_from(data[2], data[1])
+        SyncObj._SyncObj__loadDumpFile(self, clearJournal)

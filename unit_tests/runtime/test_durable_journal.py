@@ -4,13 +4,19 @@ acts on it, and a restarted node reads back what it wrote."""
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pysyncobj.syncobj
 import pytest
+from pysyncobj.config import SERIALIZER_STATE
+from pysyncobj.serializer import Serializer
 
 from runtime import durable_journal
-from runtime.durable_journal import DurableFileJournal, DurableMetaStorer
+from runtime.durable_journal import DumpWriter, DurableFileJournal, DurableMetaStorer, FrozenState
+
+WAIT_S = 10.0
 
 
 def test_every_append_and_truncation_is_synced(
@@ -24,12 +30,6 @@ def test_every_append_and_truncation_is_synced(
     assert synced == ["flush", "flush"]
     journal.deleteEntriesFrom(1)
     assert len(synced) == 3
-    synced.clear()
-    for index in range(2, 50):
-        journal.add(b"x", index, 1)
-    synced.clear()
-    journal.deleteEntriesTo(40)  # compaction rewrites entries: one sync, not one per entry
-    assert synced == ["flush"]
     journal._destroy()
 
 
@@ -63,28 +63,6 @@ def test_install_makes_new_syncobjs_use_it(tmp_path: Path) -> None:
     assert isinstance(journal, DurableFileJournal)
     journal._destroy()
     assert not isinstance(pysyncobj.syncobj.createJournal(None), DurableFileJournal)
-
-
-def test_the_full_dump_is_synced_before_the_log_drops_what_it_holds(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    journal = DurableFileJournal(str(tmp_path / "raft.journal"))
-    (tmp_path / "raft.dump").write_bytes(b"snapshot")
-    order: list[str] = []
-    monkeypatch.setattr(DurableFileJournal, "flush", lambda self: order.append("journal"))
-    real_fsync = os.fsync
-
-    def fsync(descriptor: int) -> None:
-        order.append("dump-or-folder")
-        real_fsync(descriptor)
-
-    monkeypatch.setattr(os, "fsync", fsync)
-    for index in range(1, 10):
-        journal.add(b"x", index, 1)
-    order.clear()
-    journal.deleteEntriesTo(5)
-    assert order == ["dump-or-folder", "dump-or-folder", "journal"]
-    journal._destroy()
 
 
 def test_term_and_vote_are_fsynced_and_a_commit_index_alone_is_not_stored(
@@ -139,3 +117,164 @@ def test_a_sync_is_an_fdatasync_of_the_journal_file_which_releases_the_gil(
     assert synced == [path.stat().st_ino], "one fdatasync, of the journal file itself"
     assert b"entry" in path.read_bytes(), "the mapped write is in the file"
     journal._destroy()
+
+
+# --- creates, renames and their order (a recorder of the real calls) ---------------------
+
+
+class DiskCalls:
+    """Records fsync, fdatasync and rename calls (then makes them) as (call, file name)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[tuple[str, str]] = []
+        for name in ("fsync", "fdatasync"):
+            monkeypatch.setattr(os, name, self._sync(name, getattr(os, name)))
+        real_replace = os.replace
+
+        def replace(source: str, target: str) -> None:
+            self.calls.append(("rename", f"{Path(source).name}->{Path(target).name}"))
+            real_replace(source, target)
+
+        monkeypatch.setattr(os, "replace", replace)
+
+    def _sync(self, name: str, real: Callable[[int], None]) -> Callable[[int], None]:
+        def sync(descriptor: int) -> None:
+            self.calls.append((name, Path(os.readlink(f"/proc/self/fd/{descriptor}")).name))
+            real(descriptor)
+
+        return sync
+
+
+def test_a_new_journal_and_its_folder_are_synced_when_it_is_created(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    disk = DiskCalls(monkeypatch)
+    journal = DurableFileJournal(str(tmp_path / "raft.journal"))
+    assert disk.calls == [("fsync", "raft.journal"), ("fsync", tmp_path.name)]
+    journal._destroy()
+
+
+def test_compaction_syncs_the_dump_then_renames_a_synced_new_journal_over_the_old(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pysyncobj rewrote the kept entries in place: a crash in the middle lost the rest."""
+    path = str(tmp_path / "raft.journal")
+    journal = DurableFileJournal(path)
+    (tmp_path / "raft.dump").write_bytes(b"snapshot")
+    for index in range(1, 10):
+        journal.add(f"entry {index}".encode(), index, 1)
+    disk = DiskCalls(monkeypatch)
+    journal.deleteEntriesTo(5)
+    folder = tmp_path.name
+    assert disk.calls == [
+        ("fsync", "raft.dump"),
+        ("fsync", folder),
+        ("fsync", "raft.journal.rewrite"),
+        ("rename", "raft.journal.rewrite->raft.journal"),
+        ("fsync", folder),
+    ]
+    journal.add(b"entry 10", 10, 2)  # still appends to the new file
+    assert [entry[1] for entry in journal] == [6, 7, 8, 9, 10]
+    journal._destroy()
+    reopened = DurableFileJournal(path)
+    assert list(reopened) == [(f"entry {i}".encode(), i, 1) for i in range(6, 10)] + [
+        (b"entry 10", 10, 2)
+    ]
+    reopened._destroy()
+
+
+def test_keep_from_drops_only_what_precedes_a_dumps_last_entries(tmp_path: Path) -> None:
+    journal = DurableFileJournal(str(tmp_path / "raft.journal"))
+    for index in range(1, 10):
+        journal.add(b"x", index, 1)
+    assert not journal.keep_from((b"x", 4, 2), (b"x", 5, 2)), "another term: not the same"
+    assert not journal.keep_from((b"x", 9, 1), (b"x", 10, 1)), "past the journal's end"
+    assert len(journal) == 9
+    assert journal.keep_from((b"x", 4, 1), (b"x", 5, 1))
+    assert [entry[1] for entry in journal] == [4, 5, 6, 7, 8, 9]
+    assert journal.keep_from((b"x", 4, 1), (b"x", 5, 1)), "already starts there"
+    journal._destroy()
+
+
+def _dump_writer(path: Path) -> DumpWriter:
+    return DumpWriter(str(path), 2**16, False, None, None, None)
+
+
+def _wait_written(writer: DumpWriter) -> object:
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        state, _ = writer.checkSerializing()
+        if state != SERIALIZER_STATE.SERIALIZING:
+            return state
+        assert time.monotonic() < deadline, "the dump writer never finished"
+        time.sleep(0.005)
+
+
+def test_the_dump_is_written_synced_and_renamed_before_compaction_may_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dump = tmp_path / "raft.dump"
+    writer = _dump_writer(dump)
+    state = [{"_x": 1}, {"counter": 7, "items": list(range(1000))}]
+    disk = DiskCalls(monkeypatch)
+    writer.serialize((state, (b"b", 5, 1), (b"a", 4, 1), {"n1"}), 4)
+    assert _wait_written(writer) == SERIALIZER_STATE.SUCCESS
+    assert disk.calls == [
+        ("fsync", "raft.dump.writing"),
+        ("rename", "raft.dump.writing->raft.dump"),
+        ("fsync", tmp_path.name),
+    ]
+    assert writer.checkSerializing() == (SERIALIZER_STATE.NOT_SERIALIZING, None)
+    # pysyncobj's own reader loads it: gzip of a pickle, the same tuple, values thawed.
+    loaded = Serializer(str(dump), 2**16, False, None, None, None).deserialize()
+    assert loaded == (state, (b"b", 5, 1), (b"a", 4, 1), {"n1"})
+
+
+def test_the_state_is_frozen_when_the_dump_starts_not_when_it_is_written(
+    tmp_path: Path,
+) -> None:
+    writer = _dump_writer(tmp_path / "raft.dump")
+    live = {"items": [1, 2, 3]}
+    writer.serialize(([{}, live], (b"b", 5, 1), (b"a", 4, 1), set()), 4)
+    live["items"].append(4)  # an apply right after, in the tick thread
+    assert _wait_written(writer) == SERIALIZER_STATE.SUCCESS
+    assert writer.deserialize()[0] == [{}, {"items": [1, 2, 3]}]
+
+
+def test_a_failed_write_leaves_the_old_dump(tmp_path: Path) -> None:
+    dump = tmp_path / "raft.dump"
+    writer = _dump_writer(dump)
+    writer.serialize(([{}, {"v": 1}], (b"b", 5, 1), (b"a", 4, 1), set()), 4)
+    assert _wait_written(writer) == SERIALIZER_STATE.SUCCESS
+    writer.serialize(([{}, {"v": Unpicklable()}], (b"d", 7, 1), (b"c", 6, 1), set()), 6)
+    assert _wait_written(writer) == SERIALIZER_STATE.FAILED
+    assert writer.deserialize()[0] == [{}, {"v": 1}]
+
+
+class Unpicklable(FrozenState):
+    def __reduce__(self) -> str:
+        raise TypeError("cannot pickle this")
+
+
+def test_a_snapshot_received_from_the_leader_is_fsynced_before_it_is_renamed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer = _dump_writer(tmp_path / "raft.dump")
+    disk = DiskCalls(monkeypatch)
+    assert not writer.setTransmissionData((b"part one", True, False))
+    assert not writer.setTransmissionData((b"part two", False, False))
+    assert writer.setTransmissionData((b"", False, True))
+    assert disk.calls[0] == ("fsync", "raft.dump.1.tmp")
+    assert (tmp_path / "raft.dump").read_bytes() == b"part onepart two"
+
+
+def test_a_dump_being_written_never_replaces_one_received_from_the_leader(
+    tmp_path: Path,
+) -> None:
+    writer = _dump_writer(tmp_path / "raft.dump")
+    writer.serialize(([{}, {"v": "own"}], (b"b", 5, 1), (b"a", 4, 1), set()), 4)
+    assert writer.setTransmissionData((b"the leader's", True, False)) is False
+    assert writer.setTransmissionData((b"", False, True)) is True
+    assert _wait_written(writer) == SERIALIZER_STATE.FAILED
+    assert (tmp_path / "raft.dump").read_bytes() == b"the leader's"
+    assert not (tmp_path / "raft.dump.writing").exists()

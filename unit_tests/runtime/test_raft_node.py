@@ -1,8 +1,12 @@
 """RaftNode: a late acknowledgement never moves a follower's next index back (pysyncobj's
-would, and its follower then deletes entries it had acknowledged); a refusal still does."""
+would, and its follower then deletes entries it had acknowledged); a refusal still does. A
+node killed right after a snapshot keeps the journal's entries past the snapshot."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +17,7 @@ from pysyncobj import SyncObjConf
 from runtime import durable_journal
 from runtime.raft_node import RaftNode
 from unit_tests.ports import free_port
+from unit_tests.runtime import raft_crash_child
 
 WAIT_S = 10.0
 
@@ -59,3 +64,32 @@ def test_a_late_success_keeps_next_index_and_a_refusal_moves_it(leader: RaftNode
     assert next_index[follower] == 3
     answer(8, success=True, reset=False)
     assert (match_index[follower], next_index[follower]) == (7, 8)
+
+
+def test_a_restart_right_after_a_snapshot_keeps_the_entries_after_it(tmp_path: Path) -> None:
+    """pysyncobj cleared the journal when it did not *start* with the dump's last entries,
+    which it does only once the compaction after a dump is done: a node killed in between
+    came back without the entries it had applied (and acknowledged) after the dump."""
+    child = subprocess.run(
+        [sys.executable, "-m", "unit_tests.runtime.raft_crash_child", str(tmp_path), "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    assert (tmp_path / "raft.dump").exists()
+    assert not list(tmp_path.glob("*.writing")), "the dump was renamed into place"
+    node, counter = raft_crash_child.start_node(str(tmp_path), free_port())
+    try:
+        expected = list(range(raft_crash_child.BEFORE_SNAPSHOT)) + list(
+            range(100, 100 + raft_crash_child.AFTER_SNAPSHOT)
+        )
+        deadline = time.monotonic() + WAIT_S
+        while counter.values != expected and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert counter.values == expected
+        journal = node.journal
+        assert journal is not None and journal[0][1] > 1, "compacted up to the dump"
+    finally:
+        node.destroy()

@@ -99,6 +99,7 @@ class DurableFileJournal(FileJournal):
 
     def __init__(self, journal_file: str) -> None:
         install()  # FileJournal.__init__ builds its MetaStorer from the module's global name
+        _drop_torn_tail(journal_file)
         super().__init__(journal_file)
         self._path = journal_file
         self._dump_file = dump_file_for(journal_file)
@@ -391,6 +392,46 @@ def install() -> None:
     pysyncobj.syncobj.createJournal = create_journal
     pysyncobj.syncobj.Serializer = DumpWriter
     pysyncobj.journal.MetaStorer = DurableMetaStorer
+
+
+def _drop_torn_tail(path: str) -> None:
+    """Cut the journal after its last whole record. A power cut while an append was being
+    synced can leave the header's end offset on disk without the record it covers (zeros,
+    or older bytes); pysyncobj would fail to start on it, or read a wrong entry. Only an
+    append whose sync never finished can be torn, and nobody was told about it."""
+    if not os.path.exists(path):
+        return
+    with open(path, "r+b") as file:
+        data = file.read()
+        if len(data) < FIRST_RECORD_OFFSET:
+            return
+        (end,) = struct.unpack_from("<I", data, LAST_RECORD_OFFSET_OFFSET)
+        whole = _whole_records_end(data, min(end, len(data)))
+        if whole == end:
+            return
+        _log.warning("journal %s: dropping a torn tail, bytes %d to %d", path, whole, end)
+        file.seek(LAST_RECORD_OFFSET_OFFSET)
+        file.write(struct.pack("<I", whole))
+        file.flush()
+        os.fsync(file.fileno())
+
+
+def _whole_records_end(data: bytes, end: int) -> int:
+    """Offset after the last record that is whole (its two sizes agree, it holds an index
+    and a term) and whose index follows the previous one."""
+    offset: int = FIRST_RECORD_OFFSET
+    previous: int | None = None
+    while offset + 4 <= end:
+        size: int = struct.unpack_from("<I", data, offset)[0]
+        record_end = offset + 8 + size
+        if size < 16 or record_end > end:
+            break
+        (trailing,) = struct.unpack_from("<I", data, record_end - 4)
+        (index,) = struct.unpack_from("<Q", data, offset + 4)
+        if trailing != size or (previous is not None and index != previous + 1):
+            break
+        previous, offset = index, record_end
+    return offset
 
 
 def _record(command: bytes, idx: int, term: int) -> bytes:

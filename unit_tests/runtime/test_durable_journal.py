@@ -4,6 +4,7 @@ acts on it, and a restarted node reads back what it wrote."""
 from __future__ import annotations
 
 import os
+import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pysyncobj.syncobj
 import pytest
 from pysyncobj.config import SERIALIZER_STATE
+from pysyncobj.journal import FIRST_RECORD_OFFSET, LAST_RECORD_OFFSET_OFFSET
 from pysyncobj.serializer import Serializer
 
 from runtime import durable_journal
@@ -278,3 +280,38 @@ def test_a_dump_being_written_never_replaces_one_received_from_the_leader(
     assert _wait_written(writer) == SERIALIZER_STATE.FAILED
     assert (tmp_path / "raft.dump").read_bytes() == b"the leader's"
     assert not (tmp_path / "raft.dump.writing").exists()
+
+
+@pytest.mark.parametrize(
+    "tear",
+    [
+        pytest.param(lambda data, end: data[:end] + bytes(60), id="zeros after the header's end"),
+        pytest.param(lambda data, end: data[: end - 3] + b"\xff\xff\xff", id="trailing size"),
+        pytest.param(lambda data, end: data[:end] + data[40:end], id="an index out of order"),
+    ],
+)
+def test_a_torn_last_record_is_dropped_when_the_journal_is_opened(
+    tmp_path: Path, tear: Callable[[bytes, int], bytes]
+) -> None:
+    """A power cut during an append's sync: the header's end offset reached the disk and
+    the record it covers did not (wholly)."""
+    path = tmp_path / "raft.journal"
+    journal = DurableFileJournal(str(path))
+    for index in range(1, 4):
+        journal.add(f"entry {index}".encode(), index, 1)
+    end = FIRST_RECORD_OFFSET + journal.entry_bytes
+    journal._destroy()
+    data = path.read_bytes()
+    torn = tear(data, end)
+    claimed = max(len(torn), end)  # the header claims any extra bytes are a record
+    header = torn[:LAST_RECORD_OFFSET_OFFSET] + struct.pack("<I", claimed)
+    path.write_bytes(header + torn[len(header) :])
+    reopened = DurableFileJournal(str(path))
+    kept = list(reopened)
+    assert kept == [(f"entry {i}".encode(), i, 1) for i in range(1, len(kept) + 1)]
+    assert len(kept) >= 2, "only the torn record goes"
+    reopened.add(b"next", len(kept) + 1, 2)
+    reopened._destroy()
+    again = DurableFileJournal(str(path))
+    assert again[-1] == (b"next", len(kept) + 1, 2)
+    again._destroy()

@@ -6,7 +6,8 @@ snapshots the whole backlog. When that snapshot was pickled and gzipped inside p
 tick thread it froze the node for longer than the election timeout (measured before the
 fix: ~0.7 s of tick thread per snapshot at 100k messages, ~1.4 s at 200k), so the follower
 held an election: the leader's term moved. The test holds a backlog of at least 100k
-messages across at least two snapshots of each live replica and requires the term to stay.
+messages across at least two snapshots of each live replica and requires the term to stay;
+then the stopped replica returns and catches up from a snapshot the new writer wrote.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ BATCH_MESSAGES = 5_000
 PRODUCED_MESSAGES_MAX = 450_000
 """Bound on the whole test's produce: the two snapshots must come well before it."""
 SNAPSHOTS_MIN = 2
+CATCH_UP_S_MAX = 60.0
 LIMITS = {
     # The down replica stays "in sync" (within the lag bound), so memory waits for it.
     "partition_replica_lag_messages_max": "480000",
@@ -76,6 +78,16 @@ def test_snapshots_of_a_big_backlog_hold_no_election(cluster: Cluster) -> None:
     assert part["end_offset"] - min(part["flushed_offsets"]) >= BACKLOG_MESSAGES_MIN, part
     seen = f"{part['end_offset']} messages produced, snapshots per broker {snapshots}"
     assert (_leader(cluster), _term(cluster, leader)) == (leader, term), f"election ({seen})"
+
+    # The stopped replica, back, is behind the live ones' compacted logs: it catches up
+    # through a dump written by the dump writer (sent, fsynced, loaded).
+    cluster.up()
+    end = part["end_offset"]
+    poll_until(
+        lambda: _partition(cluster, down)["end_offset"] == end or None,
+        CATCH_UP_S_MAX,
+        "the returned replica to load the leader's snapshot",
+    )
 
 
 def _produce_batch(cluster: Cluster, producer: str, sequence: int) -> None:

@@ -22,6 +22,8 @@ right before creating a ``SyncObj``.
 
 from __future__ import annotations
 
+import glob
+import itertools
 import logging
 import os
 import pickle
@@ -54,6 +56,9 @@ DUMP_COMPRESSION_LEVEL = 1
 characters: level 9 took 3.2 s for 27.6 MB, level 1 0.56 s for 28.2 MB."""
 _COMPRESS_CHUNK_BYTES = 1024 * 1024
 """Bytes zlib compresses per call; it releases the GIL during each call."""
+WRITING_SUFFIX = ".writing."
+"""A dump being written is ``X.dump.writing.N``."""
+_write_numbers = itertools.count()
 
 
 class DurableMetaStorer(MetaStorer):
@@ -226,7 +231,7 @@ class DumpWriter(Serializer):
     92% zlib, 8% pickle), beyond the election timeout. Here the tick thread only freezes the
     state (``freeze``; a ``PartitionLog`` copies its message dict: 5 ms at 100k, 17 ms at
     500k) and starts the thread, which pickles, compresses (level ``DUMP_COMPRESSION_LEVEL``)
-    and writes to ``X.dump.writing``, then fsyncs it. A later tick sees it done
+    and writes to ``X.dump.writing.N``, then fsyncs it. A later tick sees it done
     (``checkSerializing``), renames it over the dump and fsyncs the folder; only then
     pysyncobj drops the entries the dump holds. The file format is pysyncobj's (gzip of a
     pickle), so pysyncobj loads it and sends it to lagging followers unchanged. A snapshot
@@ -250,6 +255,9 @@ class DumpWriter(Serializer):
         self._path = fileName if serializer is None and deserializer is None else None
         self._writing: _DumpWrite | None = None
         self._loaded: list[Any] = []
+        if self._path is not None:
+            for leftover in glob.glob(glob.escape(self._path + WRITING_SUFFIX) + "*"):
+                os.remove(leftover)  # a write a crash or a destroy cut short
 
     def serialize(self, data: Any, id: int) -> None:
         if self._path is None:
@@ -314,10 +322,12 @@ class DumpWriter(Serializer):
 
 
 class _DumpWrite:
-    """One full dump being written to ``X.dump.writing`` by a thread of its own."""
+    """One full dump being written to ``X.dump.writing.N`` by a thread of its own. N is new
+    for every write in the process: a destroyed node's writer may still run while a new
+    node on the same files starts its own."""
 
     def __init__(self, path: str, payload: tuple[Any, ...], index: int) -> None:
-        self.temporary = path + ".writing"
+        self.temporary = f"{path}{WRITING_SUFFIX}{next(_write_numbers)}"
         self.index = index
         self.error: BaseException | None = None
         self.superseded = False

@@ -68,8 +68,9 @@ class ReplicatedPartition(SyncObjConsumer):
     def _serialize(self) -> dict[str, object]:
         """Tick thread, at a log compaction: the state for the full dump, as a frozen copy
         that the dump writer's thread pickles (pysyncobj would pickle the live log)."""
-        state: dict[str, object] = super()._serialize()
-        state["log"] = FrozenPartitionLog(self.log, self.snapshot_chunk_messages)
+        with self.lock:  # as apply: no thread may see the log half changed
+            state: dict[str, object] = super()._serialize()
+            state["log"] = FrozenPartitionLog(self.log, self.snapshot_chunk_messages)
         return state
 
     @replicated(ver=0)

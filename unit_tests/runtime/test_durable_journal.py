@@ -221,9 +221,11 @@ def test_the_dump_is_written_synced_and_renamed_before_compaction_may_start(
     disk = DiskCalls(monkeypatch)
     writer.serialize((state, (b"b", 5, 1), (b"a", 4, 1), {"n1"}), 4)
     assert _wait_written(writer) == SERIALIZER_STATE.SUCCESS
+    temporary = disk.calls[0][1]
+    assert temporary.startswith("raft.dump.writing.")
     assert disk.calls == [
-        ("fsync", "raft.dump.writing"),
-        ("rename", "raft.dump.writing->raft.dump"),
+        ("fsync", temporary),
+        ("rename", f"{temporary}->raft.dump"),
         ("fsync", tmp_path.name),
     ]
     assert writer.checkSerializing() == (SERIALIZER_STATE.NOT_SERIALIZING, None)
@@ -279,7 +281,7 @@ def test_a_dump_being_written_never_replaces_one_received_from_the_leader(
     assert writer.setTransmissionData((b"", False, True)) is True
     assert _wait_written(writer) == SERIALIZER_STATE.FAILED
     assert (tmp_path / "raft.dump").read_bytes() == b"the leader's"
-    assert not (tmp_path / "raft.dump.writing").exists()
+    assert not list(tmp_path.glob("raft.dump.writing.*"))
 
 
 @pytest.mark.parametrize(
@@ -315,3 +317,10 @@ def test_a_torn_last_record_is_dropped_when_the_journal_is_opened(
     again = DurableFileJournal(str(path))
     assert again[-1] == (b"next", len(kept) + 1, 2)
     again._destroy()
+
+
+def test_a_dump_write_cut_short_is_removed_when_the_next_node_starts(tmp_path: Path) -> None:
+    (tmp_path / "raft.dump.writing.7").write_bytes(b"half a dump")
+    (tmp_path / "raft.dump").write_bytes(b"the dump")
+    _dump_writer(tmp_path / "raft.dump")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["raft.dump"]

@@ -14,10 +14,11 @@
   loads the dump and keeps the journal only if the journal *starts* with the dump's last two
   entries; otherwise it clears the journal and starts from the dump. The journal starts
   there only once the compaction that follows a dump is done, so a node killed after its
-  dump was renamed into place and before the journal was compacted (with the dump written
-  in a thread, for as long as that write runs plus one tick) came back without every
-  entry after the dump: entries it had acknowledged, which the leader had counted toward a
-  commit. Raft's rule, applied here: when the journal holds the dump's last entry (same
+  dump was renamed into place and before the journal was compacted (pysyncobj: until its
+  next tick; with ``DumpWriter``: while the journal is rewritten) came back without every
+  entry after the dump: those appended meanwhile and, on a follower, those received but
+  not yet applied when the dump was taken, all acknowledged, counted by the leader toward
+  a commit. Raft's rule, applied here: when the journal holds the dump's last entry (same
   index and term), drop only what comes before it (``DurableFileJournal.keep_from``).
   Tested by ``unit_tests/runtime/test_raft_node.py`` (kill -9 right after a snapshot).
 - **Its journal** (``DurableFileJournal``), for the adapters' byte-bounded compaction, and

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from broker.persistence.store import MessageStore, RangeChecksum
 from broker.replica import HostedReplica
+from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 from protocol.types import (
@@ -119,10 +120,13 @@ class BrokerService:
         messages: tuple[NewMessage, ...],
         producer_id: str | None,
         sequence: int | None,
+        deadline: Deadline | None = None,
     ) -> list[Offset]:
         replica = self._replica(topic, partition_id)
         batch = [(m.key, m.value) for m in messages]
-        appended = replica.partition.append(batch, self._clock_ms(), producer_id, sequence)
+        appended = replica.partition.append(
+            batch, self._clock_ms(), producer_id, sequence, deadline
+        )
         return [Offset(o) for o in range(appended.start, appended.end)]
 
     def pop(
@@ -132,10 +136,12 @@ class BrokerService:
         consumer_id: str,
         max_messages: int,
         request_id: str | None,
+        sequence: int | None = None,
+        deadline: Deadline | None = None,
     ) -> list[StoredMessage]:
         replica = self._replica(topic, partition_id)
         consumed = replica.partition.consume(
-            consumer_id, max_messages, request_id, self._clock_ms()
+            consumer_id, max_messages, request_id, self._clock_ms(), sequence, deadline
         )
         return self._read(replica, consumed.start, consumed.end)
 

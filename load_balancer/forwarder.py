@@ -14,6 +14,7 @@ forwarding itself (netrc, proxy and cookie handling on every request).
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -21,6 +22,8 @@ import urllib3
 from urllib3.exceptions import HTTPError, TimeoutError
 
 from load_balancer.leader_tracker import LeaderTracker
+from protocol.deadline import HEADER as DEADLINE_HEADER
+from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 from runtime.http_client import nothing_was_sent
@@ -110,10 +113,7 @@ class Forwarder:
         self._metrics = metrics
         # The manager bounds its own calls to brokers by http_timeout_s after connecting;
         # waiting a connect timeout longer lets its answer (even an error) reach the client.
-        self._timeout = urllib3.Timeout(
-            connect=limits.http_connect_timeout_s,
-            read=limits.http_timeout_s + limits.http_connect_timeout_s,
-        )
+        self._read_timeout_s = limits.http_timeout_s + limits.http_connect_timeout_s
         self._pool = urllib3.PoolManager(num_pools=4, maxsize=threads, retries=False)
 
     def close(self) -> None:
@@ -121,6 +121,9 @@ class Forwarder:
 
     def forward(self, incoming: IncomingRequest) -> ForwardedAnswer:
         """The leader's answer; raises ``RaftQError`` (503) when there is none to give."""
+        deadline = Deadline.from_header(
+            _header(incoming.headers, DEADLINE_HEADER), time.monotonic(), self._read_timeout_s
+        )
         leader = self._tracker.leader_url
         for attempt in range(2):
             if leader is None:
@@ -129,7 +132,7 @@ class Forwarder:
                     ErrorCode.NO_LEADER, f"no manager leader: {self._tracker.no_leader_reason()}"
                 )
             try:
-                answer = self._send(leader, incoming)
+                answer = self._send(leader, incoming, deadline)
             except HTTPError as exc:
                 if attempt == 0 and nothing_was_sent(exc):
                     self._metrics.inc("retries", reason="connect_failed")
@@ -147,8 +150,16 @@ class Forwarder:
         # Unreachable: the second attempt always returns or raises. Kept for the type checker.
         raise RaftQError(ErrorCode.UNAVAILABLE, "no answer from the manager leader")
 
-    def _send(self, leader: str, incoming: IncomingRequest) -> ForwardedAnswer:
+    def _send(self, leader: str, incoming: IncomingRequest, deadline: Deadline) -> ForwardedAnswer:
+        now_s = time.monotonic()
+        if deadline.expired(now_s):
+            raise RaftQError(ErrorCode.REFUSED, "the client's deadline passed: not forwarded")
         headers = request_headers_to_forward(incoming.headers)
+        for name in [n for n in headers if n.lower() == DEADLINE_HEADER.lower()]:
+            del headers[name]
+        headers[DEADLINE_HEADER] = deadline.header_value(
+            now_s, self._limits.deadline_reply_margin_s
+        )
         if incoming.client_address:
             _append_forwarded_for(headers, incoming.client_address)
         response = self._pool.urlopen(
@@ -156,7 +167,10 @@ class Forwarder:
             leader + incoming.path_and_query,
             body=incoming.body or None,
             headers=headers,
-            timeout=self._timeout,
+            timeout=urllib3.Timeout(
+                connect=self._limits.http_connect_timeout_s,
+                read=deadline.remaining_s(now_s),
+            ),
             redirect=False,
             preload_content=False,
         )
@@ -168,6 +182,10 @@ class Forwarder:
         return ForwardedAnswer(
             response.status, response_headers_to_return(response.headers.items()), body
         )
+
+
+def _header(headers: Headers, name: str) -> str | None:
+    return next((value for key, value in headers if key.lower() == name.lower()), None)
 
 
 def _append_forwarded_for(headers: dict[str, str], client_address: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 from protocol.types import ReplicaSpec
@@ -43,9 +44,15 @@ class BrokerClient:
             raise RaftQError(ErrorCode.UNAVAILABLE, f"{address}/partitions: malformed answer")
         return [item for item in items if isinstance(item, dict)]
 
-    def produce(self, address: str, body: dict[str, object]) -> HttpAnswer:
-        return self._http.call("POST", f"{address}/logs", body)
+    def produce(
+        self, address: str, body: dict[str, object], deadline: Deadline | None = None
+    ) -> HttpAnswer:
+        return self._http.call("POST", f"{address}/logs", body, deadline=deadline)
 
-    def read(self, address: str, params: dict[str, str]) -> HttpAnswer:
+    def read(
+        self, address: str, params: dict[str, str], deadline: Deadline | None = None
+    ) -> HttpAnswer:
         """A pop (with ``consumer_id`` and ``request_id``) or a fetch: both safe to repeat."""
-        return self._http.call("GET", f"{address}/logs", params=params, idempotent=True)
+        return self._http.call(
+            "GET", f"{address}/logs", params=params, idempotent=True, deadline=deadline
+        )

@@ -5,6 +5,8 @@ replica's. The next replica is tried only when the previous one provably did not
 request (connection refused, or a 5xx that ``proves_nothing_done``), or when repeating
 is harmless anyway (a pop with its request id, a fetch, a produce with a sequence: each
 partition de-duplicates those). Any other broker error goes back to the caller unchanged.
+With the caller's ``Deadline`` nothing more is sent once it has passed, and each broker is
+told what is left of it (``protocol.deadline``).
 
 Threads: HTTP threads; produce groups for several partitions run on the shared executor.
 """
@@ -12,6 +14,7 @@ Threads: HTTP threads; produce groups for several partitions run on the shared e
 from __future__ import annotations
 
 import itertools
+import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -22,6 +25,7 @@ from manager.log_routing import PartitionGroup, broker_order, group_messages, po
 from manager.registry.brokers import BrokerRecord
 from manager.registry.topics import PartitionRecord, TopicRecord
 from manager.replicated import ReplicatedRegistry
+from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError, proves_nothing_done
 from protocol.requests import Fetch, Pop, Produce, invalid
 from protocol.routing import unkeyed_salt
@@ -46,7 +50,7 @@ class LogRouter:
         self._round_robin = itertools.count()  # next() is atomic under the GIL
 
     # --- produce -----------------------------------------------------------------------------
-    def produce(self, request: Produce) -> dict[str, object]:
+    def produce(self, request: Produce, deadline: Deadline | None = None) -> dict[str, object]:
         if request.producer_id is None:
             raise invalid("missing field 'producer_id' (register with POST /producers)")
         producer = self._raft.read(lambda s: s.clients.producer(request.producer_id or ""))
@@ -73,7 +77,7 @@ class LogRouter:
             unkeyed_salt=salt,
             round_robin=next(self._round_robin),
         )
-        results = self._produce_groups(request, topic, groups)
+        results = self._produce_groups(request, topic, groups, deadline)
         failures = [r for r in results if isinstance(r, Exception)]
         if failures:
             raise _produce_failure(failures, stored_groups=len(results) - len(failures))
@@ -85,7 +89,11 @@ class LogRouter:
         return {"offsets": offsets} if request.is_batch else offsets[0]
 
     def _produce_groups(
-        self, request: Produce, topic: TopicRecord, groups: list[PartitionGroup]
+        self,
+        request: Produce,
+        topic: TopicRecord,
+        groups: list[PartitionGroup],
+        deadline: Deadline | None,
     ) -> list[list[int] | Exception]:
         """Each group's offsets or failure. One group (the common case) is sent from this
         thread; several go out in parallel. Every group is waited for: answering at the first
@@ -93,10 +101,11 @@ class LogRouter:
         partition stored its part."""
         calls: list[Callable[[], list[int]]]
         if len(groups) == 1:
-            calls = [lambda: self._produce_group(request, topic, groups[0])]
+            calls = [lambda: self._produce_group(request, topic, groups[0], deadline)]
         else:
             futures = [
-                self._executor.submit(self._produce_group, request, topic, g) for g in groups
+                self._executor.submit(self._produce_group, request, topic, g, deadline)
+                for g in groups
             ]
             calls = [future.result for future in futures]
         results: list[list[int] | Exception] = []
@@ -108,7 +117,11 @@ class LogRouter:
         return results
 
     def _produce_group(
-        self, request: Produce, topic: TopicRecord, group: PartitionGroup
+        self,
+        request: Produce,
+        topic: TopicRecord,
+        group: PartitionGroup,
+        deadline: Deadline | None,
     ) -> list[int]:
         body = {
             "topic": topic.name,
@@ -123,8 +136,9 @@ class LogRouter:
         answer = self._send(
             topic.partitions[group.partition_id],
             topic.name,
-            lambda address: self._brokers.produce(address, body),
+            lambda address: self._brokers.produce(address, body, deadline),
             repeat_is_harmless=request.sequence is not None,
+            deadline=deadline,
         )
         offsets = answer.body.get("offsets") if isinstance(answer.body, dict) else None
         if not (isinstance(offsets, list) and len(offsets) == len(group.indexes)):
@@ -132,7 +146,7 @@ class LogRouter:
         return [int(o) for o in offsets]
 
     # --- consume -----------------------------------------------------------------------------
-    def pop(self, request: Pop) -> dict[str, object]:
+    def pop(self, request: Pop, deadline: Deadline | None = None) -> dict[str, object]:
         consumer = self._raft.read(lambda s: s.clients.consumer(request.consumer_id))
         if consumer is None:
             raise RaftQError(ErrorCode.UNKNOWN_CONSUMER, "unknown consumer; register it first")
@@ -158,16 +172,18 @@ class LogRouter:
                 "max_messages": str(remaining),
                 "request_id": request_id,
             }
+            if request.sequence is not None:
+                params["sequence"] = str(request.sequence)
             # A failure fails the whole pop, even with messages from other partitions in
             # hand: the failed partition may have advanced the consumer's offset before its
             # answer was lost (e.g. its leader was killed), and answering would end this
             # request id, so the next pop's new id would skip that range for good. The
             # client retries with the same request id and every partition that served it
             # hands back the same range. (Found by stress_tests: offset_gap after kill -9.)
-            messages.extend(self._read(topic, partition_id, params)[:remaining])
+            messages.extend(self._read(topic, partition_id, params, deadline)[:remaining])
         return {"messages": messages}
 
-    def fetch(self, request: Fetch) -> dict[str, object]:
+    def fetch(self, request: Fetch, deadline: Deadline | None = None) -> dict[str, object]:
         topic = self._active_topic(request.topic)
         if request.partition_id >= topic.active_count:
             raise RaftQError(
@@ -180,16 +196,21 @@ class LogRouter:
             "offset": str(request.offset),
             "max_messages": str(request.max_messages),
         }
-        return {"messages": self._read(topic, request.partition_id, params)}
+        return {"messages": self._read(topic, request.partition_id, params, deadline)}
 
     def _read(
-        self, topic: TopicRecord, partition_id: PartitionId, params: dict[str, str]
+        self,
+        topic: TopicRecord,
+        partition_id: PartitionId,
+        params: dict[str, str],
+        deadline: Deadline | None,
     ) -> list[object]:
         answer = self._send(
             topic.partitions[partition_id],
             topic.name,
-            lambda address: self._brokers.read(address, params),
+            lambda address: self._brokers.read(address, params, deadline),
             repeat_is_harmless=True,
+            deadline=deadline,
         )
         found = answer.body.get("messages") if isinstance(answer.body, dict) else None
         if not isinstance(found, list):
@@ -204,6 +225,7 @@ class LogRouter:
         call: BrokerCall,
         *,
         repeat_is_harmless: bool,
+        deadline: Deadline | None,
     ) -> HttpAnswer:
         """The first 2xx answer of the partition's brokers, trying at most one per replica."""
         brokers = self._raft.read(lambda s: {b.broker_id: b for b in s.brokers.all()})
@@ -229,6 +251,8 @@ class LogRouter:
             if not _says_not_processed(answer):
                 raise BrokerRefusalError(answer)
             last_reason = f"broker {broker_id} answered {answer.status}: {answer.body}"
+        if deadline is not None and deadline.expired(time.monotonic()):
+            last_reason = f"the caller's deadline passed (last: {last_reason})"
         raise RaftQError(
             ErrorCode.UNAVAILABLE if outcome_unknown else ErrorCode.REFUSED,
             f"no replica of {topic}/{partition.partition_id} took the request: {last_reason}",

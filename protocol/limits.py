@@ -105,6 +105,9 @@ class Limits:
     # --- HTTP between components -----------------------------------------------------------
     http_timeout_s: float = 10.0
     """Longest wait for one HTTP call between components (must exceed the commit timeout)."""
+    deadline_reply_margin_s: float = 0.2
+    """Taken off the budget (``protocol.deadline``) a hop sends onward, so the callee gives up
+    a little before its caller does and its answer still arrives."""
     http_connect_timeout_s: float = 1.0
     http_retries_max: int = 3
     """Attempts for a call that is safe to repeat."""

@@ -291,6 +291,10 @@ class Pop:
     partition_count: int | None = None
     """As for ``Produce``: a consumer of the whole topic visits partitions
     ``0 .. partition_count-1``, so a retried pop asks the partitions that served it before."""
+    sequence: int | None = None
+    """Increasing per consumer (the client library uses microseconds since the epoch, kept
+    above its last): a partition answers a repeat of its last pop with the same range and
+    refuses an older one (409), so a late copy of a pop never claims a range nobody gets."""
 
     @classmethod
     def parse(cls, params: Params, limits: Limits) -> Pop:
@@ -302,6 +306,7 @@ class Pop:
             ),
             request_id=None if request is None else RequestId(request),
             partition_count=routing_partition_count(params, limits),
+            sequence=get_optional_int(params, "sequence", minimum=0, maximum=_INT_MAX),
         )
 
 

@@ -18,6 +18,7 @@ across an added partition may visit other partitions).
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass, replace
 from types import TracebackType
@@ -36,6 +37,9 @@ from raftq.records import Record, parse_records
 class PendingPoll:
     request_id: str
     max_messages: int
+    sequence: int
+    """The poll's pop sequence: above every earlier poll's of this consumer, so a late copy
+    of an earlier poll is refused by the partitions instead of claiming a new range."""
     partition_count: int | None = None
     """The partition count the first attempt visited partitions by (fixes which partitions,
     and their order, on every attempt of this poll)."""
@@ -68,6 +72,7 @@ class Consumer:
             else partition_maps(self._http, limits)
         )
         self._pending: PendingPoll | None = None
+        self._last_sequence = 0
         self._registered_here = consumer_id is None
         """Only then is its topic and partition known here, so only then may pops go direct."""
         self._lease = Lease()
@@ -94,7 +99,7 @@ class Consumer:
         """Pop up to ``max_messages`` (fewer, maybe none, when the partition has no more)."""
         self._renew_if_due()
         if self._pending is None:
-            self._pending = PendingPoll(str(uuid.uuid4()), max_messages)
+            self._pending = PendingPoll(str(uuid.uuid4()), max_messages, self._next_sequence())
         try:
             records = self._pop(self._pending)
         except ApiError:
@@ -159,12 +164,20 @@ class Consumer:
                 "consumer_id": self.consumer_id,
                 "max_messages": remaining,
                 "request_id": pending.request_id,
+                "sequence": pending.sequence,
             }
             answer = direct.call(self.topic, partition_id, "GET", params=params)
             if isinstance(answer, Fallback):
                 return Fallback(answer.reason, answer.outcome_unknown or bool(records))
             records.extend(parse_records(answer)[:remaining])
         return records
+
+    def _next_sequence(self) -> int:
+        """Microseconds since the epoch, kept above the last: increasing across polls, and
+        across a restart of a consumer resumed by its id (unless the clock went back further
+        than the pause; then its pops are refused with 409 until it catches up)."""
+        self._last_sequence = max(self._last_sequence + 1, time.time_ns() // 1000)
+        return self._last_sequence
 
     def _pop_via_lb(self, pending: PendingPoll) -> list[Record]:
         if self._visits_all_partitions and pending.partition_count is None:
@@ -175,6 +188,7 @@ class Consumer:
             "consumer_id": self.consumer_id,
             "max_messages": pending.max_messages,
             "request_id": pending.request_id,
+            "sequence": pending.sequence,
         }
         if self._visits_all_partitions and pending.partition_count is not None:
             params["partition_count"] = pending.partition_count

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import requests
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
+from protocol.deadline import HEADER as DEADLINE_HEADER
 from protocol.errors import proves_nothing_done
 from raftq.client_limits import ClientLimits
 from raftq.errors import ApiError, ProtocolError, UnavailableError
@@ -58,6 +59,10 @@ def classify_exception(exc: requests.RequestException) -> Failure:
     if isinstance(exc, requests.Timeout):
         return Failure("timed out waiting for the answer", outcome_unknown=True)
     return Failure(f"lost the connection: {type(exc).__name__}", outcome_unknown=True)
+
+
+def _budget_ms(read_s: float, limits: ClientLimits) -> str:
+    return str(int(max(0.0, read_s - limits.deadline_reply_margin_s) * 1000))
 
 
 def backoff_s(retry_index: int, limits: ClientLimits, rng: random.Random) -> float:
@@ -185,6 +190,7 @@ class HttpTransport:
                 base_url.rstrip("/") + path,
                 json=body,
                 params=params,
+                headers={DEADLINE_HEADER: _budget_ms(read_s, self._limits)},
                 timeout=(self._limits.connect_timeout_s, read_s),
             ) as response:
                 return Reply(

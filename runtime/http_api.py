@@ -7,11 +7,14 @@ every ``RaftQError`` becomes ``{"error_code", "message"}`` with its status here,
 from __future__ import annotations
 
 import logging
+import time
 
 import orjson
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
+from protocol.deadline import HEADER as DEADLINE_HEADER
+from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 
@@ -32,6 +35,14 @@ def request_params() -> dict[str, object]:
     for name, value in request.args.items():
         params[name] = value
     return params
+
+
+def request_deadline(limits: Limits) -> Deadline:
+    """The deadline of the request being handled: its caller's budget from the header, never
+    later than ``http_timeout_s`` (this node's own bound on a request)."""
+    return Deadline.from_header(
+        request.headers.get(DEADLINE_HEADER), time.monotonic(), limits.http_timeout_s
+    )
 
 
 def json_response(body: object, status: int = 200) -> Response:

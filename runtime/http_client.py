@@ -19,6 +19,8 @@ import orjson
 import urllib3
 from urllib3.exceptions import ConnectTimeoutError, HTTPError, MaxRetryError
 
+from protocol.deadline import HEADER as DEADLINE_HEADER
+from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 
@@ -67,25 +69,34 @@ class JsonHttpClient:
         params: dict[str, str] | None = None,
         idempotent: bool = False,
         timeout_s: float | None = None,
+        deadline: Deadline | None = None,
     ) -> HttpAnswer:
-        """Send and return the answer whatever its status; raise ``NoAnswerError`` (a
-        ``RaftQError(UNAVAILABLE)``) when no answer came."""
+        """Send and return the answer whatever its status; raise ``NoAnswerError`` when no
+        answer came. With a ``deadline`` (the caller's caller's) nothing is sent once it has
+        passed, each wait is cut to what is left, and the peer is told what is left."""
         data = None if body is None else orjson.dumps(body)
         target = f"{url}?{urlencode(params)}" if params else url
-        timeout = urllib3.Timeout(
-            connect=self._limits.http_connect_timeout_s, read=timeout_s or self._timeout_s
-        )
+        read_s = timeout_s or self._timeout_s
         attempts = self._limits.http_retries_max
         last_error: HTTPError | None = None
         for attempt in range(attempts):
+            now_s = time.monotonic()
+            headers = dict(_JSON_HEADERS) if data is not None else {}
+            if deadline is not None:
+                if deadline.expired(now_s):
+                    raise NoAnswerError(
+                        f"{method} {url} not sent: its caller's deadline passed", refused=True
+                    )
+                headers[DEADLINE_HEADER] = deadline.header_value(
+                    now_s, self._limits.deadline_reply_margin_s
+                )
+            timeout = urllib3.Timeout(
+                connect=self._limits.http_connect_timeout_s,
+                read=read_s if deadline is None else deadline.bound(read_s, now_s),
+            )
             try:
                 response = self._pool.request(
-                    method,
-                    target,
-                    body=data,
-                    headers=_JSON_HEADERS if data is not None else None,
-                    timeout=timeout,
-                    redirect=False,
+                    method, target, body=data, headers=headers, timeout=timeout, redirect=False
                 )
             except HTTPError as exc:
                 # Never connected: nothing was sent. Otherwise (a timeout, or the answer
@@ -109,10 +120,17 @@ class JsonHttpClient:
         params: dict[str, str] | None = None,
         idempotent: bool = False,
         timeout_s: float | None = None,
+        deadline: Deadline | None = None,
     ) -> object:
         """Like ``call`` but raise the answered error as a ``RaftQError`` unless 2xx."""
         answer = self.call(
-            method, url, body, params=params, idempotent=idempotent, timeout_s=timeout_s
+            method,
+            url,
+            body,
+            params=params,
+            idempotent=idempotent,
+            timeout_s=timeout_s,
+            deadline=deadline,
         )
         if 200 <= answer.status < 300:
             return answer.body

@@ -9,7 +9,7 @@ from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 from protocol.requests import Fetch, Pop, Produce, partition_ref
 from protocol.types import PartitionId, StoredMessage
-from runtime.http_api import json_response, request_params
+from runtime.http_api import json_response, request_deadline, request_params
 
 
 def logs_blueprint(service: BrokerService, limits: Limits) -> Blueprint:
@@ -26,6 +26,7 @@ def logs_blueprint(service: BrokerService, limits: Limits) -> Blueprint:
             request.messages,
             request.producer_id,
             request.sequence,
+            request_deadline(limits),
         )
         return json_response({"partition_id": request.partition_id, "offsets": offsets}, 201)
 
@@ -36,7 +37,13 @@ def logs_blueprint(service: BrokerService, limits: Limits) -> Blueprint:
         if params.get("consumer_id") is not None:
             pop = Pop.parse(params, limits)
             messages = service.pop(
-                topic, partition_id, pop.consumer_id, pop.max_messages, pop.request_id
+                topic,
+                partition_id,
+                pop.consumer_id,
+                pop.max_messages,
+                pop.request_id,
+                pop.sequence,
+                request_deadline(limits),
             )
         else:
             fetch = Fetch.parse(params, limits)

@@ -41,6 +41,10 @@ class Consume:
     request_id: str | None
     timestamp_ms: int | None = None
     """The proposer's clock; ``None`` only in entries written before consumes carried it."""
+    sequence: int | None = None
+    """The consumer's pop sequence (increasing per consumer): a copy of an older pop, however
+    late it arrives, is recognised and claims nothing. ``None``: only ``request_id`` is
+    compared (raw clients, and entries written before pops carried it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +61,8 @@ def to_wire(command: Command) -> WireCommand:
     match command:
         case Append(messages, timestamp_ms, producer_id, sequence):
             return ("append", messages, timestamp_ms, producer_id, sequence)
-        case Consume(consumer_id, max_messages, request_id, timestamp_ms):
-            return ("consume", consumer_id, max_messages, request_id, timestamp_ms)
+        case Consume(consumer_id, max_messages, request_id, timestamp_ms, sequence):
+            return ("consume", consumer_id, max_messages, request_id, timestamp_ms, sequence)
         case MarkFlushed(replica_id, flushed_offset):
             return ("mark_flushed", replica_id, flushed_offset)
 
@@ -74,11 +78,13 @@ def from_wire(wire: object) -> Command | None:
         valid = _messages(messages) and isinstance(timestamp_ms, int)
         if valid and _opt(producer_id, str) and _opt(sequence, int):
             return Append(messages, timestamp_ms, producer_id, sequence)
-    elif tag == "consume" and len(args) in (3, 4):
-        consumer_id, max_messages, request_id, timestamp_ms = (*args, None)[:4]
+    elif tag == "consume" and len(args) in (3, 4, 5):
+        # Older journals hold the 3- and 4-field forms (no timestamp, no sequence).
+        consumer_id, max_messages, request_id, timestamp_ms, sequence = (*args, None, None)[:5]
         valid = isinstance(consumer_id, str) and isinstance(max_messages, int)
-        if valid and _opt(request_id, str) and _opt(timestamp_ms, int):
-            return Consume(consumer_id, max_messages, request_id, timestamp_ms)
+        optional = _opt(request_id, str) and _opt(timestamp_ms, int) and _opt(sequence, int)
+        if valid and optional:
+            return Consume(consumer_id, max_messages, request_id, timestamp_ms, sequence)
     elif tag == "mark_flushed" and len(args) == 2:
         replica_id, flushed_offset = args
         if isinstance(replica_id, int) and isinstance(flushed_offset, int):

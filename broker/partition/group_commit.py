@@ -13,7 +13,9 @@ so no request thread keeps working for others after its own answer is ready.
 Bounds: at most ``commands_max`` commands and ``messages_max`` messages per group; at most
 ``queued_max`` commands waiting (more get 429). A queued command that waits longer than
 ``queue_wait_s_max`` without being proposed is withdrawn and answered 429 (backpressure):
-nothing was proposed, so the caller may safely retry it, here or elsewhere.
+nothing was proposed, so the caller may safely retry it, here or elsewhere. A command whose
+caller's ``Deadline`` passes while it is queued is withdrawn the same way (503 REFUSED: the
+caller has gone, nothing was proposed), and one that arrives after it is not queued at all.
 
 Threads: any number of callers (HTTP threads, the flusher); ``propose`` runs on whichever
 caller is the proposer at the time.
@@ -22,12 +24,14 @@ caller is the proposer at the time.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from broker.partition.commands import Append, Command
 from broker.partition.log import Result
+from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
 from protocol.invariant import check
 
@@ -59,16 +63,27 @@ class _Slot:
 
 
 class GroupCommit:
-    def __init__(self, propose: Propose, limits: GroupLimits) -> None:
+    def __init__(
+        self,
+        propose: Propose,
+        limits: GroupLimits,
+        clock_s: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._propose = propose
         self._limits = limits
+        self._clock_s = clock_s
         self._lock = threading.Lock()
         self._queue: deque[_Slot] = deque()
         self._proposing = False
 
-    def submit(self, command: Command) -> Result:
+    def submit(self, command: Command, deadline: Deadline | None = None) -> Result:
         """Apply ``command`` in the next group; its result, or the group's ``RaftQError``."""
         slot = _Slot(command)
+        wait_s = self._limits.queue_wait_s_max
+        if deadline is not None:
+            if deadline.expired(self._clock_s()):
+                raise _caller_gone()
+            wait_s = deadline.bound(wait_s, self._clock_s())
         with self._lock:
             if len(self._queue) >= self._limits.queued_max:
                 raise RaftQError(
@@ -78,7 +93,7 @@ class GroupCommit:
             slot.lead = not self._proposing
             self._proposing = True
         if not slot.lead:
-            self._await_turn(slot)
+            self._await_turn(slot, wait_s, past_deadline=wait_s < self._limits.queue_wait_s_max)
         if slot.lead and not slot.answered:
             self._propose_groups_until(slot)
         if slot.error is not None:
@@ -86,10 +101,11 @@ class GroupCommit:
         check(slot.result is not None, "an answered slot has a result or an error")
         return slot.result  # type: ignore[return-value]
 
-    def _await_turn(self, slot: _Slot) -> None:
+    def _await_turn(self, slot: _Slot, wait_s: float, *, past_deadline: bool) -> None:
         """Wait until the slot is answered or its caller is to propose; withdraw it
-        (nothing proposed) when it waited too long in the queue."""
-        if slot.wake.wait(self._limits.queue_wait_s_max):
+        (nothing proposed) when it waited too long in the queue (``wait_s``: the queue's
+        bound, or what was left of the caller's deadline when that is sooner)."""
+        if slot.wake.wait(wait_s):
             return
         with self._lock:
             if slot.lead or slot.answered:
@@ -99,9 +115,13 @@ class GroupCommit:
                 slot.answered = True
                 # 429: the partition is too busy, and nothing was done (UNAVAILABLE would
                 # not say that: a manager answers it when a broker's outcome is unknown).
-                slot.error = RaftQError(
-                    ErrorCode.BACKPRESSURE,
-                    "queued behind a slow commit and withdrawn: nothing was proposed",
+                slot.error = (
+                    _caller_gone()
+                    if past_deadline
+                    else RaftQError(
+                        ErrorCode.BACKPRESSURE,
+                        "queued behind a slow commit and withdrawn: nothing was proposed",
+                    )
                 )
                 return
         # Already taken into a group that is being proposed: wait for its outcome.
@@ -158,6 +178,12 @@ class GroupCommit:
         successor = self._queue[0]
         successor.lead = True
         successor.wake.set()
+
+
+def _caller_gone() -> RaftQError:
+    return RaftQError(
+        ErrorCode.REFUSED, "the caller's deadline passed before proposing: nothing was proposed"
+    )
 
 
 def _messages(command: Command) -> int:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import cast
 
 from broker.partition.commands import Append, Command, Consume, KeyValue, MarkFlushed
@@ -91,6 +91,19 @@ class _Consumer:
     offset: Offset
     last_request_id: str | None = None
     last_range: tuple[Offset, Offset] = (Offset(0), Offset(0))
+    last_sequence: int | None = None
+    """The highest pop sequence applied (``None`` until a pop carries one)."""
+
+    def __getstate__(self) -> list[object]:
+        return [getattr(self, spec.name) for spec in fields(self)]
+
+    def __setstate__(self, state: list[object]) -> None:
+        """Snapshots written before ``last_sequence`` existed hold three fields: the missing
+        trailing one is ``None``."""
+        specs = fields(self)
+        values = [*state, *([None] * (len(specs) - len(state)))]
+        for spec, value in zip(specs, values, strict=True):
+            object.__setattr__(self, spec.name, value)
 
 
 # (key, value, timestamp_ms); a tuple keeps snapshots and memory small.
@@ -145,8 +158,8 @@ class PartitionLog:
         match command:
             case Append(messages, timestamp_ms, producer_id, sequence):
                 return self.append(messages, timestamp_ms, producer_id, sequence)
-            case Consume(consumer_id, max_messages, request_id, timestamp_ms):
-                return self.consume(consumer_id, max_messages, request_id, timestamp_ms)
+            case Consume(consumer_id, max_messages, request_id, timestamp_ms, sequence):
+                return self.consume(consumer_id, max_messages, request_id, timestamp_ms, sequence)
             case MarkFlushed(replica_id, flushed_offset):
                 return self.mark_flushed(replica_id, flushed_offset)
         return Rejected(ErrorCode.INVALID_FIELD, "not a partition command")
@@ -192,9 +205,11 @@ class PartitionLog:
         max_messages: int,
         request_id: str | None,
         timestamp_ms: int | None = None,
+        sequence: int | None = None,
     ) -> Consumed | Rejected:
-        """Advance ``consumer_id`` by up to ``max_messages``; a repeat of the last
-        ``request_id`` gets the same range again and advances nothing."""
+        """Advance ``consumer_id`` by up to ``max_messages``; a repeat of the last pop (its
+        ``sequence``, or without one its ``request_id``) gets the same range again and
+        advances nothing, and a pop older than the last (a late copy) claims nothing."""
         self._advance(timestamp_ms)
         if max_messages <= 0:
             return Rejected(ErrorCode.INVALID_FIELD, "max_messages must be positive")
@@ -205,13 +220,23 @@ class PartitionLog:
             consumer = _Consumer(offset=self.log_start_offset)
             self.consumers[consumer_id] = consumer
         self._touch(_CONSUMER, consumer_id)
-        if request_id is not None and request_id == consumer.last_request_id:
+        last = consumer.last_sequence
+        if sequence is not None and last is not None and sequence <= last:
+            if sequence == last:
+                return Consumed(*consumer.last_range)
+            return Rejected(
+                ErrorCode.SEQUENCE_OUT_OF_ORDER,
+                f"pop sequence {sequence} is older than this consumer's last ({last}): a "
+                "late copy of an answered pop; nothing was claimed",
+            )
+        if sequence is None and request_id is not None and request_id == consumer.last_request_id:
             return Consumed(*consumer.last_range)
         start = max(consumer.offset, self.log_start_offset)
         end = Offset(min(start + max_messages, self.end_offset))
         consumer.offset = end
         consumer.last_request_id = request_id
         consumer.last_range = (start, end)
+        consumer.last_sequence = sequence if sequence is not None else last
         return Consumed(start, end)
 
     def mark_flushed(self, replica_id: ReplicaId, flushed_offset: int) -> Flushed | Rejected:

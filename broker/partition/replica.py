@@ -15,6 +15,7 @@ from broker.partition.commands import Append, Command, Consume, KeyValue, MarkFl
 from broker.partition.consensus import ConsensusStatus, PartitionConsensus
 from broker.partition.group_commit import GroupCommit, GroupLimits
 from broker.partition.log import Appended, Consumed, Flushed, PartitionLog, Rejected
+from protocol.deadline import Deadline
 from protocol.errors import RaftQError
 from protocol.invariant import check
 from protocol.limits import Limits
@@ -40,14 +41,22 @@ class PartitionReplica:
         timestamp_ms: int,
         producer_id: str | None,
         sequence: int | None,
+        deadline: Deadline | None = None,
     ) -> Appended:
         command = Append(tuple(messages), timestamp_ms, producer_id, sequence)
-        return self._submit(command, Appended)
+        return self._submit(command, Appended, deadline)
 
     def consume(
-        self, consumer_id: str, max_messages: int, request_id: str | None, timestamp_ms: int
+        self,
+        consumer_id: str,
+        max_messages: int,
+        request_id: str | None,
+        timestamp_ms: int,
+        sequence: int | None = None,
+        deadline: Deadline | None = None,
     ) -> Consumed:
-        return self._submit(Consume(consumer_id, max_messages, request_id, timestamp_ms), Consumed)
+        command = Consume(consumer_id, max_messages, request_id, timestamp_ms, sequence)
+        return self._submit(command, Consumed, deadline)
 
     def mark_flushed(self, replica_id: ReplicaId, flushed_offset: Offset) -> Flushed:
         return self._submit(MarkFlushed(replica_id, flushed_offset), Flushed)
@@ -61,8 +70,10 @@ class PartitionReplica:
     def close(self) -> None:
         self._consensus.destroy()
 
-    def _submit(self, command: Command, kind: type[_Kind]) -> _Kind:
-        result = self._group.submit(command)
+    def _submit(
+        self, command: Command, kind: type[_Kind], deadline: Deadline | None = None
+    ) -> _Kind:
+        result = self._group.submit(command, deadline)
         if isinstance(result, Rejected):
             raise RaftQError(result.code, f"{self.name}: {result.message}")
         if not isinstance(result, kind):  # the message is built only then: a repr of a

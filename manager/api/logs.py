@@ -8,7 +8,7 @@ from flask import Blueprint, Response
 from manager.log_router import LogRouter
 from protocol.limits import Limits
 from protocol.requests import Fetch, Pop, Produce
-from runtime.http_api import json_response, request_params
+from runtime.http_api import json_response, request_deadline, request_params
 
 
 def blueprint(router: LogRouter, limits: Limits) -> Blueprint:
@@ -16,13 +16,15 @@ def blueprint(router: LogRouter, limits: Limits) -> Blueprint:
 
     @api.post("/logs")
     def produce() -> Response:
-        return json_response(router.produce(Produce.parse(request_params(), limits)), 201)
+        request = Produce.parse(request_params(), limits)
+        return json_response(router.produce(request, request_deadline(limits)), 201)
 
     @api.get("/logs")
     def consume() -> Response:
         params = request_params()
+        deadline = request_deadline(limits)
         if params.get("consumer_id") is not None:
-            return json_response(router.pop(Pop.parse(params, limits)))
-        return json_response(router.fetch(Fetch.parse(params, limits)))
+            return json_response(router.pop(Pop.parse(params, limits), deadline))
+        return json_response(router.fetch(Fetch.parse(params, limits), deadline))
 
     return api

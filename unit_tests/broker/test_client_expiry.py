@@ -135,7 +135,7 @@ def test_a_consume_from_an_old_journal_decodes_without_a_timestamp() -> None:
     assert from_wire(("consume", "c", 5, "r")) == Consume("c", 5, "r", None)
     assert from_wire(("consume", "c", 5, "r", T0_MS)) == Consume("c", 5, "r", T0_MS)
     assert from_wire(("consume", "c", 5, "r", "soon")) is None
-    assert to_wire(Consume("c", 5, "r", T0_MS)) == ("consume", "c", 5, "r", T0_MS)
+    assert to_wire(Consume("c", 5, "r", T0_MS)) == ("consume", "c", 5, "r", T0_MS, None)
     log = new_log()
     fill(log, 3, T0_MS)
     assert apply_group(log, [("consume", "c", 2, "r")]) == [Consumed(Offset(0), Offset(2))]

@@ -14,6 +14,7 @@ from broker.partition.commands import Append, Command, Consume
 from broker.partition.consensus import MemoryConsensus
 from broker.partition.group_commit import GroupCommit, GroupLimits
 from broker.partition.log import Appended, PartitionLimits, Result
+from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
 from protocol.types import Offset
 
@@ -184,3 +185,31 @@ def _wait_until(condition: Callable[[], bool], timeout_s: float = WAIT_S) -> Non
     while not condition():
         assert time.monotonic() < deadline, "condition not reached in time"
         time.sleep(0.005)
+
+
+def test_a_command_whose_caller_gave_up_while_queued_is_withdrawn_unproposed() -> None:
+    consensus = GatedConsensus()
+    group = GroupCommit(consensus.propose, LIMITS)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        first = pool.submit(group.submit, append("first"))
+        assert consensus.first_entered.wait(WAIT_S)
+        with pytest.raises(RaftQError) as gone:
+            group.submit(append("late"), Deadline.after(0.05, time.monotonic()))
+        assert gone.value.code is ErrorCode.REFUSED
+        assert gone.value.code.proves_nothing_done
+        consensus.gate.set()
+        first.result(WAIT_S)
+    assert consensus.groups == [1], "the withdrawn command was never proposed"
+
+
+def test_a_command_arriving_after_its_deadline_is_not_queued() -> None:
+    consensus = GatedConsensus()
+    consensus.gate.set()
+    group = GroupCommit(consensus.propose, LIMITS, clock_s=lambda: 100.0)
+    with pytest.raises(RaftQError) as gone:
+        group.submit(append("late"), Deadline(at_s=99.0))
+    assert gone.value.code is ErrorCode.REFUSED
+    assert consensus.groups == []
+    assert group.submit(append("on time"), Deadline(at_s=101.0)) == Appended(
+        Offset(0), Offset(1), duplicate=False
+    )

@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from broker.partition.commands import Consume, from_wire, to_wire
 from broker.partition.log import (
     Appended,
     Consumed,
@@ -205,3 +206,41 @@ def test_bitmasks_of_a_range_equal_the_mask_of_each_offset() -> None:
         assert log.replicated_bitmasks(start, end) == [
             log.replicated_bitmask(offset) for offset in range(start, end)
         ]
+
+
+def test_a_late_copy_of_an_older_pop_claims_nothing() -> None:
+    log = new_log()
+    log.append(batch(*(f"m{i}" for i in range(30))), 0, None, None)
+    assert log.consume("c", 10, "a", 1, sequence=100) == Consumed(Offset(0), Offset(10))
+    assert log.consume("c", 10, "a", 1, sequence=100) == Consumed(Offset(0), Offset(10))
+    assert log.consume("c", 10, "b", 2, sequence=200) == Consumed(Offset(10), Offset(20))
+    late = log.consume("c", 10, "a", 3, sequence=100)
+    assert isinstance(late, Rejected) and late.code is ErrorCode.SEQUENCE_OUT_OF_ORDER
+    assert log.consume("c", 10, "c", 4, sequence=300) == Consumed(Offset(20), Offset(30))
+
+
+def test_pops_without_a_sequence_still_repeat_by_request_id() -> None:
+    log = new_log()
+    log.append(batch("x", "y"), 0, None, None)
+    assert log.consume("c", 1, "a", 1) == Consumed(Offset(0), Offset(1))
+    assert log.consume("c", 1, "a", 1) == Consumed(Offset(0), Offset(1))
+    assert log.consume("c", 1, "b", 1, sequence=5) == Consumed(Offset(1), Offset(2))
+    assert log.consume("c", 1, "b", 1, sequence=5) == Consumed(Offset(1), Offset(2))
+
+
+def test_a_consumer_from_an_old_snapshot_has_no_sequence_yet() -> None:
+    log = new_log()
+    log.append(batch("x", "y"), 0, None, None)
+    log.consume("c", 1, "a", 1)
+    consumer = log.consumers["c"]
+    old_state = consumer.__getstate__()[:3]  # as pickled before pops carried a sequence
+    restored = type(consumer).__new__(type(consumer))
+    restored.__setstate__(old_state)
+    assert restored.last_sequence is None and restored.offset == consumer.offset
+    assert pickle.loads(pickle.dumps(consumer)) == consumer
+
+
+def test_a_consume_with_a_sequence_round_trips_on_the_wire() -> None:
+    command = Consume("c", 5, "r", 1_700_000_000_000, 42)
+    assert from_wire(to_wire(command)) == command
+    assert from_wire(("consume", "c", 5, "r", 1, "42")) is None

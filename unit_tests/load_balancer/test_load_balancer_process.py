@@ -225,3 +225,19 @@ def test_routes_to_the_new_leader_within_a_second_of_the_election(
     third.follow(new, term=2)
     assert setup.wait_for_leader(new) < 1.0
     assert setup.get("/topics").json()["manager"] == new.url
+
+
+def test_the_clients_deadline_is_forwarded_less_what_was_used(
+    make_setup: Callable[..., Setup],
+) -> None:
+    setup = make_setup()
+    given = setup.session.post(
+        setup.url + "/x", headers={"X-RaftQ-Timeout-Ms": "5000"}, timeout=REQUEST_TIMEOUT_S
+    ).json()
+    assert 0 < int(given["headers"]["x-raftq-timeout-ms"]) <= 5000 - 200
+    absent = setup.session.post(setup.url + "/x", timeout=REQUEST_TIMEOUT_S).json()
+    assert 0 < int(absent["headers"]["x-raftq-timeout-ms"]) <= (10.0 + 1.0 - 0.2) * 1000
+    gone = setup.session.post(
+        setup.url + "/x", headers={"X-RaftQ-Timeout-Ms": "0"}, timeout=REQUEST_TIMEOUT_S
+    )
+    assert gone.status_code == 503 and gone.json()["error_code"] == 50307

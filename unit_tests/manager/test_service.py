@@ -13,6 +13,7 @@ from manager.log_router import LogRouter
 from manager.registry.topics import PartitionState
 from manager.replicated import LocalRegistry
 from manager.service import ManagerService
+from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 from protocol.requests import (
@@ -44,7 +45,9 @@ class StubBrokers(BrokerClient):
             raise NoAnswerError(f"{address} down", refused=True)
         self.hosted.append((address, spec))
 
-    def produce(self, address: str, body: dict[str, object]) -> HttpAnswer:
+    def produce(
+        self, address: str, body: dict[str, object], deadline: Deadline | None = None
+    ) -> HttpAnswer:
         if address in self.down:
             raise NoAnswerError(f"{address} down", refused=True)
         self.produced.append((address, body))
@@ -55,7 +58,9 @@ class StubBrokers(BrokerClient):
         )
         return self.answers.get(address, default)
 
-    def read(self, address: str, params: dict[str, str]) -> HttpAnswer:
+    def read(
+        self, address: str, params: dict[str, str], deadline: Deadline | None = None
+    ) -> HttpAnswer:
         message = {"partition_id": int(params["partition_id"]), "offset": 0, "message": "m"}
         return HttpAnswer(200, {"messages": [message]}, {})
 

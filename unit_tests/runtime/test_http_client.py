@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from protocol.deadline import Deadline
 from protocol.limits import Limits
 from runtime.http_client import JsonHttpClient, NoAnswerError
 
@@ -47,3 +48,11 @@ def test_a_broken_off_answer_is_an_unknown_outcome(truncating_server: str) -> No
         client.call("POST", f"{truncating_server}/logs", {"x": 1}, idempotent=True)
     assert caught.value.refused is False
     assert caught.value.status == 503
+
+
+def test_nothing_is_sent_once_the_callers_deadline_has_passed(truncating_server: str) -> None:
+    client = JsonHttpClient(Limits())
+    with pytest.raises(NoAnswerError) as gone:
+        client.call("POST", truncating_server, {"a": 1}, deadline=Deadline(at_s=0.0))
+    assert gone.value.refused and gone.value.code.proves_nothing_done
+    client.close()

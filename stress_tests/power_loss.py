@@ -1,0 +1,149 @@
+"""Whole-cluster power loss (issue 7): a local cluster whose whole directory (cluster.json,
+the secret, every node's Raft journals and dumps and SQLite database) lives on the power-cut
+file system (``stress_tests/powercut``), and a cut of power to all of it at once.
+
+A cut is what a power failure of every machine does: kill -9 of every node's process group
+(nothing gets to flush or close), then ``PowerCutFS.cut()`` (everything not fsynced is gone,
+and names whose directory was not fsynced). Restoring power is a remount and the same
+``raftq cluster up --dir D`` a user would run again.
+
+The long version is a command (not run by CI)::
+
+    python -m stress_tests.power_loss --cycles 8 --seed 7
+
+continuous produce (through the load balancer and on the client's direct path) and pops,
+and cuts at seeded moments: at random, right after a burst of acknowledgements, and right
+after a Raft log compaction (small ``raft_log_compaction_bytes_min``); then healing, a drain,
+a final read of every replica and the checker (``checker.py``). Exits 1 when anything is off.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+from raftq.cluster import LocalCluster
+from stress_tests.polling import poll_until
+from stress_tests.powercut import PowerCutFS, fuse_unavailable_reason
+
+REPO_DIR = Path(__file__).resolve().parents[1]
+CLI_TIMEOUT_S = 180.0
+"""``raftq cluster up`` waits up to 90 s for the cluster itself; this bounds the command."""
+KILL_TIMEOUT_S = 10.0
+"""From kill -9 of every node until no process of any node's group is left."""
+CLUSTER_DIR_NAME = "cluster"
+"""The cluster directory inside the mount: the mount root also holds FUSE's own entries."""
+
+
+# --- the cluster on the power-cut disk ----------------------------------------------------
+
+
+def cluster_up(directory: Path, base_port: int, limits: Mapping[str, str]) -> LocalCluster:
+    """``raftq cluster up --dir D --base-port P [--limit k=v ...]``, as a user starts (and,
+    after a cut, restarts) the cluster; returns it for node operations."""
+    argv = ["cluster", "up", "--dir", str(directory), "--base-port", str(base_port)]
+    for name, value in limits.items():
+        argv += ["--limit", f"{name}={value}"]
+    done = subprocess.run(
+        [sys.executable, "-m", "raftq.cli", *argv],
+        cwd=REPO_DIR,
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_S,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"raftq {' '.join(argv)} failed:\n{done.stdout}\n{done.stderr}")
+    return LocalCluster(directory)
+
+
+def kill_every_node(cluster: LocalCluster, timeout_s: float = KILL_TIMEOUT_S) -> None:
+    """kill -9 every running node's process group at once, then wait (bounded) until no
+    process of those groups runs any more (so none writes to the disk after the cut)."""
+    groups = []
+    for name in cluster.node_names:
+        pid = cluster.pid(name)
+        if pid is not None and cluster.is_running(name):
+            cluster.signal_node(name, signal.SIGKILL)
+            groups.append(pid)
+    poll_until(
+        lambda: not any(_group_runs(pgid) for pgid in groups),
+        timeout_s,
+        "every node's processes gone after kill -9",
+        period_s=0.05,
+    )
+
+
+def save_logs(cluster: LocalCluster, into: Path) -> None:
+    """Copy every node's log as the processes left it (a cut keeps only what was synced, and
+    nothing syncs a log): diagnostics for a failure after the cut."""
+    into.mkdir(parents=True, exist_ok=True)
+    for name in cluster.node_names:
+        source = cluster.node(name).log_file
+        if source.exists():
+            shutil.copyfile(source, into / f"{name}.log")
+
+
+def cut_power(cluster: LocalCluster, disk: PowerCutFS, logs_dir: Path | None = None) -> None:
+    """A power cut of every node at once: kill -9 all, then the disk loses what was not
+    synced. The disk is unmounted afterwards (``restore_power`` mounts it again)."""
+    kill_every_node(cluster)
+    if logs_dir is not None:
+        save_logs(cluster, logs_dir)
+    disk.cut()
+
+
+def restore_power(
+    disk: PowerCutFS, directory: Path, base_port: int, limits: Mapping[str, str]
+) -> LocalCluster:
+    """Mount the disk as the cut left it and start the cluster again on the same directory."""
+    disk.mount()
+    return cluster_up(directory, base_port, limits)
+
+
+def stop_everything(cluster: LocalCluster | None, disk: PowerCutFS) -> None:
+    """However a run ended: no node left running on the mount, and no mount left."""
+    try:
+        if cluster is not None and disk.mounted:
+            kill_every_node(cluster)
+    finally:
+        disk.unmount()
+
+
+@contextmanager
+def power_cut_cluster(
+    backing_dir: Path, base_port: int, limits: Mapping[str, str]
+) -> Iterator[tuple[PowerCutFS, Path]]:
+    """A mounted power-cut disk (strict directory semantics) with a running cluster in
+    ``<mount>/cluster``: yields (disk, cluster directory). Nodes are killed and the disk
+    unmounted however the block ends (the caller may have cut and remounted meanwhile)."""
+    reason = fuse_unavailable_reason()
+    if reason is not None:
+        raise RuntimeError(f"the power-cut file system cannot run here: {reason}")
+    disk = PowerCutFS(backing_dir, strict_directories=True)
+    directory = disk.mount() / CLUSTER_DIR_NAME
+    try:
+        cluster_up(directory, base_port, limits)
+        yield disk, directory
+    finally:
+        opened = LocalCluster(directory) if (directory / "cluster.json").exists() else None
+        stop_everything(opened, disk)
+
+
+def _group_runs(pgid: int) -> bool:
+    """Whether any process of group ``pgid`` still runs (zombies hold no files: not counted)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False

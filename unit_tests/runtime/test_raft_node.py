@@ -4,6 +4,7 @@ node killed right after a snapshot keeps the journal's entries past the snapshot
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -93,3 +94,18 @@ def test_a_restart_right_after_a_snapshot_keeps_the_entries_after_it(tmp_path: P
         assert journal is not None and journal[0][1] > 1, "compacted up to the dump"
     finally:
         node.destroy()
+
+
+def test_loading_a_dump_restarts_the_election_timeout(leader: RaftNode) -> None:
+    """A big dump holds the tick thread while it loads: a follower must not then stand for
+    election as if it had not heard from the leader meanwhile."""
+    leader.forceLogCompaction()
+    dump = leader._SyncObj__conf.fullDumpFile
+    deadline = time.monotonic() + WAIT_S
+    while not os.path.exists(dump):
+        assert time.monotonic() < deadline, "no dump written"
+        time.sleep(0.01)
+    leader._SyncObj__raftElectionDeadline = 0.0  # as if the load had taken very long
+    leader._SyncObj__loadDumpFile(False)  # a leader's tick never reads the deadline
+    timeout_min_s = leader._SyncObj__conf.raftMinTimeout
+    assert leader._SyncObj__raftElectionDeadline > time.monotonic() + timeout_min_s / 2

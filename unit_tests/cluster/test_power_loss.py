@@ -121,6 +121,8 @@ class Clients:
         self.producer_sequence = 0  # the Producer numbers its batches from 0, one per call
         self.consumer = Consumer(cluster.lb_url, TOPIC)
         self.http_consumer = _register(cluster, "consumer")
+        self.probe_producer = _register(cluster, "producer")
+        self.probe_sequence = 0
         self.pops = 0
         self.last_http_pop: tuple[str, list[dict[str, Any]]] | None = None
         self._counter = 0
@@ -168,6 +170,25 @@ class Clients:
         self.last_http_pop = (request_id, messages)
         return len(messages)
 
+    def write_to_every_partition(self) -> None:
+        """One message to each partition, acknowledged: once it is, the partition's new
+        leader has committed an entry of its term, so everything before it is committed and
+        applied too. Until then every replica serves its state as of its last stored commit
+        index (after a restart of all of them: possibly none of the acknowledged messages)."""
+        for partition_id in range(PARTITIONS):
+            batch: list[tuple[str | None, str]] = [(None, f"probe/{self.probe_sequence}")]
+            self.probe_sequence += 1
+            acks = produce(
+                self.cluster,
+                self.probe_producer,
+                self.probe_sequence,
+                batch,
+                topic=TOPIC,
+                partition_id=partition_id,
+            )
+            positions = [Position(a.partition_id, a.offset) for a in acks]
+            self.ledger.acked(self.probe_producer, self.probe_sequence, batch, positions)
+
     def round(self) -> None:
         """Keyed and unkeyed batches on both paths, and part of them popped by both."""
         for keyed in (True, False):
@@ -189,6 +210,7 @@ def test_every_ack_and_consumer_offset_survives_power_cuts(powered: PoweredClust
         for partition_id in range(PARTITIONS):
             assert wait_converged(cluster.local, cluster.http, TOPIC, partition_id) is not None
         powered.cut_and_restore()
+        clients.write_to_every_partition()
         check_after_cut(cluster, clients, ledger)
 
         # Cut 2: right after a burst of acknowledgements and pops (only in the journals).
@@ -197,6 +219,7 @@ def test_every_ack_and_consumer_offset_survives_power_cuts(powered: PoweredClust
         clients.pop_with_library(BATCH_MESSAGES)
         clients.pop_via_lb(BATCH_MESSAGES)
         powered.cut_and_restore()
+        clients.write_to_every_partition()
         check_after_cut(cluster, clients, ledger)
 
         # After both cuts: both consumers go on to the end without a gap or a repeat.

@@ -8,15 +8,19 @@ threads call it concurrently; Raft calls block until the command is applied loca
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from broker.partition.consensus import Entry
 from broker.persistence.store import MessageStore, RangeChecksum
 from broker.replica import HostedReplica
 from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 from protocol.types import (
+    Ack,
+    Durability,
     NewMessage,
     Offset,
     PartitionId,
@@ -121,13 +125,56 @@ class BrokerService:
         producer_id: str | None,
         sequence: int | None,
         deadline: Deadline | None = None,
-    ) -> list[Offset]:
+        durability: Durability = Durability.FSYNC,
+    ) -> tuple[list[Offset], Ack]:
+        """The batch's offsets and what its acknowledgement achieved (``Ack``)."""
         replica = self._replica(topic, partition_id)
         batch = [(m.key, m.value) for m in messages]
-        appended = replica.partition.append(
-            batch, self._clock_ms(), producer_id, sequence, deadline
+        appended, entry = replica.partition.append(
+            batch,
+            self._clock_ms(),
+            producer_id,
+            sequence,
+            deadline,
+            synced=durability is not Durability.REPLICATED,
         )
-        return [Offset(o) for o in range(appended.start, appended.end)]
+        flushed = self._replicas_flushed(replica, appended.end)
+        if durability is Durability.FLUSHED and flushed <= len(replica.spec.replicas) // 2:
+            flushed = self._wait_flushed(replica, appended.end, entry, deadline)
+        ack = Ack(
+            partition_id=partition_id,
+            durability=durability,
+            raft_term=entry.term,
+            raft_index=entry.index,
+            replicas_synced=entry.replicas_synced,
+            replicas_flushed=flushed,
+        )
+        return [Offset(o) for o in range(appended.start, appended.end)], ack
+
+    def _replicas_flushed(self, replica: HostedReplica, end: int) -> int:
+        flushed = replica.partition.read(lambda log: list(log.flushed_offsets))
+        return sum(1 for offset in flushed if offset >= end)
+
+    def _wait_flushed(
+        self, replica: HostedReplica, end: int, entry: Entry, deadline: Deadline | None
+    ) -> int:
+        """Wait (bounded) until a majority of replicas flushed up to ``end``."""
+        majority = len(replica.spec.replicas) // 2 + 1
+        wait_s = self._limits.flushed_ack_wait_s_max
+        if deadline is not None:
+            wait_s = deadline.bound(wait_s, time.monotonic())
+        until_s = time.monotonic() + wait_s
+        while (flushed := self._replicas_flushed(replica, end)) < majority:
+            if time.monotonic() >= until_s:
+                raise RaftQError(
+                    ErrorCode.COMMIT_TIMEOUT,
+                    f"{replica.partition.name}: the batch is stored and synced (Raft term "
+                    f"{entry.term}, index {entry.index}) but {flushed} of "
+                    f"{len(replica.spec.replicas)} replicas flushed it within {wait_s:.1f} s; "
+                    "retry with the same sequence to wait again",
+                )
+            time.sleep(self._limits.flushed_ack_poll_s)
+        return flushed
 
     def pop(
         self,

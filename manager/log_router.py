@@ -33,6 +33,9 @@ from protocol.types import BrokerId, PartitionId
 from runtime.http_client import HttpAnswer, NoAnswerError
 
 BrokerCall = Callable[[str], HttpAnswer]
+GroupStored = tuple[list[int], object]
+"""A partition group's offsets, and its broker's ``ack`` (``protocol.types.Ack`` as JSON),
+passed on unchanged."""
 
 
 class LogRouter:
@@ -83,10 +86,13 @@ class LogRouter:
             raise _produce_failure(failures, stored_groups=len(results) - len(failures))
         stored = [r for r in results if not isinstance(r, Exception)]
         offsets: list[dict[str, object]] = [{} for _ in request.messages]
-        for group, found in zip(groups, stored, strict=True):
+        for group, (found, _) in zip(groups, stored, strict=True):
             for index, offset in zip(group.indexes, found, strict=True):
                 offsets[index] = {"partition_id": group.partition_id, "offset": offset}
-        return {"offsets": offsets} if request.is_batch else offsets[0]
+        acks = [ack for _, ack in stored]
+        if request.is_batch:
+            return {"offsets": offsets, "acks": acks}
+        return {**offsets[0], "ack": acks[0]}
 
     def _produce_groups(
         self,
@@ -94,12 +100,12 @@ class LogRouter:
         topic: TopicRecord,
         groups: list[PartitionGroup],
         deadline: Deadline | None,
-    ) -> list[list[int] | Exception]:
-        """Each group's offsets or failure. One group (the common case) is sent from this
+    ) -> list[GroupStored | Exception]:
+        """Each group's offsets and ack, or failure. One group (the common case) is sent from this
         thread; several go out in parallel. Every group is waited for: answering at the first
         failure could tell the client "nothing was done" (429, 503 NO_LEADER) while another
         partition stored its part."""
-        calls: list[Callable[[], list[int]]]
+        calls: list[Callable[[], GroupStored]]
         if len(groups) == 1:
             calls = [lambda: self._produce_group(request, topic, groups[0], deadline)]
         else:
@@ -108,7 +114,7 @@ class LogRouter:
                 for g in groups
             ]
             calls = [future.result for future in futures]
-        results: list[list[int] | Exception] = []
+        results: list[GroupStored | Exception] = []
         for call in calls:
             try:
                 results.append(call())
@@ -122,7 +128,7 @@ class LogRouter:
         topic: TopicRecord,
         group: PartitionGroup,
         deadline: Deadline | None,
-    ) -> list[int]:
+    ) -> GroupStored:
         body = {
             "topic": topic.name,
             "partition_id": group.partition_id,
@@ -132,6 +138,7 @@ class LogRouter:
             ],
             "producer_id": request.producer_id,
             "sequence": request.sequence,
+            "durability": request.durability.value,
         }
         answer = self._send(
             topic.partitions[group.partition_id],
@@ -143,7 +150,8 @@ class LogRouter:
         offsets = answer.body.get("offsets") if isinstance(answer.body, dict) else None
         if not (isinstance(offsets, list) and len(offsets) == len(group.indexes)):
             raise RaftQError(ErrorCode.INTERNAL, "a broker answered a produce without offsets")
-        return [int(o) for o in offsets]
+        ack = answer.body.get("ack") if isinstance(answer.body, dict) else None
+        return [int(o) for o in offsets], ack
 
     # --- consume -----------------------------------------------------------------------------
     def pop(self, request: Pop, deadline: Deadline | None = None) -> dict[str, object]:

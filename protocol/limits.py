@@ -78,6 +78,12 @@ class Limits:
     command) happens at this pace, not once per produced message."""
     flush_retry_backoff_s_max: float = 2.0
     """Longest pause after a failed flush."""
+    flushed_ack_wait_s_max: float = 3.0
+    """Longest wait of a ``flushed`` produce for a majority of replicas to flush its batch
+    (also bounded by its caller's deadline); past it, 503 COMMIT_TIMEOUT (stored and synced,
+    retry with the same sequence to wait again)."""
+    flushed_ack_poll_s: float = 0.005
+    """How often that wait looks at the replicas' flushed offsets."""
 
     # --- Raft ------------------------------------------------------------------------------
     raft_commit_timeout_s: float = 5.0

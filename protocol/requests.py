@@ -16,6 +16,7 @@ from protocol.limits import Limits
 from protocol.types import (
     BrokerId,
     ConsumerId,
+    Durability,
     NewMessage,
     Offset,
     PartitionId,
@@ -243,6 +244,8 @@ class Produce:
     """The partition count the sender routed (or wants routed) with: the manager cuts the
     batch over partitions ``0 .. partition_count-1`` instead of the topic's current count, so
     a retry after partitions were added lands where the first attempt did."""
+    durability: Durability = Durability.FSYNC
+    """What the acknowledgement waits for; the answer's ``ack`` says what was achieved."""
 
     @classmethod
     def parse(cls, params: Params, limits: Limits) -> Produce:
@@ -262,6 +265,7 @@ class Produce:
             producer_id=None if producer is None else ProducerId(producer),
             sequence=sequence,
             partition_count=routing_partition_count(params, limits),
+            durability=_durability(params),
         )
 
     def to_json(self) -> dict[str, object]:
@@ -277,7 +281,18 @@ class Produce:
             body["sequence"] = self.sequence
         if self.partition_count is not None:
             body["partition_count"] = self.partition_count
+        if self.durability is not Durability.FSYNC:
+            body["durability"] = self.durability.value
         return body
+
+
+def _durability(params: Params) -> Durability:
+    value = params.get("durability", Durability.FSYNC.value)
+    try:
+        return Durability(value)
+    except ValueError:
+        names = ", ".join(repr(d.value) for d in Durability)
+        raise invalid(f"field 'durability' must be one of {names}") from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,19 @@ ConsumerId = NewType("ConsumerId", str)
 RequestId = NewType("RequestId", str)
 
 
+class Durability(Enum):
+    """What a produce acknowledgement waits for (the request's ``durability``)."""
+
+    REPLICATED = "replicated"
+    """Committed by Raft: a majority of replicas hold the batch in their journals, not yet
+    synced. A crash of a minority loses nothing; a power cut of a majority at once can lose
+    the last acknowledged batches."""
+    FSYNC = "fsync"
+    """The default: as ``replicated``, and on disk (journal fsynced) on a majority."""
+    FLUSHED = "flushed"
+    """As ``fsync``, and also in the database of a majority of replicas."""
+
+
 class RaftRole(Enum):
     LEADER = "leader"
     FOLLOWER = "follower"
@@ -88,6 +101,35 @@ class ReplicaAddress:
             "broker_id": self.broker_id,
             "address": self.address,
             "raft_address": self.raft_address,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ack:
+    """What a produce acknowledgement achieved, for one partition's part of a batch (the
+    ``ack`` of a broker's answer; the manager answers one per partition, in ``acks``)."""
+
+    partition_id: PartitionId
+    durability: Durability
+    """What was asked for; everything below says what was achieved."""
+    raft_term: int
+    raft_index: int
+    """The Raft entry holding the batch (a replayed batch: the entry of this answer's
+    group, which found it already stored)."""
+    replicas_synced: int
+    """Replicas the leader knew to hold the entry on disk when it answered (0: asked for
+    ``replicated``, not synced yet)."""
+    replicas_flushed: int
+    """Replicas whose database held the whole batch when it answered."""
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "partition_id": self.partition_id,
+            "durability": self.durability.value,
+            "raft_term": self.raft_term,
+            "raft_index": self.raft_index,
+            "replicas_synced": self.replicas_synced,
+            "replicas_flushed": self.replicas_flushed,
         }
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from types import TracebackType
 
 from protocol.routing import PartitionGroup
-from protocol.types import NewMessage
+from protocol.types import Durability, NewMessage
 from raftq.batch_groups import GroupResult, cut_batch, group_body, merge_offsets, wire_message
 from raftq.client_limits import ClientLimits
 from raftq.direct_path import DirectPath, Fallback, PartitionRequest, partition_maps
@@ -98,6 +98,7 @@ class Producer:
         first_sequence: int = 0,
         direct: bool = True,
         partition_count: int | None = None,
+        durability: Durability | str = Durability.FSYNC,
     ) -> None:
         """``producer_id`` reuses a client-chosen id (registered idempotently, like Kafka's
         ``transactional.id``); its batches must then start above every sequence it used
@@ -106,8 +107,11 @@ class Producer:
         the load balancer); ``False`` sends everything through the load balancer.
         ``partition_count`` fixes the count every batch is cut with instead of the map's at
         its first send: a job whose tasks may be retried in another process (Spark) fixes it
-        once, so a replayed batch reaches the same partitions and is recognised there."""
+        once, so a replayed batch reaches the same partitions and is recognised there.
+        ``durability`` is what each acknowledgement waits for (README, "What an
+        acknowledgement means"): ``replicated``, ``fsync`` (the default) or ``flushed``."""
         limits = (limits or ClientLimits()).validate()
+        self.durability = Durability(durability)  # ValueError for an unknown level
         self.topic = topic
         self.partition_id = partition_id
         """Send every message to this partition; ``None`` lets the service route by key."""
@@ -254,6 +258,7 @@ class Producer:
         )
         bodies = [
             group_body(self.topic, self.producer_id, batch.sequence, batch.messages, group)
+            | self._durability_field()
             for group in groups
         ]
         answers = direct.call_many(
@@ -300,7 +305,12 @@ class Producer:
             body["partition_id"] = self.partition_id
         elif batch.partition_count is not None:
             body["partition_count"] = batch.partition_count
-        return body
+        return body | self._durability_field()
+
+    def _durability_field(self) -> dict[str, object]:
+        if self.durability is Durability.FSYNC:
+            return {}  # the service's default: bodies stay as before
+        return {"durability": self.durability.value}
 
     def _register(self, producer_id: str | None) -> str:
         # Retrying may register a second, unused producer id: harmless, so idempotent=True.

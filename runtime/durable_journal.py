@@ -31,6 +31,7 @@ import struct
 import threading
 import weakref
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import pysyncobj.journal
@@ -120,9 +121,14 @@ class DurableFileJournal(FileJournal):
         end = int(self._FileJournal__currentOffset)
         return end - int(FIRST_RECORD_OFFSET)
 
+    skip_sync: Callable[[bytes], bool] | None = None
+    """Set by an adapter: True for an entry that may stay unsynced (a group proposed with
+    ``replicated`` durability). The next synced entry, or any other sync, covers it."""
+
     def add(self, command: bytes, idx: int, term: int) -> None:
         super().add(command, idx, term)
-        self.flush()
+        if self.skip_sync is None or not self.skip_sync(command):
+            self.flush()
 
     def flush(self) -> None:
         """Make every change on disk. Not pysyncobj's ``mmap.flush()``: CPython 3.11 calls

@@ -23,6 +23,10 @@
   Tested by ``unit_tests/runtime/test_raft_node.py`` (kill -9 right after a snapshot).
 - **Its journal** (``DurableFileJournal``), for the adapters' byte-bounded compaction, and
   its full dump written by a thread of its own (``DumpWriter``; ``useFork`` is ignored).
+- **Where an entry landed**, for acknowledgements that say what they mean: the index and
+  term of the entry being applied (``applying_entry``, inside an apply), how many replicas
+  hold an index (``replicas_holding``, on the leader), and entries of chosen replicated
+  methods left unsynced in the journal (``leave_unsynced``: ``replicated`` durability).
 
 pysyncobj takes every attribute a subclass sets after ``SyncObj.__init__`` to be replicated
 state and pickles it into snapshots, so this class sets its own attributes before.
@@ -30,6 +34,8 @@ state and pickles it into snapshots, so this class sets its own attributes befor
 
 from __future__ import annotations
 
+import io
+import pickletools
 from typing import Any
 
 from pysyncobj import SyncObj, SyncObjConf
@@ -51,6 +57,33 @@ class RaftNode(SyncObj):
     @property
     def journal(self) -> DurableFileJournal | None:
         return self._journals[0] if self._journals else None
+
+    def applying_entry(self) -> tuple[int, int]:
+        """Inside an apply (tick thread): the Raft index and the node's current term of the
+        entry being applied (pysyncobj counts it as applied only after the call)."""
+        return self._SyncObj__raftLastApplied + 1, self._SyncObj__raftCurrentTerm
+
+    def replicas_holding(self, index: int) -> int:
+        """On the leader: the replicas (itself included) known to hold the log up to
+        ``index`` (their acknowledged match index); 0 elsewhere."""
+        if not self._isLeader():
+            return 0
+        matched: dict[Any, int] = self._SyncObj__raftMatchIndex
+        return 1 + sum(1 for found in list(matched.values()) if found >= index)
+
+    def leave_unsynced(self, consumer: object, method_prefix: str) -> None:
+        """Entries that call ``consumer``'s replicated methods named ``method_prefix…`` are
+        not synced when appended to this node's journal (a later sync covers them)."""
+        ids = {
+            method_id
+            for key, method_id in self._methodToID.items()
+            if isinstance(key, tuple)
+            and key[0] == id(consumer)
+            and key[1].startswith(method_prefix)
+        }
+        journal = self.journal
+        if journal is not None and ids:
+            journal.skip_sync = lambda command: called_method(command) in ids
 
     def _SyncObj__onMessageReceived(self, node: Any, message: dict[str, Any]) -> None:  # noqa: N802
         # pysyncobj binds its transport to this name in SyncObj.__init__, so this override
@@ -87,3 +120,32 @@ class RaftNode(SyncObj):
         self._SyncObj__raftElectionDeadline = (
             monotonic_time() + self._SyncObj__generateRaftTimeout()
         )
+
+
+_REGULAR_COMMAND = 0
+"""pysyncobj's ``_COMMAND_TYPE.REGULAR``: the first byte of a replicated method call's entry."""
+
+
+def called_method(command: bytes, ops_max: int = 4) -> int | None:
+    """The replicated method id an entry calls, or ``None`` when it is not such an entry
+    (no-op, membership) or not readable. The entry is the type byte and a pickled
+    ``(method_id, args[, kwargs])``: the id is the pickle's first integer, after its
+    protocol and frame opcodes, read without unpickling the (large) arguments."""
+    if not command or command[0] != _REGULAR_COMMAND:
+        return None
+    try:
+        for opcode, argument, _ in _first_ops(command[1:], ops_max):
+            if opcode.name in ("BININT1", "BININT2", "BININT", "LONG1"):
+                return int(argument)
+    except Exception:  # not a pickle we can read: treated as any other entry (synced)
+        return None
+    return None
+
+
+def _first_ops(data: bytes, count: int) -> list[tuple[Any, Any, Any]]:
+    found = []
+    for op in pickletools.genops(io.BytesIO(data)):
+        found.append(op)
+        if len(found) == count:
+            break
+    return found

@@ -3,7 +3,9 @@
 Every scenario is closed-loop (``bench_load.run_load``): each thread sends its next request
 when the previous one is answered, for ``seconds``. Produce scenarios write 100-byte messages
 without a sequence (plain produce), except "several producers", which registers one producer
-per thread and numbers its batches, as an idempotent client does.
+per thread and numbers its batches, as an idempotent client does. Every produce asks for the
+default durability (``fsync``) except the rows that name another: their ratio to the same
+row at ``fsync`` is the cost of each durability level.
 """
 
 from __future__ import annotations
@@ -40,7 +42,9 @@ def make_topics(lb: str) -> Topics:
     return topics
 
 
-def produce_via_lb(lb: str, topic: str, batch: int, sequences: bool = False) -> MakeStep:
+def produce_via_lb(
+    lb: str, topic: str, batch: int, sequences: bool = False, durability: str = "fsync"
+) -> MakeStep:
     """A step per thread: its own session and registered producer; ``sequences`` numbers the
     batches (idempotent produce)."""
 
@@ -57,6 +61,8 @@ def produce_via_lb(lb: str, topic: str, batch: int, sequences: bool = False) -> 
             }
             if sequences:
                 body["sequence"] = next(counter)
+            if durability != "fsync":
+                body["durability"] = durability
             post_json(session, f"{lb}/logs", body)
             return batch
 
@@ -182,6 +188,24 @@ def produce_plan(lb: str, topics: Topics, leader: str | None) -> list[Scenario]:
             4,
             produce_via_lb(lb, three, 100, sequences=True),
         ),
+        *durability_plan(lb, topics),
+    ]
+
+
+def durability_plan(lb: str, topics: Topics) -> list[Scenario]:
+    """The other two durability levels, each beside a default (``fsync``) row above."""
+    return [
+        Scenario(
+            f"{where}, durability {level}",
+            None,
+            threads,
+            produce_via_lb(lb, topic, batch, durability=level),
+        )
+        for level in ("replicated", "flushed")
+        for where, batch, threads, topic in (
+            ("produce 1/req via LB, 1 thread", 1, 1, topics.one),
+            ("produce 100/req via LB, 3 partitions, 4 threads", 100, 4, topics.three),
+        )
     ]
 
 

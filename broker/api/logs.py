@@ -20,15 +20,17 @@ def logs_blueprint(service: BrokerService, limits: Limits) -> Blueprint:
         request = Produce.parse(request_params(), limits)
         if request.partition_id is None:
             raise RaftQError(ErrorCode.INVALID_FIELD, "a broker needs 'partition_id'")
-        offsets = service.produce(
+        offsets, ack = service.produce(
             request.topic,
             request.partition_id,
             request.messages,
             request.producer_id,
             request.sequence,
             request_deadline(limits),
+            request.durability,
         )
-        return json_response({"partition_id": request.partition_id, "offsets": offsets}, 201)
+        body = {"partition_id": request.partition_id, "offsets": offsets, "ack": ack.to_json()}
+        return json_response(body, 201)
 
     @api.get("/logs")
     def read() -> Response:

@@ -50,13 +50,28 @@ class ConsensusStatus:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """Where a proposed group landed, for the acknowledgement: its Raft term and index, and
+    how many replicas the leader knew to hold it on disk when it was applied here (0 for an
+    entry proposed unsynced: ``replicated`` durability)."""
+
+    term: int
+    index: int
+    replicas_synced: int
+
+
 class PartitionConsensus(Protocol):
     @property
     def name(self) -> str: ...
 
-    def propose(self, commands: Sequence[Command]) -> list[Result]:
-        """Commit ``commands`` as one entry and apply it here; one result per command.
-        Raises ``RaftQError`` when the entry as a whole failed."""
+    def propose(
+        self, commands: Sequence[Command], *, synced: bool = True
+    ) -> tuple[list[Result], Entry]:
+        """Commit ``commands`` as one entry and apply it here; one result per command, and
+        where the entry landed. ``synced=False``: the replicas need not sync the entry to
+        disk before counting it (``replicated`` durability). Raises ``RaftQError`` when the
+        entry as a whole failed."""
 
     def read(self, query: Callable[[PartitionLog], T]) -> T:
         """``query`` run on the log's current applied state, under the log's lock."""
@@ -97,11 +112,13 @@ class MemoryConsensus:
     def name(self) -> str:
         return self._name
 
-    def propose(self, commands: Sequence[Command]) -> list[Result]:
+    def propose(
+        self, commands: Sequence[Command], *, synced: bool = True
+    ) -> tuple[list[Result], Entry]:
         wire = [to_wire(c) for c in commands]
         with self._lock:
             self._entries += 1
-            return apply_group(self._log, wire)
+            return apply_group(self._log, wire), Entry(1, self._entries, int(synced))
 
     def read(self, query: Callable[[PartitionLog], T]) -> T:
         with self._lock:

@@ -30,14 +30,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from broker.partition.commands import Append, Command
+from broker.partition.consensus import Entry
 from broker.partition.log import Result
 from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
 from protocol.invariant import check
 
-Propose = Callable[[Sequence[Command]], list[Result]]
-"""Propose commands as one Raft entry; their results in order, once applied locally.
-Raises ``RaftQError`` when the entry as a whole failed (for every command in it)."""
+Propose = Callable[[Sequence[Command]], tuple[list[Result], Entry]]
+"""Propose commands as one Raft entry; their results in order once applied locally, and the
+entry. Raises ``RaftQError`` when the entry as a whole failed (for every command in it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +60,7 @@ class _Slot:
     answered: bool = False
     lead: bool = False
     result: Result | None = None
+    entry: Entry | None = None
     error: RaftQError | None = None
 
 
@@ -76,8 +78,9 @@ class GroupCommit:
         self._queue: deque[_Slot] = deque()
         self._proposing = False
 
-    def submit(self, command: Command, deadline: Deadline | None = None) -> Result:
-        """Apply ``command`` in the next group; its result, or the group's ``RaftQError``."""
+    def submit(self, command: Command, deadline: Deadline | None = None) -> tuple[Result, Entry]:
+        """Apply ``command`` in the next group; its result and the group's entry, or the
+        group's ``RaftQError``."""
         slot = _Slot(command)
         wait_s = self._limits.queue_wait_s_max
         if deadline is not None:
@@ -98,8 +101,11 @@ class GroupCommit:
             self._propose_groups_until(slot)
         if slot.error is not None:
             raise slot.error
-        check(slot.result is not None, "an answered slot has a result or an error")
-        return slot.result  # type: ignore[return-value]
+        check(
+            slot.result is not None and slot.entry is not None,
+            "an answered slot has a result or an error",
+        )
+        return slot.result, slot.entry  # type: ignore[return-value]
 
     def _await_turn(self, slot: _Slot, wait_s: float, *, past_deadline: bool) -> None:
         """Wait until the slot is answered or its caller is to propose; withdraw it
@@ -156,7 +162,7 @@ class GroupCommit:
 
     def _run(self, group: list[_Slot]) -> None:
         try:
-            results = self._propose([slot.command for slot in group])
+            results, entry = self._propose([slot.command for slot in group])
         except RaftQError as exc:
             for slot in group:
                 slot.error = exc
@@ -166,6 +172,7 @@ class GroupCommit:
         else:
             for slot, result in zip(group, results, strict=True):
                 slot.result = result
+                slot.entry = entry
         for slot in group:
             slot.answered = True
             slot.wake.set()

@@ -17,6 +17,7 @@ import pickle
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from itertools import islice
 from typing import TypeVar
 
@@ -24,7 +25,7 @@ from pysyncobj import FAIL_REASON, SyncObjConf, SyncObjConsumer, replicated
 from pysyncobj.syncobj import SyncObjException
 
 from broker.partition.commands import Command, KeyValue, to_wire
-from broker.partition.consensus import ConsensusStatus, apply_group
+from broker.partition.consensus import ConsensusStatus, Entry, apply_group
 from broker.partition.log import MessageTuple, PartitionLimits, PartitionLog, Result
 from protocol.durable_files import make_directories
 from protocol.errors import ErrorCode, RaftQError
@@ -39,6 +40,15 @@ _LEADER_POLL_S = 0.02
 T = TypeVar("T")
 
 
+@dataclass(frozen=True, slots=True)
+class GroupApplied:
+    """What applying a group returns to its proposer (on this node only: never stored)."""
+
+    results: list[Result]
+    index: int
+    term: int
+
+
 class ReplicatedPartition(SyncObjConsumer):
     """The replicated commands of a partition: this list is a wire protocol.
 
@@ -48,7 +58,10 @@ class ReplicatedPartition(SyncObjConsumer):
     command is a new ``ver=N+1`` beside the old one, never an edit of it.
 
     ``run_group`` (one committed entry holding a group of commands, see
-    ``broker.partition.commands``) is the only command proposed today. ``append``,
+    ``broker.partition.commands``) and ``run_group_unsynced`` (the same, for appends with
+    ``replicated`` durability: its entries are not synced when a journal takes them; the
+    name sorts after every other, so adding it renumbered nothing) are the commands proposed
+    today. ``append``,
     ``consume`` and ``mark_flushed`` are the single commands proposed before group commit;
     they stay, unchanged, so journals written then still replay (and their numbers: the
     name ``run_group`` sorts after them, so adding it renumbered nothing).
@@ -74,9 +87,19 @@ class ReplicatedPartition(SyncObjConsumer):
         return state
 
     @replicated(ver=0)
-    def run_group(self, commands: list[tuple[object, ...]]) -> list[Result]:
+    def run_group(self, commands: list[tuple[object, ...]]) -> GroupApplied:
+        return self._apply(commands)
+
+    @replicated(ver=0)
+    def run_group_unsynced(self, commands: list[tuple[object, ...]]) -> GroupApplied:
+        return self._apply(commands)
+
+    def _apply(self, commands: list[tuple[object, ...]]) -> GroupApplied:
+        """The results, and the index and term of the entry (read while it is applied)."""
+        node = self._syncObj
+        index, term = node.applying_entry() if isinstance(node, RaftNode) else (0, 0)
         with self.lock:
-            return apply_group(self.log, commands)
+            return GroupApplied(apply_group(self.log, commands), index, term)
 
     # --- legacy single commands: replayed from old journals, never proposed ---------------
 
@@ -145,6 +168,7 @@ class PartitionRaft:
         )
         durable_journal.install()
         self._sync = RaftNode(spec.raft_address, list(spec.partners), conf, consumers=[self.state])
+        self._sync.leave_unsynced(self.state, "run_group_unsynced")
         self._sync.addOnTickCallback(self._compact_when_large)
 
     def _compact_when_large(self) -> None:
@@ -156,19 +180,25 @@ class PartitionRaft:
         ):
             self._sync.forceLogCompaction()
 
-    def propose(self, commands: Sequence[Command]) -> list[Result]:
+    def propose(
+        self, commands: Sequence[Command], *, synced: bool = True
+    ) -> tuple[list[Result], Entry]:
         """Commit ``commands`` as one entry and wait until it is applied here."""
         self._wait_for_leader()
         wire = [to_wire(command) for command in commands]
+        run = self.state.run_group if synced else self.state.run_group_unsynced
         try:
-            results = self.state.run_group(
-                wire, sync=True, timeout=self._limits.raft_commit_timeout_s
-            )
+            applied = run(wire, sync=True, timeout=self._limits.raft_commit_timeout_s)
         except SyncObjException as exc:
             raise _raft_error(exc, self.name) from exc
-        if not (isinstance(results, list) and len(results) == len(commands)):
-            raise RaftQError(ErrorCode.INTERNAL, f"{self.name}: a group applied as {results!r}")
-        return results
+        if not (isinstance(applied, GroupApplied) and len(applied.results) == len(commands)):
+            raise RaftQError(ErrorCode.INTERNAL, f"{self.name}: a group applied as {applied!r}")
+        # Every replica that acknowledged a synced entry synced it first, and a committed
+        # entry was acknowledged by a majority; the leader may know of more. (A follower
+        # proposes too: pysyncobj forwards its command to the leader.)
+        majority = len(self.spec.replicas) // 2 + 1
+        synced_count = max(majority, self._sync.replicas_holding(applied.index)) if synced else 0
+        return applied.results, Entry(applied.term, applied.index, synced_count)
 
     def read(self, query: Callable[[PartitionLog], T]) -> T:
         with self.state.lock:

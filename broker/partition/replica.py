@@ -12,9 +12,9 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from broker.partition.commands import Append, Command, Consume, KeyValue, MarkFlushed
-from broker.partition.consensus import ConsensusStatus, PartitionConsensus
+from broker.partition.consensus import ConsensusStatus, Entry, PartitionConsensus
 from broker.partition.group_commit import GroupCommit, GroupLimits
-from broker.partition.log import Appended, Consumed, Flushed, PartitionLog, Rejected
+from broker.partition.log import Appended, Consumed, Flushed, PartitionLog, Rejected, Result
 from protocol.deadline import Deadline
 from protocol.errors import RaftQError
 from protocol.invariant import check
@@ -29,7 +29,12 @@ class PartitionReplica:
     def __init__(self, spec: ReplicaSpec, consensus: PartitionConsensus, limits: Limits) -> None:
         self.spec = spec
         self._consensus = consensus
+        # Two queues: an entry is synced or not as a whole, so ``replicated`` appends share
+        # entries among themselves only (everything else is synced).
         self._group = GroupCommit(consensus.propose, group_limits(limits))
+        self._unsynced_group = GroupCommit(
+            lambda commands: consensus.propose(commands, synced=False), group_limits(limits)
+        )
 
     @property
     def name(self) -> str:
@@ -42,9 +47,15 @@ class PartitionReplica:
         producer_id: str | None,
         sequence: int | None,
         deadline: Deadline | None = None,
-    ) -> Appended:
+        *,
+        synced: bool = True,
+    ) -> tuple[Appended, Entry]:
+        """The batch's offsets and the entry that holds it (``synced=False``: the replicas
+        need not sync it to disk before counting it)."""
         command = Append(tuple(messages), timestamp_ms, producer_id, sequence)
-        return self._submit(command, Appended, deadline)
+        group = self._group if synced else self._unsynced_group
+        result, entry = group.submit(command, deadline)
+        return self._expect(command, result, Appended), entry
 
     def consume(
         self,
@@ -73,7 +84,10 @@ class PartitionReplica:
     def _submit(
         self, command: Command, kind: type[_Kind], deadline: Deadline | None = None
     ) -> _Kind:
-        result = self._group.submit(command, deadline)
+        result, _ = self._group.submit(command, deadline)
+        return self._expect(command, result, kind)
+
+    def _expect(self, command: Command, result: Result, kind: type[_Kind]) -> _Kind:
         if isinstance(result, Rejected):
             raise RaftQError(result.code, f"{self.name}: {result.message}")
         if not isinstance(result, kind):  # the message is built only then: a repr of a

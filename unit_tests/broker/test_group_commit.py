@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from broker.partition.commands import Append, Command, Consume
-from broker.partition.consensus import MemoryConsensus
+from broker.partition.consensus import Entry, MemoryConsensus
 from broker.partition.group_commit import GroupCommit, GroupLimits
 from broker.partition.log import Appended, PartitionLimits, Result
 from protocol.deadline import Deadline
@@ -46,7 +46,7 @@ class GatedConsensus:
         self.gate = threading.Event()
         self.first_entered = threading.Event()
 
-    def propose(self, commands: Sequence[Command]) -> list[Result]:
+    def propose(self, commands: Sequence[Command]) -> tuple[list[Result], Entry]:
         self.groups.append(len(commands))
         self.first_entered.set()
         if not self.gate.wait(WAIT_S):
@@ -57,8 +57,9 @@ class GatedConsensus:
 def test_a_lone_command_is_proposed_at_once_alone() -> None:
     consensus = GatedConsensus()
     consensus.gate.set()
-    result = GroupCommit(consensus.propose, LIMITS).submit(append("a"))
+    result, entry = GroupCommit(consensus.propose, LIMITS).submit(append("a"))
     assert result == Appended(Offset(0), Offset(1), duplicate=False)
+    assert entry == Entry(term=1, index=1, replicas_synced=1)
     assert consensus.groups == [1]
 
 
@@ -71,8 +72,10 @@ def test_commands_that_arrive_during_a_commit_share_the_next_entry() -> None:
         rest = [pool.submit(group.submit, append(f"m{i}")) for i in range(20)]
         _wait_until(lambda: len(group._queue) == 20)
         consensus.gate.set()
-        results = [first.result(WAIT_S)] + [f.result(WAIT_S) for f in rest]
+        answers = [first.result(WAIT_S)] + [f.result(WAIT_S) for f in rest]
     assert consensus.groups == [1, 20]
+    results = [result for result, _ in answers]
+    assert {entry.index for _, entry in answers[1:]} == {2}, "the 20 share one entry"
     offsets = sorted(r.start for r in results if isinstance(r, Appended))
     assert offsets == list(range(21)), "every caller got its own offset"
 
@@ -101,7 +104,7 @@ def test_a_failed_entry_fails_each_of_its_commands_and_the_next_group_still_runs
     calls: list[int] = []
     twin = MemoryConsensus("t/0", 3, PARTITION_LIMITS)
 
-    def propose(commands: Sequence[Command]) -> list[Result]:
+    def propose(commands: Sequence[Command]) -> tuple[list[Result], Entry]:
         calls.append(len(commands))
         if len(calls) == 1:
             raise RaftQError(ErrorCode.NO_LEADER, "no leader")
@@ -111,11 +114,11 @@ def test_a_failed_entry_fails_each_of_its_commands_and_the_next_group_still_runs
     with pytest.raises(RaftQError) as failed:
         group.submit(append("a"))
     assert failed.value.code is ErrorCode.NO_LEADER
-    assert group.submit(append("b")) == Appended(Offset(0), Offset(1), duplicate=False)
+    assert group.submit(append("b"))[0] == Appended(Offset(0), Offset(1), duplicate=False)
 
 
 def test_a_bug_in_propose_becomes_an_error_and_does_not_wedge_the_partition() -> None:
-    def propose(commands: Sequence[Command]) -> list[Result]:
+    def propose(commands: Sequence[Command]) -> tuple[list[Result], Entry]:
         raise ZeroDivisionError("bug")
 
     group = GroupCommit(propose, LIMITS)
@@ -164,7 +167,7 @@ def test_a_full_queue_answers_backpressure() -> None:
 
 def test_mixed_commands_in_one_group_each_get_their_own_kind_of_result() -> None:
     twin = MemoryConsensus("t/0", 3, PARTITION_LIMITS)
-    results = twin.propose([append("a", "p", 1), Consume("c", 5, "r1"), append("a", "p", 1)])
+    results, _ = twin.propose([append("a", "p", 1), Consume("c", 5, "r1"), append("a", "p", 1)])
     assert results[0] == Appended(Offset(0), Offset(1), duplicate=False)
     assert results[2] == Appended(Offset(0), Offset(1), duplicate=True), "a retry inside one group"
     assert twin.read(lambda log: log.consumers["c"].offset) == 1
@@ -174,7 +177,7 @@ def test_many_threads_get_contiguous_distinct_offsets() -> None:
     twin = MemoryConsensus("t/0", 3, PARTITION_LIMITS)
     group = GroupCommit(twin.propose, LIMITS)
     with ThreadPoolExecutor(max_workers=8) as pool:
-        results = list(pool.map(lambda i: group.submit(append(str(i))), range(400)))
+        results = list(pool.map(lambda i: group.submit(append(str(i)))[0], range(400)))
     starts = sorted(r.start for r in results if isinstance(r, Appended))
     assert starts == list(range(400))
     assert twin.status().commit_index <= 400
@@ -210,6 +213,6 @@ def test_a_command_arriving_after_its_deadline_is_not_queued() -> None:
         group.submit(append("late"), Deadline(at_s=99.0))
     assert gone.value.code is ErrorCode.REFUSED
     assert consensus.groups == []
-    assert group.submit(append("on time"), Deadline(at_s=101.0)) == Appended(
+    assert group.submit(append("on time"), Deadline(at_s=101.0))[0] == Appended(
         Offset(0), Offset(1), duplicate=False
     )

@@ -3,6 +3,7 @@ with one result per command, and the log is compacted by bytes, not only by coun
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -48,7 +49,7 @@ def test_a_group_is_one_entry_with_a_result_per_command(
         MarkFlushed(ReplicaId(5), Offset(2)),  # no such replica: rejected, others unaffected
     ]
     before = raft.status().commit_index
-    results = raft.propose(commands)
+    results, entry = raft.propose(commands)
     assert results[:4] == [
         Appended(Offset(0), Offset(2), duplicate=False),
         Appended(Offset(0), Offset(2), duplicate=True),
@@ -57,6 +58,8 @@ def test_a_group_is_one_entry_with_a_result_per_command(
     ]
     assert isinstance(results[4], Rejected)
     assert raft.status().commit_index == before + 1
+    assert entry.index == before + 1 and entry.term == raft.status().term
+    assert entry.replicas_synced == 1, "the only replica has it on disk"
     assert raft.read(lambda log: (log.end_offset, log.evicted_offset)) == (2, 2)
 
 
@@ -73,3 +76,23 @@ def test_the_log_is_compacted_once_its_entries_pass_the_byte_bound(
         assert time.monotonic() < deadline, f"never compacted: {raft.status()}"
         time.sleep(0.02)
     assert raft.read(lambda log: log.end_offset) == 1600
+
+
+def test_an_unsynced_group_is_not_synced_when_journaled(
+    make_raft: Callable[[Limits], PartitionRaft], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    raft = make_raft(Limits())
+    raft.propose([Consume("warm-up", 1, None)])
+    syncs: list[int] = []
+    real = os.fdatasync
+
+    def counting(fd: int) -> None:
+        syncs.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", counting)
+    _, unsynced = raft.propose([Append(((None, "a"),), 1, None, None)], synced=False)
+    assert syncs == [] and unsynced.replicas_synced == 0
+    _, synced = raft.propose([Append(((None, "b"),), 1, None, None)])
+    assert len(syncs) == 1 and synced.index == unsynced.index + 1
+    assert raft.read(lambda log: log.end_offset) == 2

@@ -18,6 +18,7 @@ from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 from protocol.types import (
     BrokerId,
+    Durability,
     NewMessage,
     PartitionId,
     ReplicaAddress,
@@ -70,7 +71,7 @@ def service(store: MemoryMessageStore) -> Iterator[BrokerService]:
 
 
 def test_produce_then_fetch_keeps_offsets_keys_and_values_in_place(service: BrokerService) -> None:
-    offsets = service.produce(
+    offsets, ack = service.produce(
         "orders",
         P0,
         (NewMessage(value="v0", key="k0"), NewMessage(value="v1", key=None)),
@@ -78,6 +79,7 @@ def test_produce_then_fetch_keeps_offsets_keys_and_values_in_place(service: Brok
         None,
     )
     assert offsets == [0, 1]
+    assert (ack.durability, ack.raft_index, ack.replicas_synced) == (Durability.FSYNC, 1, 1)
     fetched = service.fetch("orders", P0, 0, 10)
     assert [(m.offset, m.key, m.value) for m in fetched] == [(0, "k0", "v0"), (1, None, "v1")]
 
@@ -86,8 +88,8 @@ def test_a_retried_sequence_and_a_retried_pop_return_the_same_answers(
     service: BrokerService,
 ) -> None:
     batch = (NewMessage(value="a"), NewMessage(value="b"))
-    first = service.produce("orders", P0, batch, "p", 1)
-    assert service.produce("orders", P0, batch, "p", 1) == first
+    first, _ = service.produce("orders", P0, batch, "p", 1)
+    assert service.produce("orders", P0, batch, "p", 1)[0] == first
     popped = service.pop("orders", P0, "c", 1, "r1")
     assert service.pop("orders", P0, "c", 1, "r1") == popped
     assert [m.value for m in service.pop("orders", P0, "c", 5, "r2")] == ["b"]
@@ -122,7 +124,7 @@ def test_flushes_are_paced_not_one_per_message(store: MemoryMessageStore) -> Non
 
 def test_concurrent_producers_get_distinct_contiguous_offsets(service: BrokerService) -> None:
     def send(i: int) -> list[int]:
-        return list(service.produce("orders", P0, (NewMessage(value=str(i)),), f"p{i}", 1))
+        return list(service.produce("orders", P0, (NewMessage(value=str(i)),), f"p{i}", 1)[0])
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         offsets = sorted(o for found in pool.map(send, range(300)) for o in found)
@@ -159,3 +161,24 @@ def _wait_until(condition: Callable[[], bool], timeout_s: float = WAIT_S) -> Non
     while not condition():
         assert time.monotonic() < deadline, "condition not reached in time"
         time.sleep(0.005)
+
+
+def test_a_flushed_produce_answers_once_a_majority_flushed_it(service: BrokerService) -> None:
+    batch = (NewMessage(value="a"), NewMessage(value="b"))
+    _, ack = service.produce("orders", P0, batch, "p", 1, None, Durability.FLUSHED)
+    assert ack.durability is Durability.FLUSHED and ack.replicas_flushed == 1
+    _, unsynced = service.produce("orders", P0, batch, "p", 2, None, Durability.REPLICATED)
+    assert unsynced.replicas_synced == 0 and unsynced.raft_index > ack.raft_index
+
+
+def test_a_flushed_produce_that_no_majority_flushes_in_time_says_so(
+    store: MemoryMessageStore,
+) -> None:
+    three = make_service(store, replicas=3, limits=Limits(flushed_ack_wait_s_max=0.05))
+    try:
+        with pytest.raises(RaftQError) as waited:
+            three.produce("orders", P0, (NewMessage(value="x"),), "p", 1, None, Durability.FLUSHED)
+        assert waited.value.code is ErrorCode.COMMIT_TIMEOUT
+        assert "stored and synced" in waited.value.message
+    finally:
+        three.close()

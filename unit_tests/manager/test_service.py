@@ -53,8 +53,15 @@ class StubBrokers(BrokerClient):
         self.produced.append((address, body))
         messages = body["messages"]
         assert isinstance(messages, list)
+        ack = {"partition_id": body["partition_id"], "durability": body["durability"]}
         default = HttpAnswer(
-            201, {"partition_id": body["partition_id"], "offsets": list(range(len(messages)))}, {}
+            201,
+            {
+                "partition_id": body["partition_id"],
+                "offsets": list(range(len(messages))),
+                "ack": ack,
+            },
+            {},
         )
         return self.answers.get(address, default)
 
@@ -164,7 +171,15 @@ def test_produce_routes_batches_and_keeps_request_order(
     assert isinstance(offsets, list) and len(offsets) == 10
     assert all(b["sequence"] == 3 and b["producer_id"] == producer for _, b in brokers.produced)
     one = router.produce(_produce(producer, {"message": "x", "partition_id": 1}))
-    assert one == {"partition_id": 1, "offset": 0}
+    assert one == {
+        "partition_id": 1,
+        "offset": 0,
+        "ack": {"partition_id": 1, "durability": "fsync"},
+    }
+    acks = body["acks"]
+    assert isinstance(acks, list) and len(acks) == len(
+        {b["partition_id"] for _, b in brokers.produced[:-1]}
+    )
     with pytest.raises(RaftQError) as caught:
         router.produce(_produce(producer, {"message": "x", "partition_id": 9}))
     assert caught.value.code is ErrorCode.UNKNOWN_PARTITION
@@ -182,10 +197,9 @@ def test_produce_tries_next_replica_only_when_safe(
     brokers.answers["http://b1"] = HttpAnswer(
         503, {"error_code": ErrorCode.NOT_LEADER.value, "message": "x"}, {}
     )
-    assert router.produce(_produce(producer, {"message": "x"})) == {
-        "partition_id": 0,
-        "offset": 0,
-    }
+    answer = router.produce(_produce(producer, {"message": "x", "durability": "replicated"}))
+    assert (answer["partition_id"], answer["offset"]) == (0, 0)
+    assert answer["ack"] == {"partition_id": 0, "durability": "replicated"}
     assert [a for a, _ in brokers.produced] == ["http://b1", "http://b2"]
     brokers.answers["http://b1"] = HttpAnswer(
         429, {"error_code": ErrorCode.BACKPRESSURE.value, "message": "full"}, {"Retry-After": "1"}

@@ -470,3 +470,19 @@ def test_a_partition_still_being_created_is_not_routed_to() -> None:
     assert routed.leaders == ("a", "b"), "the manager routes over the active prefix only"
     with pytest.raises(ProtocolError):
         build_map("t", [PartitionInfo(0, None, (), active=False)], 0.0)
+
+
+def test_the_producer_asks_for_its_durability_on_every_path(
+    service: FakeService, brokers: list[FakeService]
+) -> None:
+    serve_map(service, brokers[:1])
+    brokers[0].default("POST", "/logs", lambda _p: (201, {"partition_id": 0, "offsets": [0]}))
+    service.default("POST", "/logs", lambda _p: (201, {"partition_id": 0, "offset": 1}))
+    with Producer(service.url, "t", limits=FAST, durability="flushed") as producer:
+        producer.produce_batch(["direct"])
+    with Producer(service.url, "t", limits=FAST, direct=False, durability="replicated") as lb:
+        lb.produce_batch(["via lb"])
+    assert [c["durability"] for c in brokers[0].calls("POST", "/logs")] == ["flushed"]
+    assert [c["durability"] for c in service.calls("POST", "/logs")] == ["replicated"]
+    with pytest.raises(ValueError):
+        Producer(service.url, "t", limits=FAST, durability="disk")

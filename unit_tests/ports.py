@@ -10,3 +10,28 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+CLUSTER_PORT_SPAN = 400
+"""A local cluster uses ``base .. base+399`` (``raftq.cluster_layout``: HTTP ports, then 100
+Raft ports per broker)."""
+
+CLUSTER_BASE_PORTS = {
+    "end_to_end_sqlite": 17500,
+    "end_to_end_postgresql": 18500,
+    "lagging_replica": 19000,
+    "spark": 19500,
+    "fast_tier": 20100,
+    "power_loss": 20600,
+    "client_expiry": 21000,
+    "acknowledgements": 21400,
+    "benchmark_smoke": 22500,
+    "snapshot_stall": 27000,
+    "routing_changes": 27400,
+    "late_requests": 27800,
+}
+"""Every test module's cluster in one table, so no two blocks overlap (a socket of the
+previous module's cluster may still be in TIME_WAIT), all below the kernel's ephemeral range
+(32768-60999: an outgoing connection's local port there could take a listening port) and
+clear of the system services' ports (PostgreSQL, NATS, RabbitMQ, Redis, MariaDB) and of the
+benchmark's defaults. ``unit_tests/test_ports.py`` checks it."""

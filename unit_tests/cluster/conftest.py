@@ -10,9 +10,13 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from unit_tests.cluster.harness import Cluster
+from unit_tests.ports import CLUSTER_BASE_PORTS
 
 # Each module gets its own port block so that sockets in TIME_WAIT never collide.
-BASE_PORTS = {"sqlite": 17500, "postgresql": 18500}
+BASE_PORTS = {
+    "sqlite": CLUSTER_BASE_PORTS["end_to_end_sqlite"],
+    "postgresql": CLUSTER_BASE_PORTS["end_to_end_postgresql"],
+}
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])

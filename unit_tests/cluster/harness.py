@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -115,6 +115,19 @@ class Cluster:
 
     def post(self, path: str, body: object) -> requests.Response:
         return self.http.post(f"{self.lb_url}{path}", json=body, timeout=30)
+
+
+def running_cluster(
+    directory: Path, base_port: int, limits: dict[str, str] | None = None
+) -> Iterator[Cluster]:
+    """A module's cluster: up before its first test, down after its last (``yield from``
+    it in a module-scoped fixture)."""
+    instance = Cluster(directory, base_port, limits=limits)
+    instance.up()
+    try:
+        yield instance
+    finally:
+        instance.close()
 
 
 def wait_until(

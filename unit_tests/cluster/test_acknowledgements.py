@@ -11,23 +11,22 @@ import pytest
 
 from stress_tests.polling import poll_until
 from unit_tests.cluster.client_ops import end_offset
-from unit_tests.cluster.harness import Cluster
+from unit_tests.cluster.harness import Cluster, running_cluster
+from unit_tests.ports import CLUSTER_BASE_PORTS
 
 pytestmark = pytest.mark.cluster
 
-BASE_PORT = 21400
 WAIT_S = 60.0
 TOPIC = "acks"
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    instance = Cluster(tmp_path_factory.mktemp("acks"), BASE_PORT)
-    instance.up()
-    response = instance.post("/topics", {"name": TOPIC, "partitions": 2})
-    assert response.status_code == 201, response.text
-    yield instance
-    instance.close()
+    port = CLUSTER_BASE_PORTS["acknowledgements"]
+    for instance in running_cluster(tmp_path_factory.mktemp("acks"), port):
+        response = instance.post("/topics", {"name": TOPIC, "partitions": 2})
+        assert response.status_code == 201, response.text
+        yield instance
 
 
 @pytest.fixture(scope="module")

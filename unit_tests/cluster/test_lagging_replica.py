@@ -16,7 +16,8 @@ from unit_tests.cluster.client_ops import (
     produce,
     read_replica,
 )
-from unit_tests.cluster.harness import Cluster, wait_until
+from unit_tests.cluster.harness import Cluster, running_cluster, wait_until
+from unit_tests.ports import CLUSTER_BASE_PORTS
 
 pytestmark = pytest.mark.cluster
 
@@ -30,10 +31,8 @@ LIMITS = {
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    instance = Cluster(tmp_path_factory.mktemp("lagging"), 19000, limits=LIMITS)
-    instance.up()
-    yield instance
-    instance.close()
+    port = CLUSTER_BASE_PORTS["lagging_replica"]
+    yield from running_cluster(tmp_path_factory.mktemp("lagging"), port, LIMITS)
 
 
 def test_writes_continue_while_a_replica_is_down_and_it_catches_up_from_a_peer(

@@ -30,11 +30,11 @@ from unit_tests.cluster.client_ops import (
     partition_leader,
     produce,
 )
-from unit_tests.cluster.harness import Cluster
+from unit_tests.cluster.harness import Cluster, running_cluster
+from unit_tests.ports import CLUSTER_BASE_PORTS
 
 pytestmark = pytest.mark.cluster
 
-BASE_PORT = 20200
 WAIT_S = 60.0
 PATIENT_S = 30.0
 """The test's own HTTP timeout: generous, so that only the server's deadline answers."""
@@ -42,10 +42,8 @@ PATIENT_S = 30.0
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    instance = Cluster(tmp_path_factory.mktemp("late"), BASE_PORT)
-    instance.up()
-    yield instance
-    instance.close()
+    port = CLUSTER_BASE_PORTS["late_requests"]
+    yield from running_cluster(tmp_path_factory.mktemp("late"), port)
 
 
 def create_topic(cluster: Cluster, name: str) -> None:

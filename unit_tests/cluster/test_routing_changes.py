@@ -26,21 +26,19 @@ from spark_jobs import cluster_io
 from spark_jobs.rows import TopicBatch
 from stress_tests.polling import poll_until
 from unit_tests.cluster.client_ops import end_offset
-from unit_tests.cluster.harness import Cluster
+from unit_tests.cluster.harness import Cluster, running_cluster
+from unit_tests.ports import CLUSTER_BASE_PORTS
 
 pytestmark = pytest.mark.cluster
 
-BASE_PORT = 19800
 MESSAGES = 60
 ACTIVE_WAIT_S = 60.0
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    instance = Cluster(tmp_path_factory.mktemp("routing"), BASE_PORT)
-    instance.up()
-    yield instance
-    instance.close()
+    port = CLUSTER_BASE_PORTS["routing_changes"]
+    yield from running_cluster(tmp_path_factory.mktemp("routing"), port)
 
 
 def create_topic(cluster: Cluster, name: str, partitions: int) -> None:

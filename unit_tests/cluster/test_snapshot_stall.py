@@ -22,7 +22,8 @@ import pytest
 from stress_tests.cluster_view import get_json
 from stress_tests.polling import poll_until
 from unit_tests.cluster.client_ops import partition_brokers, partition_leader, produce
-from unit_tests.cluster.harness import Cluster
+from unit_tests.cluster.harness import Cluster, running_cluster
+from unit_tests.ports import CLUSTER_BASE_PORTS
 
 pytestmark = pytest.mark.cluster
 
@@ -43,10 +44,8 @@ LIMITS = {
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    instance = Cluster(tmp_path_factory.mktemp("stall"), 19400, limits=LIMITS)
-    instance.up()
-    yield instance
-    instance.close()
+    port = CLUSTER_BASE_PORTS["snapshot_stall"]
+    yield from running_cluster(tmp_path_factory.mktemp("stall"), port, LIMITS)
 
 
 def test_snapshots_of_a_big_backlog_hold_no_election(cluster: Cluster) -> None:

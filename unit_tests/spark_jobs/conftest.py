@@ -9,18 +9,14 @@ import pytest
 from pyspark.sql import SparkSession
 
 from spark_jobs.session import build_session
-from unit_tests.cluster.harness import Cluster
-
-BASE_PORT = 19500
-"""Ports 19500-19899 are this module's: LB 19500, nodes 195xx, Raft 19600-19899."""
+from unit_tests.cluster.harness import Cluster, running_cluster
+from unit_tests.ports import CLUSTER_BASE_PORTS
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    instance = Cluster(tmp_path_factory.mktemp("spark-cluster"), BASE_PORT)
-    instance.up()
-    yield instance
-    instance.close()
+    port = CLUSTER_BASE_PORTS["spark"]
+    yield from running_cluster(tmp_path_factory.mktemp("spark-cluster"), port)
 
 
 @pytest.fixture(scope="module")

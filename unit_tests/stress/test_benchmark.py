@@ -23,9 +23,10 @@ from stress_tests.peers import run as peers_run
 from stress_tests.peers.nats_cluster import node_config
 from stress_tests.peers.rabbitmq_bench import Confirms
 from stress_tests.polling import WaitTimeoutError, poll_until
+from unit_tests.ports import CLUSTER_BASE_PORTS
 
 REPO = Path(__file__).resolve().parents[2]
-SMOKE_BASE_PORT = 22500
+SMOKE_BASE_PORT = CLUSTER_BASE_PORTS["benchmark_smoke"]
 """22500..22899: clear of the other cluster tests (17500, 18500, 19500, 20100, 21000) and of
 the benchmark's default 22100."""
 

@@ -21,10 +21,11 @@ from stress_tests.runner import run
 from stress_tests.scheduler import FaultPlan
 from stress_tests.session import cluster_session
 from stress_tests.tiers import FAST_TIER
+from unit_tests.ports import CLUSTER_BASE_PORTS
 
 pytestmark = pytest.mark.cluster
 
-BASE_PORT = 20100
+BASE_PORT = CLUSTER_BASE_PORTS["fast_tier"]
 SEED = int(os.environ.get("RAFTQ_STRESS_SEED", int(time.time()) % 100_000))
 
 

@@ -1,0 +1,21 @@
+"""The test clusters' port blocks never overlap, each other or anything else running."""
+
+from __future__ import annotations
+
+from itertools import combinations
+
+from unit_tests.ports import CLUSTER_BASE_PORTS, CLUSTER_PORT_SPAN
+
+SYSTEM_PORTS = (4222, 5432, 5672, 6379, 3306, 15672, 25672, 4369)
+EPHEMERAL_FIRST = 32768
+
+
+def test_cluster_port_blocks_are_disjoint_and_clear() -> None:
+    blocks = {
+        name: range(base, base + CLUSTER_PORT_SPAN) for name, base in CLUSTER_BASE_PORTS.items()
+    }
+    for (a, first), (b, second) in combinations(blocks.items(), 2):
+        assert not set(first) & set(second), f"{a} and {b} overlap"
+    for name, block in blocks.items():
+        assert block.stop <= EPHEMERAL_FIRST, name
+        assert not set(SYSTEM_PORTS) & set(block), name

@@ -15,7 +15,8 @@ from protocol.errors import ErrorCode
 from raftq import ApiError, Consumer, Producer
 from stress_tests.polling import poll_until
 from unit_tests.cluster.client_ops import pop, produce
-from unit_tests.cluster.harness import Cluster
+from unit_tests.cluster.harness import Cluster, running_cluster
+from unit_tests.ports import CLUSTER_BASE_PORTS
 
 pytestmark = pytest.mark.cluster
 
@@ -32,10 +33,8 @@ _CLIENTS = re.compile(r'^raftq_manager_registry_objects\{kind="clients"\} (\S+)$
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    instance = Cluster(tmp_path_factory.mktemp("expiry"), 21000, limits=LIMITS)
-    instance.up()
-    yield instance
-    instance.close()
+    port = CLUSTER_BASE_PORTS["client_expiry"]
+    yield from running_cluster(tmp_path_factory.mktemp("expiry"), port, LIMITS)
 
 
 class ActiveClients:

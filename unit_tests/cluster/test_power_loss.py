@@ -37,6 +37,7 @@ from stress_tests.power_loss import CLUSTER_DIR_NAME, cut_power, stop_everything
 from stress_tests.powercut import PowerCutFS, fuse_unavailable_reason
 from unit_tests.cluster.client_ops import checksums, pop, produce
 from unit_tests.cluster.harness import Cluster
+from unit_tests.ports import CLUSTER_BASE_PORTS
 
 FUSE_UNAVAILABLE = fuse_unavailable_reason()
 pytestmark = [
@@ -44,7 +45,7 @@ pytestmark = [
     pytest.mark.skipif(FUSE_UNAVAILABLE is not None, reason=str(FUSE_UNAVAILABLE)),
 ]
 
-BASE_PORT = 20600
+BASE_PORT = CLUSTER_BASE_PORTS["power_loss"]
 """20600..20999: clear of the other cluster tests' blocks (the fast tier ends at 20499)."""
 TOPIC = "power"
 PARTITIONS = 3

@@ -21,12 +21,15 @@ from typing import IO, Any
 import pytest
 import requests
 
+from stress_tests.polling import poll_until
 from unit_tests.manager.fake_broker import FakeBroker, SharedLogs
 
 pytestmark = pytest.mark.cluster
 
 REPO = Path(__file__).resolve().parents[2]
 ELECTION_WAIT_S = 15.0
+REQUEST_WAIT_S = 10.0
+"""Bound on one HTTP answer: generous, as a loaded machine may be slow to answer."""
 
 
 def _free_port() -> int:
@@ -157,18 +160,20 @@ def test_refuses_to_start_without_secret(tmp_path: Path) -> None:
 
 def test_a_leader_is_elected_and_followers_redirect(managers: list[Manager]) -> None:
     leader = _leader(managers)
-    status, body = _get(f"{leader.url}/raft_status")
+    status, body = _get(f"{leader.url}/raft_status", timeout_s=REQUEST_WAIT_S)
     assert status == 200 and body["id"] == leader.manager_id and body["state"] == "leader"
     assert body["leader_address"] == leader.url and body["has_quorum"] is True
     follower = next(m for m in managers if m is not leader)
-    deadline = time.monotonic() + 5.0
-    while True:  # a follower learns the leader from its first heartbeat, which may lag
-        status, body = _get(f"{follower.url}/topics")
+
+    def redirect() -> dict[str, Any] | None:
+        # A follower learns the leader's address from its heartbeats: under load the first
+        # one may come late, and until then it answers NOT_LEADER without a hint.
+        status, body = _get(f"{follower.url}/topics", timeout_s=REQUEST_WAIT_S)
         assert status == 503 and body["error_code"] == 50302
-        if "leader_hint" in body or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    assert body["leader_hint"] == leader.url
+        return body if "leader_hint" in body else None
+
+    body = poll_until(redirect, ELECTION_WAIT_S, "the follower to name the leader")
+    assert body["leader_hint"] == _leader(managers).url
     status, body = _get(f"{follower.url}/")
     assert body == {"status": "ok", "role": "manager", "id": follower.manager_id}
 

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from raftq import Admin, ClientLimits
 from raftq.cluster import LocalCluster
+from raftq.cluster_layout import CLUSTER_FILE
 from stress_tests.checker import Verdict, check
 from stress_tests.final_read import final_read
 from stress_tests.history import FaultRecord, Recorder
@@ -120,11 +121,13 @@ def restore_power(
     return cluster_up(directory, base_port, limits)
 
 
-def stop_everything(cluster: LocalCluster | None, disk: PowerCutFS) -> None:
-    """However a run ended: no node left running on the mount, and no mount left."""
+def stop_everything(directory: Path, disk: PowerCutFS) -> None:
+    """However a run ended: no node left running on the mount, and no mount left. The
+    nodes are found from ``cluster.json`` on the disk (a ``cluster up`` that failed halfway
+    may have started some that no ``LocalCluster`` object of the caller knows)."""
     try:
-        if cluster is not None and disk.mounted:
-            kill_every_node(cluster)
+        if disk.mounted and (directory / CLUSTER_FILE).exists():
+            kill_every_node(LocalCluster(directory))
     finally:
         disk.unmount()
 
@@ -145,8 +148,7 @@ def power_cut_cluster(
         cluster_up(directory, base_port, limits)
         yield disk, directory
     finally:
-        opened = LocalCluster(directory) if (directory / "cluster.json").exists() else None
-        stop_everything(opened, disk)
+        stop_everything(directory, disk)
 
 
 def _group_runs(pgid: int) -> bool:

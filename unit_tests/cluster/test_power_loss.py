@@ -101,13 +101,14 @@ class PoweredCluster:
 def powered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PoweredCluster]:
     backing = tmp_path_factory.mktemp("power-cut-disk")
     disk = PowerCutFS(backing, strict_directories=True)
-    cluster = Cluster(disk.mount() / CLUSTER_DIR_NAME, BASE_PORT)
+    directory = disk.mount() / CLUSTER_DIR_NAME
+    cluster = Cluster(directory, BASE_PORT)
     try:
         cluster.up()
         yield PoweredCluster(disk, cluster, backing / "node-logs")
     finally:
         cluster.http.close()
-        stop_everything(getattr(cluster, "local", None), disk)
+        stop_everything(directory, disk)
 
 
 class Clients:

@@ -20,6 +20,7 @@ from concurrent.futures import Executor
 from manager.broker_client import BrokerClient
 from manager.broker_monitor import BrokerMonitor
 from manager.registry.brokers import BrokerRecord
+from manager.registry.commands import SetBrokerAlive
 from manager.replicated import ReplicatedRegistry
 from manager.service import ManagerService
 from protocol.errors import RaftQError
@@ -100,7 +101,7 @@ class LeaderDuties:
 
     def _set_alive(self, broker: BrokerRecord, alive: bool) -> None:
         try:
-            self._raft.set_broker_alive(broker.broker_id, alive)
+            self._raft.propose(SetBrokerAlive(broker.broker_id, alive))
             _log.warning("broker %s is %s", broker.broker_id, "alive" if alive else "dead")
         except RaftQError as exc:
             _log.warning("could not record broker %s liveness: %s", broker.broker_id, exc.message)

@@ -11,27 +11,25 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from pysyncobj import FAIL_REASON, SyncObjConf, SyncObjConsumer, replicated
+from pysyncobj import SyncObjConsumer, replicated
 from pysyncobj.syncobj import SyncObjException
 
 from manager.config import ManagerConfig
+from manager.registry.commands import RegistryCommand, command_name, from_wire, to_wire
 from manager.registry.outcome import Outcome
 from manager.registry.state import ManagerState
 from manager.registry.topics import Assignment
 from manager.replicated import RaftStatus
 from protocol.durable_files import make_directories
-from protocol.errors import ErrorCode, RaftQError
+from protocol.types import RaftRole
 from runtime import durable_journal
-from runtime.raft_node import RaftNode
+from runtime.raft_node import RaftNode, raft_conf, raft_failure
 
 _log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-_STATE_LEADER = 2
-_ROLES = {0: "follower", 1: "candidate", 2: "leader"}
 
 
 class _RegistryConsumer(SyncObjConsumer):
@@ -43,8 +41,10 @@ class _RegistryConsumer(SyncObjConsumer):
     Add a new command with the next ``ver`` (and switch the cluster's code version) instead,
     or at ``ver=0`` under a name that sorts after every existing one, which renumbers nothing
     (``sweep_idle_clients``, ``upsert_consumer``, ``upsert_producer``: the timed forms of the
-    registrations, for leases; ``register_*`` stay, unchanged, so old journals replay). A node
-    of an older version cannot apply the new ones: upgrade every manager before proposing.
+    registrations, for leases; then ``write_command``, which carries any command of
+    ``manager.registry.commands`` and is the only one proposed today; the others stay,
+    unchanged, so old journals replay). A node of an older version cannot apply the new ones:
+    upgrade every manager before proposing.
     """
 
     def __init__(self) -> None:
@@ -149,6 +149,14 @@ class _RegistryConsumer(SyncObjConsumer):
             lambda s: s.register_producer(producer_id, topic, clients_max, now_ms, expiry_ms),
         )
 
+    @replicated(ver=0)
+    def write_command(self, wire: tuple[object, ...]) -> Outcome:
+        """The one command proposed today: any ``manager.registry.commands`` command in its
+        wire form. (The methods above are how they were proposed before; they stay so old
+        journals replay.)"""
+        command = from_wire(wire)
+        return self._apply(command_name(command) if command else "?", lambda s: s.apply(command))
+
 
 class ManagerRaft:
     """Implements ``manager.replicated.ReplicatedRegistry`` over pysyncobj."""
@@ -157,22 +165,12 @@ class ManagerRaft:
         limits = config.limits
         make_directories(config.data_dir)  # durable: the journal and dump inside must be found
         self._commit_timeout_s = limits.raft_commit_timeout_s
-        conf = SyncObjConf(
-            password=config.secret,
-            bindAddress=config.raft_address,  # never 0.0.0.0
-            appendEntriesUseBatch=False,  # with batching every commit waits 100 ms
-            leaderFallbackTimeout=limits.raft_leader_fallback_timeout_s,
-            raftMinTimeout=limits.raft_election_timeout_min_s,
-            raftMaxTimeout=limits.raft_election_timeout_max_s,
-            connectionTimeout=limits.raft_connection_timeout_s,
-            # Both files are needed to survive a restart of the whole cluster.
-            journalFile=str(config.journal_path),
-            fullDumpFile=str(config.dump_path),
-            useFork=False,
-            commandsWaitLeader=False,  # fail fast without a leader
-            dynamicMembershipChange=False,
-            logCompactionMinEntries=limits.raft_log_compaction_entries_min,
-            logCompactionMinTime=limits.raft_log_compaction_time_min_s,
+        conf = raft_conf(
+            limits,
+            secret=config.secret,
+            bind_address=config.raft_address,
+            journal_file=str(config.journal_path),
+            dump_file=str(config.dump_path),
         )
         self._consumer = _RegistryConsumer()
         durable_journal.install()  # entries and votes on disk before Raft acts on them
@@ -202,109 +200,25 @@ class ManagerRaft:
         return None if leader is None else str(leader.address)
 
     def status(self) -> RaftStatus:
-        raw: dict[str, Any] = self._syncobj.getStatus()
-        leader = raw.get("leader")
+        node = self._syncobj.node_status()
         return RaftStatus(
-            role=_ROLES.get(raw["state"], "unknown"),
-            is_leader=raw["state"] == _STATE_LEADER,
-            leader_raft_address=None if leader is None else str(leader.address),
-            term=int(raw["raft_term"]),
-            commit_index=int(raw["commit_idx"]),
-            last_applied=int(raw["last_applied"]),
-            has_quorum=bool(raw["has_quorum"]),
-            uptime_s=int(raw["uptime"]),
+            role=node.role.value,
+            is_leader=node.role is RaftRole.LEADER,
+            leader_raft_address=node.leader,
+            term=node.term,
+            commit_index=node.commit_index,
+            last_applied=node.last_applied,
+            has_quorum=node.has_quorum,
+            uptime_s=node.uptime_s,
         )
 
     # --- commands ----------------------------------------------------------------------------
-    def begin_topic(
-        self,
-        name: str,
-        assignments: tuple[Assignment, ...],
-        topics_max: int,
-        partitions_max: int,
-        replicas_max: int,
-    ) -> Outcome:
-        return self._propose(
-            self._consumer.begin_topic, name, assignments, topics_max, partitions_max, replicas_max
-        )
-
-    def begin_partition(
-        self,
-        name: str,
-        partition_id: int,
-        assignment: Assignment,
-        partitions_max: int,
-        replicas_max: int,
-    ) -> Outcome:
-        return self._propose(
-            self._consumer.begin_partition,
-            name,
-            partition_id,
-            assignment,
-            partitions_max,
-            replicas_max,
-        )
-
-    def finish_partitions(self, name: str, partition_ids: tuple[int, ...]) -> Outcome:
-        return self._propose(self._consumer.finish_partitions, name, partition_ids)
-
-    def register_broker(
-        self, broker_id: int, address: str, host: str, low: int, high: int, brokers_max: int
-    ) -> Outcome:
-        return self._propose(
-            self._consumer.register_broker, broker_id, address, host, low, high, brokers_max
-        )
-
-    def set_broker_alive(self, broker_id: int, alive: bool) -> Outcome:
-        return self._propose(self._consumer.set_broker_alive, broker_id, alive)
-
-    def register_producer(
-        self, producer_id: str, topic: str, clients_max: int, now_ms: int, expiry_ms: int
-    ) -> Outcome:
-        return self._propose(
-            self._consumer.upsert_producer, producer_id, topic, clients_max, now_ms, expiry_ms
-        )
-
-    def register_consumer(
-        self,
-        consumer_id: str,
-        topic: str,
-        partition_id: int | None,
-        clients_max: int,
-        now_ms: int,
-        expiry_ms: int,
-    ) -> Outcome:
-        return self._propose(
-            self._consumer.upsert_consumer,
-            consumer_id,
-            topic,
-            partition_id,
-            clients_max,
-            now_ms,
-            expiry_ms,
-        )
-
-    def expire_idle_clients(self, now_ms: int, expiry_ms: int, count_max: int) -> Outcome:
-        return self._propose(self._consumer.sweep_idle_clients, now_ms, expiry_ms, count_max)
-
-    def _propose(self, command: Callable[..., Any], *args: object) -> Outcome:
+    def propose(self, command: RegistryCommand) -> Outcome:
         try:
-            result = command(*args, sync=True, timeout=self._commit_timeout_s)
+            result = self._consumer.write_command(
+                to_wire(command), sync=True, timeout=self._commit_timeout_s
+            )
         except SyncObjException as exc:
-            raise self._error(exc.errorCode) from exc
+            what = f"the managers' {command_name(command)}"
+            raise raft_failure(exc.errorCode, what, self._commit_timeout_s) from exc
         return result if isinstance(result, Outcome) else Outcome.FAILED
-
-    def _error(self, reason: object) -> RaftQError:
-        hint = self.leader_raft_address()
-        if reason == FAIL_REASON.MISSING_LEADER:
-            return RaftQError(ErrorCode.NO_LEADER, "the managers have no Raft leader")
-        if reason in (FAIL_REASON.DISCARDED, FAIL_REASON.NOT_LEADER):
-            return RaftQError(ErrorCode.NOT_LEADER, f"leadership moved (to {hint}); not applied")
-        if reason in (FAIL_REASON.QUEUE_FULL, FAIL_REASON.REQUEST_DENIED):
-            return RaftQError(ErrorCode.UNAVAILABLE, f"command refused by Raft ({reason})")
-        # 'Timeout', LEADER_CHANGED, UNKNOWN_OUTCOME: it may still be applied later.
-        return RaftQError(
-            ErrorCode.COMMIT_TIMEOUT,
-            f"the command did not commit within {self._commit_timeout_s} s ({reason}); "
-            "it may still be applied",
-        )

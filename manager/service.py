@@ -18,6 +18,7 @@ from concurrent.futures import Executor
 from manager.broker_client import BrokerClient
 from manager.broker_monitor import BrokerMonitor
 from manager.placement import place_partitions
+from manager.registry import commands
 from manager.registry.brokers import BrokerRecord
 from manager.registry.outcome import Outcome
 from manager.registry.state import EXPIRED_PER_SWEEP_MAX, ManagerState
@@ -92,12 +93,14 @@ class ManagerService:
                     s.topics.raft_ports_by_host(),
                 )
             )
-            outcome = self._raft.begin_topic(
-                request.name,
-                assignments,
-                limits.registry_topics_max,
-                limits.topic_partitions_max,
-                limits.replication_factor,
+            outcome = self._raft.propose(
+                commands.BeginTopic(
+                    request.name,
+                    assignments,
+                    limits.registry_topics_max,
+                    limits.topic_partitions_max,
+                    limits.replication_factor,
+                )
             )
             check_outcome(outcome, f"topic {request.name!r}")
             self._complete(request.name, tuple(range(request.partitions)))
@@ -119,12 +122,14 @@ class ManagerService:
                     s.topics.raft_ports_by_host(),
                 )
             )
-            outcome = self._raft.begin_partition(
-                topic.name,
-                partition_id,
-                assignment,
-                self._limits.topic_partitions_max,
-                self._limits.replication_factor,
+            outcome = self._raft.propose(
+                commands.BeginPartition(
+                    topic.name,
+                    partition_id,
+                    assignment,
+                    self._limits.topic_partitions_max,
+                    self._limits.replication_factor,
+                )
             )
             check_outcome(outcome, f"partition {partition_id} of {topic.name!r}")
             self._complete(topic.name, (partition_id,))
@@ -182,7 +187,8 @@ class ManagerService:
                 f"topic {name!r} is recorded but {len(failures)} replica(s) are not yet hosted "
                 f"(retried in the background): {failures[0]}",
             )
-        check_outcome(self._raft.finish_partitions(name, partition_ids), f"topic {name!r}")
+        finished = self._raft.propose(commands.FinishPartitions(name, partition_ids))
+        check_outcome(finished, f"topic {name!r}")
 
     def _topic(self, name: str) -> TopicRecord:
         topic = self._raft.read(lambda s: s.topics.get(name))
@@ -204,13 +210,15 @@ class ManagerService:
             request.address, request.raft_host, request.raft_port_min, request.raft_port_max
         )
         if not same:
-            outcome = self._raft.register_broker(
-                request.broker_id,
-                request.address,
-                request.raft_host,
-                request.raft_port_min,
-                request.raft_port_max,
-                self._limits.registry_brokers_max,
+            outcome = self._raft.propose(
+                commands.RegisterBroker(
+                    request.broker_id,
+                    request.address,
+                    request.raft_host,
+                    request.raft_port_min,
+                    request.raft_port_max,
+                    self._limits.registry_brokers_max,
+                )
             )
             same = check_outcome(outcome, f"broker {request.broker_id}") is Outcome.UNCHANGED
         return {"broker_id": request.broker_id}, 200 if same else 201
@@ -224,12 +232,14 @@ class ManagerService:
         self._topic(request.topic)
         # Chosen by the proposer (or the client): apply stays deterministic.
         producer_id = request.producer_id or uuid.uuid4().hex
-        outcome = self._raft.register_producer(
-            producer_id,
-            request.topic,
-            self._limits.registry_clients_max,
-            self._clock_ms(),
-            self._idle_expiry_ms,
+        outcome = self._raft.propose(
+            commands.RegisterProducer(
+                producer_id,
+                request.topic,
+                self._limits.registry_clients_max,
+                self._clock_ms(),
+                self._idle_expiry_ms,
+            )
         )
         check_outcome(outcome, "producer")
         body = {"producer_id": producer_id, **self._lease()}
@@ -243,13 +253,15 @@ class ManagerService:
                 f"topic {topic.name!r} has no partition {request.partition_id}",
             )
         consumer_id = request.consumer_id or uuid.uuid4().hex
-        outcome = self._raft.register_consumer(
-            consumer_id,
-            request.topic,
-            request.partition_id,
-            self._limits.registry_clients_max,
-            self._clock_ms(),
-            self._idle_expiry_ms,
+        outcome = self._raft.propose(
+            commands.RegisterConsumer(
+                consumer_id,
+                request.topic,
+                request.partition_id,
+                self._limits.registry_clients_max,
+                self._clock_ms(),
+                self._idle_expiry_ms,
+            )
         )
         check_outcome(outcome, "consumer")
         return {"consumer_id": consumer_id, **self._lease()}
@@ -261,8 +273,8 @@ class ManagerService:
         now_ms = self._clock_ms()
         oldest_ms = self._raft.read(lambda s: s.clients.oldest_seen_ms())
         if oldest_ms is not None and now_ms - oldest_ms > self._idle_expiry_ms:
-            outcome = self._raft.expire_idle_clients(
-                now_ms, self._idle_expiry_ms, EXPIRED_PER_SWEEP_MAX
+            outcome = self._raft.propose(
+                commands.ExpireIdleClients(now_ms, self._idle_expiry_ms, EXPIRED_PER_SWEEP_MAX)
             )
             check_outcome(outcome, "expiring idle clients")
         return self._raft.read(lambda s: len(s.clients))

@@ -36,12 +36,84 @@ from __future__ import annotations
 
 import io
 import pickletools
+import time
+from dataclasses import dataclass
 from typing import Any
 
-from pysyncobj import SyncObj, SyncObjConf
+from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf
 from pysyncobj.monotonic import monotonic as monotonic_time
 
+from protocol.errors import ErrorCode, RaftQError
+from protocol.limits import Limits
+from protocol.types import RaftRole
 from runtime.durable_journal import DumpWriter, DurableFileJournal, opened
+
+_LEADER_POLL_S = 0.02
+_ROLES = {0: RaftRole.FOLLOWER, 1: RaftRole.CANDIDATE, 2: RaftRole.LEADER}
+
+
+def raft_conf(
+    limits: Limits, *, secret: str, bind_address: str, journal_file: str, dump_file: str
+) -> SyncObjConf:
+    """The configuration every Raft group of RaftQ runs with (partitions and managers)."""
+    return SyncObjConf(
+        password=secret,  # without it pysyncobj unpickles anything from anyone
+        bindAddress=bind_address,  # never 0.0.0.0
+        appendEntriesUseBatch=False,  # with batching every commit waits for a 100 ms tick
+        leaderFallbackTimeout=limits.raft_leader_fallback_timeout_s,
+        raftMinTimeout=limits.raft_election_timeout_min_s,
+        raftMaxTimeout=limits.raft_election_timeout_max_s,
+        connectionTimeout=limits.raft_connection_timeout_s,
+        # Both files are needed to survive a restart of the whole cluster.
+        journalFile=journal_file,
+        fullDumpFile=dump_file,
+        logCompactionMinEntries=limits.raft_log_compaction_entries_min,
+        logCompactionMinTime=limits.raft_log_compaction_time_min_s,
+        useFork=False,  # the dump is written by DumpWriter's thread instead
+        commandsWaitLeader=False,  # fail fast without a leader
+        dynamicMembershipChange=False,
+    )
+
+
+_NOTHING_DONE = {
+    FAIL_REASON.QUEUE_FULL: (ErrorCode.BACKPRESSURE, "the Raft command queue is full"),
+    FAIL_REASON.MISSING_LEADER: (ErrorCode.NO_LEADER, "the group has no Raft leader"),
+    FAIL_REASON.NOT_LEADER: (ErrorCode.NOT_LEADER, "the leader it was sent to no longer leads"),
+    FAIL_REASON.DISCARDED: (ErrorCode.NOT_LEADER, "a new leader replaced the entry"),
+    FAIL_REASON.REQUEST_DENIED: (ErrorCode.NOT_LEADER, "the Raft leader refused the command"),
+}
+"""pysyncobj's failures that prove the command was never applied: it was refused before it
+entered the log (queue full, no leader, a forwarded command reaching a node that no longer
+leads, a refusal) or its entry was replaced by a new leader's. Every other failure
+(``Timeout``, ``LEADER_CHANGED`` while a follower waited for the leader's answer,
+``UNKNOWN_OUTCOME``) leaves it open: it may still be applied."""
+
+
+def raft_failure(reason: object, what: str, commit_timeout_s: float) -> RaftQError:
+    """The one mapping of a pysyncobj failure onto RaftQ's error codes, for both adapters;
+    the codes' ``proves_nothing_done`` then tells every caller whether to retry elsewhere."""
+    found = _NOTHING_DONE.get(reason)
+    if found is not None:
+        code, message = found
+        return RaftQError(code, f"{what}: {message}; not applied")
+    return RaftQError(
+        ErrorCode.COMMIT_TIMEOUT,
+        f"{what}: no commit within {commit_timeout_s} s ({reason}); the outcome is unknown, "
+        "retry with the same sequence or request id",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStatus:
+    role: RaftRole
+    leader: str | None
+    """Raft address of the group's leader, when known."""
+    term: int
+    commit_index: int
+    last_applied: int
+    has_quorum: bool
+    log_entries: int
+    uptime_s: int
 
 
 class RaftNode(SyncObj):
@@ -57,6 +129,31 @@ class RaftNode(SyncObj):
     @property
     def journal(self) -> DurableFileJournal | None:
         return self._journals[0] if self._journals else None
+
+    def node_status(self) -> NodeStatus:
+        raw: dict[str, Any] = self.getStatus()
+        leader = raw.get("leader")
+        return NodeStatus(
+            role=_ROLES[raw["state"]],
+            leader=None if leader is None else str(getattr(leader, "address", leader)),
+            term=int(raw["raft_term"]),
+            commit_index=int(raw["commit_idx"]),
+            last_applied=int(raw["last_applied"]),
+            has_quorum=bool(raw["has_quorum"]),
+            log_entries=int(raw["log_len"]),
+            uptime_s=int(raw["uptime"]),
+        )
+
+    def wait_for_leader(self, wait_s: float, what: str) -> None:
+        """Ride out an election in progress; 503 NO_LEADER when none ends within ``wait_s``."""
+        deadline = time.monotonic() + wait_s
+        while self._getLeader() is None:
+            if time.monotonic() >= deadline:
+                raise RaftQError(
+                    ErrorCode.NO_LEADER,
+                    f"{what} has had no Raft leader for {wait_s} s (no majority of replicas?)",
+                )
+            time.sleep(_LEADER_POLL_S)
 
     def applying_entry(self) -> tuple[int, int]:
         """Inside an apply (tick thread): the Raft index and the node's current term of the

@@ -15,13 +15,12 @@ import logging
 import os
 import pickle
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from typing import TypeVar
 
-from pysyncobj import FAIL_REASON, SyncObjConf, SyncObjConsumer, replicated
+from pysyncobj import SyncObjConsumer, replicated
 from pysyncobj.syncobj import SyncObjException
 
 from broker.partition.commands import Command, KeyValue, to_wire
@@ -30,13 +29,12 @@ from broker.partition.log import MessageTuple, PartitionLimits, PartitionLog, Re
 from protocol.durable_files import make_directories
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
-from protocol.types import RaftRole, ReplicaSpec
+from protocol.types import ReplicaSpec
 from runtime import durable_journal
 from runtime.durable_journal import FrozenState
-from runtime.raft_node import RaftNode
+from runtime.raft_node import RaftNode, raft_conf, raft_failure
 
 _log = logging.getLogger(__name__)
-_LEADER_POLL_S = 0.02
 T = TypeVar("T")
 
 
@@ -127,19 +125,6 @@ class ReplicatedPartition(SyncObjConsumer):
             return apply_group(self.log, [("mark_flushed", replica_id, flushed_offset)])
 
 
-# Which failures prove the command was not applied (NO_LEADER: safe to send elsewhere) and
-# which leave the outcome unknown (COMMIT_TIMEOUT: retry only with the same sequence/request).
-_FAIL_MESSAGES = {
-    FAIL_REASON.QUEUE_FULL: (ErrorCode.BACKPRESSURE, "the Raft command queue is full"),
-    FAIL_REASON.MISSING_LEADER: (ErrorCode.NO_LEADER, "the partition has no Raft leader"),
-    FAIL_REASON.DISCARDED: (ErrorCode.NO_LEADER, "a new leader discarded the command"),
-    FAIL_REASON.REQUEST_DENIED: (ErrorCode.NO_LEADER, "the Raft leader refused the command"),
-    FAIL_REASON.NOT_LEADER: (ErrorCode.COMMIT_TIMEOUT, "the leader changed; outcome unknown"),
-    FAIL_REASON.LEADER_CHANGED: (ErrorCode.COMMIT_TIMEOUT, "the leader changed; outcome unknown"),
-    FAIL_REASON.UNKNOWN_OUTCOME: (ErrorCode.COMMIT_TIMEOUT, "outcome unknown"),
-}
-
-
 class PartitionRaft:
     """One replica's Raft node. Created inside the gunicorn worker, never before a fork."""
 
@@ -150,21 +135,12 @@ class PartitionRaft:
             len(spec.replicas), partition_limits(limits), limits.raft_snapshot_chunk_messages
         )
         make_directories(data_dir)  # durable: the journal and dump inside must be found
-        conf = SyncObjConf(
-            password=secret,
-            bindAddress=spec.raft_address,
-            appendEntriesUseBatch=False,
-            leaderFallbackTimeout=limits.raft_leader_fallback_timeout_s,
-            raftMinTimeout=limits.raft_election_timeout_min_s,
-            raftMaxTimeout=limits.raft_election_timeout_max_s,
-            connectionTimeout=limits.raft_connection_timeout_s,
-            journalFile=os.path.join(data_dir, "raft.journal"),
-            fullDumpFile=os.path.join(data_dir, "raft.dump"),
-            logCompactionMinEntries=limits.raft_log_compaction_entries_min,
-            logCompactionMinTime=limits.raft_log_compaction_time_min_s,
-            useFork=False,
-            commandsWaitLeader=False,
-            dynamicMembershipChange=False,
+        conf = raft_conf(
+            limits,
+            secret=secret,
+            bind_address=spec.raft_address,
+            journal_file=os.path.join(data_dir, "raft.journal"),
+            dump_file=os.path.join(data_dir, "raft.dump"),
         )
         durable_journal.install()
         self._sync = RaftNode(spec.raft_address, list(spec.partners), conf, consumers=[self.state])
@@ -184,13 +160,14 @@ class PartitionRaft:
         self, commands: Sequence[Command], *, synced: bool = True
     ) -> tuple[list[Result], Entry]:
         """Commit ``commands`` as one entry and wait until it is applied here."""
-        self._wait_for_leader()
+        self._sync.wait_for_leader(self._limits.raft_leader_wait_s_max, self.name)
         wire = [to_wire(command) for command in commands]
         run = self.state.run_group if synced else self.state.run_group_unsynced
         try:
             applied = run(wire, sync=True, timeout=self._limits.raft_commit_timeout_s)
         except SyncObjException as exc:
-            raise _raft_error(exc, self.name) from exc
+            timeout_s = self._limits.raft_commit_timeout_s
+            raise raft_failure(exc.errorCode, self.name, timeout_s) from exc
         if not (isinstance(applied, GroupApplied) and len(applied.results) == len(commands)):
             raise RaftQError(ErrorCode.INTERNAL, f"{self.name}: a group applied as {applied!r}")
         # Every replica that acknowledged a synced entry synced it first, and a committed
@@ -204,34 +181,21 @@ class PartitionRaft:
         with self.state.lock:
             return query(self.state.log)
 
-    def _wait_for_leader(self) -> None:
-        """Ride out an election in progress; fail fast when none ends within the bound."""
-        deadline = time.monotonic() + self._limits.raft_leader_wait_s_max
-        while self._sync._getLeader() is None:
-            if time.monotonic() >= deadline:
-                raise RaftQError(
-                    ErrorCode.NO_LEADER,
-                    f"{self.name} has had no Raft leader for "
-                    f"{self._limits.raft_leader_wait_s_max} s (no majority of replicas?)",
-                )
-            time.sleep(_LEADER_POLL_S)
-
     @property
     def name(self) -> str:
         return f"{self.spec.topic}/{self.spec.partition_id} replica {self.spec.replica_id}"
 
     def status(self) -> ConsensusStatus:
-        raw = self._sync.getStatus()
-        leader = raw["leader"]
+        node = self._sync.node_status()
         return ConsensusStatus(
-            role={0: RaftRole.FOLLOWER, 1: RaftRole.CANDIDATE, 2: RaftRole.LEADER}[raw["state"]],
-            leader=None if leader is None else str(getattr(leader, "address", leader)),
-            term=int(raw["raft_term"]),
-            commit_index=int(raw["commit_idx"]),
-            last_applied=int(raw["last_applied"]),
-            has_quorum=bool(raw["has_quorum"]),
+            role=node.role,
+            leader=node.leader,
+            term=node.term,
+            commit_index=node.commit_index,
+            last_applied=node.last_applied,
+            has_quorum=node.has_quorum,
             partners=self.spec.partners,
-            log_entries=int(raw["log_len"]),
+            log_entries=node.log_entries,
         )
 
     def destroy(self) -> None:
@@ -287,15 +251,3 @@ def partition_limits(limits: Limits) -> PartitionLimits:
         consumers_max=limits.partition_consumers_max,
         client_idle_expiry_ms=int(limits.client_idle_expiry_s * 1000),
     )
-
-
-def _raft_error(exc: SyncObjException, name: str) -> RaftQError:
-    reason = exc.errorCode
-    if reason == "Timeout":
-        return RaftQError(
-            ErrorCode.COMMIT_TIMEOUT,
-            f"{name}: no commit within the timeout; the outcome is unknown, retry with the "
-            "same sequence or request_id",
-        )
-    code, message = _FAIL_MESSAGES.get(reason, (ErrorCode.COMMIT_TIMEOUT, f"Raft failure {reason}"))
-    return RaftQError(code, f"{name}: {message}")

@@ -10,6 +10,17 @@ from __future__ import annotations
 
 from manager.registry.brokers import BrokerRegistry
 from manager.registry.clients import ClientRegistry
+from manager.registry.commands import (
+    BeginPartition,
+    BeginTopic,
+    ExpireIdleClients,
+    FinishPartitions,
+    RegisterBroker,
+    RegisterConsumer,
+    RegisterProducer,
+    RegistryCommand,
+    SetBrokerAlive,
+)
 from manager.registry.outcome import Outcome
 from manager.registry.topics import Assignment, TopicRegistry
 from protocol.types import BrokerId
@@ -30,6 +41,31 @@ class ManagerState:
         self.clients = ClientRegistry()
         self.revision = 0
         """Revision of the last change; every record's ``version`` is one of these."""
+
+    def apply(self, command: RegistryCommand | None) -> Outcome:
+        """Run one replicated command (``None``: a malformed one, which changes nothing)."""
+        match command:
+            case BeginTopic(name, assignments, topics_max, partitions_max, replicas_max):
+                return self.begin_topic(name, assignments, topics_max, partitions_max, replicas_max)
+            case BeginPartition(name, partition_id, assignment, partitions_max, replicas_max):
+                return self.begin_partition(
+                    name, partition_id, assignment, partitions_max, replicas_max
+                )
+            case FinishPartitions(name, partition_ids):
+                return self.finish_partitions(name, partition_ids)
+            case RegisterBroker(broker_id, address, host, low, high, brokers_max):
+                return self.register_broker(broker_id, address, host, low, high, brokers_max)
+            case SetBrokerAlive(broker_id, alive):
+                return self.set_broker_alive(broker_id, alive)
+            case RegisterProducer(producer_id, topic, clients_max, now_ms, expiry_ms):
+                return self.register_producer(producer_id, topic, clients_max, now_ms, expiry_ms)
+            case RegisterConsumer(consumer_id, topic, partition_id, clients_max, now, expiry):
+                return self.register_consumer(
+                    consumer_id, topic, partition_id, clients_max, now, expiry
+                )
+            case ExpireIdleClients(now_ms, expiry_ms, count_max):
+                return self.expire_idle_clients(now_ms, expiry_ms, count_max)
+        return Outcome.INVALID
 
     def _stamp(self, outcome: Outcome) -> Outcome:
         if outcome in _CHANGED:

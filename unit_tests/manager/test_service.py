@@ -10,6 +10,7 @@ import pytest
 from manager.broker_client import BrokerClient, BrokerRefusalError
 from manager.broker_monitor import BrokerMonitor
 from manager.log_router import LogRouter
+from manager.registry.commands import SetBrokerAlive
 from manager.registry.topics import PartitionState
 from manager.replicated import LocalRegistry
 from manager.service import ManagerService
@@ -139,7 +140,7 @@ def test_not_enough_brokers(
     setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter],
 ) -> None:
     registry, _, service, _ = setup
-    registry.set_broker_alive(3, False)
+    registry.propose(SetBrokerAlive(3, False))
     with pytest.raises(RaftQError) as caught:
         service.create_topic(CreateTopic("t", 1, 3))
     assert caught.value.code is ErrorCode.NOT_ENOUGH_BROKERS

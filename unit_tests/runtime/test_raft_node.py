@@ -13,10 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pysyncobj import SyncObjConf
+from pysyncobj import FAIL_REASON, SyncObjConf
 
+from protocol.errors import ErrorCode
 from runtime import durable_journal
-from runtime.raft_node import RaftNode
+from runtime.raft_node import RaftNode, raft_failure
 from unit_tests.ports import free_port
 from unit_tests.runtime import raft_crash_child
 
@@ -109,3 +110,18 @@ def test_loading_a_dump_restarts_the_election_timeout(leader: RaftNode) -> None:
     leader._SyncObj__loadDumpFile(False)  # a leader's tick never reads the deadline
     timeout_min_s = leader._SyncObj__conf.raftMinTimeout
     assert leader._SyncObj__raftElectionDeadline > time.monotonic() + timeout_min_s / 2
+
+
+def test_one_mapping_of_raft_failures_says_what_proves_nothing_was_done() -> None:
+    refused = (
+        FAIL_REASON.QUEUE_FULL,
+        FAIL_REASON.MISSING_LEADER,
+        FAIL_REASON.NOT_LEADER,
+        FAIL_REASON.DISCARDED,
+        FAIL_REASON.REQUEST_DENIED,
+    )
+    for reason in refused:
+        assert raft_failure(reason, "t/0", 5.0).code.proves_nothing_done, reason
+    for reason in (FAIL_REASON.LEADER_CHANGED, FAIL_REASON.UNKNOWN_OUTCOME, "Timeout"):
+        error = raft_failure(reason, "t/0", 5.0)
+        assert error.code is ErrorCode.COMMIT_TIMEOUT and not error.code.proves_nothing_done

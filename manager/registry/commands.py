@@ -1,0 +1,132 @@
+"""The manager's replicated commands: the one list. Pure.
+
+Each command is a small frozen record; ``ManagerState.apply`` runs it; the Raft adapter
+carries it as a plain tuple (``to_wire``/``from_wire``: a tag and the fields), never as a
+pickled class, so renaming or moving a class here can never break a journal on disk. The
+replicated interface (``manager.replicated``), its in-memory twin and the Raft adapter each
+have one ``propose(command)``; nothing else lists the commands.
+
+Every argument a command needs to apply deterministically is in it: bounds the proposer
+read from its configuration, the proposer's clock (``now_ms``) and the registration
+lease (``expiry_ms``), so every manager applies it the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import astuple, dataclass, fields
+
+from manager.registry.topics import Assignment
+
+
+@dataclass(frozen=True, slots=True)
+class BeginTopic:
+    name: str
+    assignments: tuple[Assignment, ...]
+    topics_max: int
+    partitions_max: int
+    replicas_max: int
+
+
+@dataclass(frozen=True, slots=True)
+class BeginPartition:
+    name: str
+    partition_id: int
+    assignment: Assignment
+    partitions_max: int
+    replicas_max: int
+
+
+@dataclass(frozen=True, slots=True)
+class FinishPartitions:
+    name: str
+    partition_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterBroker:
+    broker_id: int
+    address: str
+    raft_host: str
+    raft_port_min: int
+    raft_port_max: int
+    brokers_max: int
+
+
+@dataclass(frozen=True, slots=True)
+class SetBrokerAlive:
+    broker_id: int
+    alive: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterProducer:
+    """Register, or renew the lease of, a producer."""
+
+    producer_id: str
+    topic: str
+    clients_max: int
+    now_ms: int
+    expiry_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterConsumer:
+    """Register, or renew the lease of, a consumer."""
+
+    consumer_id: str
+    topic: str
+    partition_id: int | None
+    clients_max: int
+    now_ms: int
+    expiry_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireIdleClients:
+    now_ms: int
+    expiry_ms: int
+    count_max: int
+
+
+RegistryCommand = (
+    BeginTopic
+    | BeginPartition
+    | FinishPartitions
+    | RegisterBroker
+    | SetBrokerAlive
+    | RegisterProducer
+    | RegisterConsumer
+    | ExpireIdleClients
+)
+
+_TAGS: dict[str, type[RegistryCommand]] = {
+    "begin_topic": BeginTopic,
+    "begin_partition": BeginPartition,
+    "finish_partitions": FinishPartitions,
+    "register_broker": RegisterBroker,
+    "set_broker_alive": SetBrokerAlive,
+    "register_producer": RegisterProducer,
+    "register_consumer": RegisterConsumer,
+    "expire_idle_clients": ExpireIdleClients,
+}
+"""The wire tag of each command: part of the journal format, never renamed."""
+_TAG_OF = {kind: tag for tag, kind in _TAGS.items()}
+
+
+def command_name(command: RegistryCommand) -> str:
+    return _TAG_OF[type(command)]
+
+
+def to_wire(command: RegistryCommand) -> tuple[object, ...]:
+    return (_TAG_OF[type(command)], *astuple(command))
+
+
+def from_wire(wire: object) -> RegistryCommand | None:
+    """The command a wire tuple holds, or ``None`` when it is not one (apply must not
+    raise). Only the tag and the arity are checked here; ``ManagerState`` checks values."""
+    if not isinstance(wire, tuple) or not wire or not isinstance(wire[0], str):
+        return None
+    kind = _TAGS.get(wire[0])
+    if kind is None or len(wire) - 1 != len(fields(kind)):
+        return None
+    return kind(*wire[1:])

@@ -302,10 +302,12 @@ class PowerLossRun:
             self._make_workers(cluster.lb_url)
             Admin(cluster.lb_url).create_topic(self.config.topic, self.config.partitions)
             threads = self._start_workers()
-            for cycle, moment in enumerate(moments):
-                cluster = self._cycle(cycle, moment, disk, directory, cluster)
-            self.stop.wait(self.config.tail_s)
-            self.stop.set()
+            try:
+                for cycle, moment in enumerate(moments):
+                    cluster = self._cycle(cycle, moment, disk, directory, cluster)
+                self.stop.wait(self.config.tail_s)
+            finally:
+                self.stop.set()  # also when a cut or a restart failed: no worker left running
             for thread in threads:
                 thread.join(JOIN_S)
             self._drain(cluster.lb_url)
@@ -499,7 +501,11 @@ def run_long(
     if reason is None:
         shutil.rmtree(directory, ignore_errors=True)
         directory.mkdir(parents=True, exist_ok=True)
-        report = PowerLossRun(config, directory, base_port, log).execute()
+        try:
+            report = PowerLossRun(config, directory, base_port, log).execute()
+        except Exception as exc:  # a run that broke (e.g. the cluster did not come back) fails
+            problem = f"the run broke: {exc!r}"[-4000:]
+            report = RunReport(config.topic, seed, [], Verdict(), [], 0, 0.0, False, 0, [problem])
     else:  # a run that cannot cut power proves nothing: it fails, saying why
         problem = f"invalid: the power-cut file system cannot run here: {reason}"
         report = RunReport(config.topic, seed, [], Verdict(), [], 0, 0.0, False, 0, [problem])

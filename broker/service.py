@@ -17,7 +17,7 @@ from broker.persistence.store import MessageStore, RangeChecksum
 from broker.replica import HostedReplica
 from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
-from protocol.limits import Limits
+from protocol.limits import Limits, PartitionLimits
 from protocol.types import (
     Ack,
     Durability,
@@ -38,10 +38,14 @@ class ReplicaStatus:
     end_offset: int
     flushed_offsets: list[Offset]
     has_quorum: bool
+    limits: PartitionLimits
+    """What its apply checks (the spec's, or for a replica created before specs carried
+    them, its broker's own)."""
 
     def to_json(self) -> dict[str, object]:
         return {
             **self.spec.to_json(),
+            "limits": self.limits.to_json(),
             "is_leader": self.is_leader,
             "leader_raft_address": self.leader_raft_address,
             "end_offset": self.end_offset,
@@ -254,8 +258,8 @@ class BrokerService:
 
     def _status(self, replica: HostedReplica) -> ReplicaStatus:
         raft = replica.partition.status()
-        end_offset, flushed = replica.partition.read(
-            lambda log: (log.end_offset, list(log.flushed_offsets))
+        end_offset, flushed, limits = replica.partition.read(
+            lambda log: (log.end_offset, list(log.flushed_offsets), log.limits)
         )
         return ReplicaStatus(
             spec=replica.spec,
@@ -264,4 +268,5 @@ class BrokerService:
             end_offset=end_offset,
             flushed_offsets=flushed,
             has_quorum=raft.has_quorum,
+            limits=limits,
         )

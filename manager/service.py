@@ -100,6 +100,7 @@ class ManagerService:
                     limits.registry_topics_max,
                     limits.topic_partitions_max,
                     limits.replication_factor,
+                    limits.partition_limits(),
                 )
             )
             check_outcome(outcome, f"topic {request.name!r}")
@@ -176,7 +177,13 @@ class ManagerService:
                 for r in partition.replicas
             )
             for replica in replicas:
-                spec = ReplicaSpec(name, partition.partition_id, replica.replica_id, replicas)
+                spec = ReplicaSpec(
+                    name,
+                    partition.partition_id,
+                    replica.replica_id,
+                    replicas,
+                    topic.partition_limits,
+                )
                 futures.append(
                     self._executor.submit(self._brokers.host_replica, replica.address, spec)
                 )

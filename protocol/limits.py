@@ -13,6 +13,41 @@ class LimitsError(ValueError):
     """The limits contradict each other or are out of range."""
 
 
+_DEFAULT_IDLE_EXPIRY_MS = 7 * 24 * 3600 * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLimits:
+    """The limits a partition's apply uses. Replicated state, not local configuration: the
+    manager fixes them when it creates a topic (from its own ``Limits``), records them with
+    the topic and sends them in every ``ReplicaSpec``, so every replica of a partition
+    applies with the same bounds whatever its broker's command line says."""
+
+    unflushed_messages_max: int
+    unflushed_bytes_max: int
+    replica_lag_messages_max: int
+    producers_max: int
+    sequences_remembered: int
+    consumers_max: int
+    client_idle_expiry_ms: int = _DEFAULT_IDLE_EXPIRY_MS
+    """A consumer or producer no command has named for longer is forgotten. The default is
+    also what a replica created before this limit existed gets (snapshots lack it)."""
+
+    def to_json(self) -> dict[str, int]:
+        return {spec.name: getattr(self, spec.name) for spec in fields(self)}
+
+    @classmethod
+    def from_json(cls, body: object) -> PartitionLimits:
+        """Every field, each a positive integer; ``ValueError`` otherwise."""
+        names = [spec.name for spec in fields(cls)]
+        if not isinstance(body, dict) or sorted(body) != sorted(names):
+            raise ValueError(f"partition limits need exactly {', '.join(names)}")
+        values = [body[name] for name in names]
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
+            raise ValueError("partition limits must be positive integers")
+        return cls(*values)
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     # --- messages and requests -------------------------------------------------------------
@@ -144,6 +179,18 @@ class Limits:
     """Threads a manager uses for parallel calls to brokers (polls, produce groups)."""
     retry_after_s: int = 1
     """Value of the Retry-After header on 429 and 503."""
+
+    def partition_limits(self) -> PartitionLimits:
+        """The partition limits a manager records for a topic it creates."""
+        return PartitionLimits(
+            unflushed_messages_max=self.partition_unflushed_messages_max,
+            unflushed_bytes_max=self.partition_unflushed_bytes_max,
+            replica_lag_messages_max=self.partition_replica_lag_messages_max,
+            producers_max=self.partition_producers_max,
+            sequences_remembered=self.producer_sequences_remembered,
+            consumers_max=self.partition_consumers_max,
+            client_idle_expiry_ms=int(self.client_idle_expiry_s * 1000),
+        )
 
     def validate(self) -> Limits:
         """Raise ``LimitsError`` unless every limit is positive and they agree with each other."""

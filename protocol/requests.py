@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from protocol.errors import ErrorCode, RaftQError
-from protocol.limits import Limits
+from protocol.limits import Limits, PartitionLimits
 from protocol.types import (
     BrokerId,
     ConsumerId,
@@ -426,4 +426,14 @@ def parse_replica_spec(params: Params, limits: Limits) -> ReplicaSpec:
         partition_id=partition_id,
         replica_id=ReplicaId(replica_id),
         replicas=tuple(replicas),
+        limits=_partition_limits(params.get("limits")),
     )
+
+
+def _partition_limits(body: object) -> PartitionLimits | None:
+    if body is None:
+        return None
+    try:
+        return PartitionLimits.from_json(body)
+    except ValueError as exc:
+        raise invalid(f"field 'limits': {exc}") from None

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import NewType
 
+from protocol.limits import PartitionLimits
+
 Offset = NewType("Offset", int)
 """Position of a message in one partition, contiguous from 0. Never a Raft log index."""
 
@@ -145,6 +147,9 @@ class ReplicaSpec:
     partition_id: PartitionId
     replica_id: ReplicaId
     replicas: tuple[ReplicaAddress, ...]
+    limits: PartitionLimits | None = None
+    """The partition's limits as the manager recorded them with the topic (``None``: a
+    topic created before they were recorded; the broker then uses its own)."""
 
     @property
     def raft_address(self) -> str:
@@ -162,4 +167,5 @@ class ReplicaSpec:
             "raft_address": self.raft_address,
             "partners": list(self.partners),
             "replicas": [r.to_json() for r in self.replicas],
+            **({} if self.limits is None else {"limits": self.limits.to_json()}),
         }

@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -168,8 +168,10 @@ class LocalCluster:
         create_if_missing(path, (secrets.token_hex(32) + "\n").encode(), 0o600)
         return path
 
-    def start_node(self, name: str) -> int:
-        """Start one node detached (unless running) and return its pid."""
+    def start_node(self, name: str, extra_args: Sequence[str] = ()) -> int:
+        """Start one node detached (unless running) and return its pid. ``extra_args`` are
+        added to its command line this time only (e.g. a ``--limit`` that differs from the
+        other nodes', which a test of replicated limits needs)."""
         node = self.node(name)
         running_pid = self._pids.get(name)
         if running_pid is not None and self.is_running(name):
@@ -180,7 +182,7 @@ class LocalCluster:
             log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting {name}\n".encode())
             log.flush()
             child = subprocess.Popen(
-                node.argv,
+                [*node.argv, *extra_args],
                 cwd=self._code_dir,
                 stdin=subprocess.DEVNULL,
                 stdout=log,

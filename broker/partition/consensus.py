@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from broker.partition.commands import Command, from_wire, to_wire
-from broker.partition.log import PartitionLimits, PartitionLog, Rejected, Result
+from broker.partition.log import PartitionLog, Rejected, Result
 from protocol.errors import ErrorCode
+from protocol.limits import PartitionLimits
 from protocol.types import RaftRole
 
 T = TypeVar("T")

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import cast
 
 from broker.partition.commands import Append, Command, Consume, KeyValue, MarkFlushed
+from protocol import snapshot_fields
 from protocol.errors import ErrorCode
 from protocol.invariant import check
-from protocol.limits import Limits
+
+# Also reached by this module's name: full dumps written before it moved to protocol.
+from protocol.limits import PartitionLimits
 from protocol.types import Offset, ReplicaId
 
 _EXPIRED_PER_COMMAND_MAX = 8
@@ -32,24 +35,6 @@ _CONSUMER = "c"
 _PRODUCER = "p"
 ClientKey = tuple[str, str]
 """``(_CONSUMER or _PRODUCER, client id)``."""
-
-_DEFAULT_IDLE_EXPIRY_MS = int(Limits().client_idle_expiry_s * 1000)
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionLimits:
-    """The limits that apply uses. They are part of the replicated state (fixed when the
-    replica is created), so every replica applies with the same bounds."""
-
-    unflushed_messages_max: int
-    unflushed_bytes_max: int
-    replica_lag_messages_max: int
-    producers_max: int
-    sequences_remembered: int
-    consumers_max: int
-    client_idle_expiry_ms: int = _DEFAULT_IDLE_EXPIRY_MS
-    """A consumer or producer no command has named for longer is forgotten. The default is
-    also what a replica created before this limit existed gets (snapshots lack it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,16 +79,12 @@ class _Consumer:
     last_sequence: int | None = None
     """The highest pop sequence applied (``None`` until a pop carries one)."""
 
+    # Snapshots written before ``last_sequence`` existed hold three fields.
     def __getstate__(self) -> list[object]:
-        return [getattr(self, spec.name) for spec in fields(self)]
+        return snapshot_fields.state_of(self)
 
     def __setstate__(self, state: list[object]) -> None:
-        """Snapshots written before ``last_sequence`` existed hold three fields: the missing
-        trailing one is ``None``."""
-        specs = fields(self)
-        values = [*state, *([None] * (len(specs) - len(state)))]
-        for spec, value in zip(specs, values, strict=True):
-            object.__setattr__(self, spec.name, value)
+        snapshot_fields.restore(self, state)
 
 
 # (key, value, timestamp_ms); a tuple keeps snapshots and memory small.

@@ -25,10 +25,10 @@ from pysyncobj.syncobj import SyncObjException
 
 from broker.partition.commands import Command, KeyValue, to_wire
 from broker.partition.consensus import ConsensusStatus, Entry, apply_group
-from broker.partition.log import MessageTuple, PartitionLimits, PartitionLog, Result
+from broker.partition.log import MessageTuple, PartitionLog, Result
 from protocol.durable_files import make_directories
 from protocol.errors import ErrorCode, RaftQError
-from protocol.limits import Limits
+from protocol.limits import Limits, PartitionLimits
 from protocol.types import ReplicaSpec
 from runtime import durable_journal
 from runtime.durable_journal import FrozenState
@@ -132,7 +132,11 @@ class PartitionRaft:
         self.spec = spec
         self._limits = limits
         self.state = ReplicatedPartition(
-            len(spec.replicas), partition_limits(limits), limits.raft_snapshot_chunk_messages
+            len(spec.replicas),
+            # The manager's, recorded with the topic; a replica created before the manager
+            # sent them keeps its broker's own (as it always did).
+            spec.limits or limits.partition_limits(),
+            limits.raft_snapshot_chunk_messages,
         )
         make_directories(data_dir)  # durable: the journal and dump inside must be found
         conf = raft_conf(
@@ -239,15 +243,3 @@ def thaw_partition_log(attributes: bytes, chunks: list[bytes]) -> PartitionLog:
     log = PartitionLog.__new__(PartitionLog)
     log.__setstate__(state)
     return log
-
-
-def partition_limits(limits: Limits) -> PartitionLimits:
-    return PartitionLimits(
-        unflushed_messages_max=limits.partition_unflushed_messages_max,
-        unflushed_bytes_max=limits.partition_unflushed_bytes_max,
-        replica_lag_messages_max=limits.partition_replica_lag_messages_max,
-        producers_max=limits.partition_producers_max,
-        sequences_remembered=limits.producer_sequences_remembered,
-        consumers_max=limits.partition_consumers_max,
-        client_idle_expiry_ms=int(limits.client_idle_expiry_s * 1000),
-    )

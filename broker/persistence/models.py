@@ -42,3 +42,6 @@ class PartitionRaft(Base):
     """JSON list of the other replicas' Raft nodes."""
     replicas: Mapped[str] = mapped_column(Text)
     """JSON list of every replica (id, broker, HTTP and Raft address)."""
+    partition_limits: Mapped[str | None] = mapped_column(Text, nullable=True)
+    """JSON of the partition's limits as the manager sent them (``ReplicaSpec.limits``);
+    NULL for a replica created before they were sent (it keeps its broker's own)."""

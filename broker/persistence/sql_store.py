@@ -10,7 +10,17 @@ import io
 import json
 import os
 
-from sqlalchemy import Connection, Engine, create_engine, event, func, select, text, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    create_engine,
+    event,
+    func,
+    inspect,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
@@ -18,6 +28,7 @@ from sqlalchemy.orm import Session
 from broker.persistence.models import Base, Log, PartitionRaft
 from broker.persistence.store import FlushBatch, RangeChecksum, range_checksum
 from protocol.durable_files import fsync_directory
+from protocol.limits import PartitionLimits
 from protocol.types import (
     BrokerId,
     Offset,
@@ -38,6 +49,7 @@ class SqlMessageStore:
         self._is_postgresql = self._engine.dialect.name == "postgresql"
         self._insert = postgresql.insert if self._is_postgresql else sqlite.insert
         Base.metadata.create_all(self._engine)
+        _add_missing_columns(self._engine)
         _sync_sqlite_file_entry(url)
 
     def insert_messages(
@@ -89,6 +101,7 @@ class SqlMessageStore:
             "raft_host": spec.raft_address,
             "raft_partners": json.dumps(list(spec.partners)),
             "replicas": json.dumps([r.to_json() for r in spec.replicas]),
+            "partition_limits": None if spec.limits is None else json.dumps(spec.limits.to_json()),
         }
         with Session(self._engine) as session, session.begin():
             session.execute(self._insert(PartitionRaft).on_conflict_do_nothing(), [row])
@@ -166,7 +179,23 @@ def _spec_from_row(row: PartitionRaft) -> ReplicaSpec:
         partition_id=PartitionId(row.partition_id),
         replica_id=ReplicaId(row.replica_id),
         replicas=replicas,
+        limits=(
+            None
+            if row.partition_limits is None
+            else PartitionLimits.from_json(json.loads(row.partition_limits))
+        ),
     )
+
+
+def _add_missing_columns(engine: Engine) -> None:
+    """Databases made before ``partition_raft.partition_limits`` existed get the column
+    (``create_all`` creates missing tables only). Idempotent."""
+    present = {c["name"] for c in inspect(engine).get_columns(PartitionRaft.__tablename__)}
+    if "partition_limits" not in present:
+        with engine.begin() as connection:
+            connection.execute(
+                text(f"ALTER TABLE {PartitionRaft.__tablename__} ADD COLUMN partition_limits TEXT")
+            )
 
 
 def _engine(url: str) -> Engine:

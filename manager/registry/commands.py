@@ -13,9 +13,10 @@ lease (``expiry_ms``), so every manager applies it the same way.
 
 from __future__ import annotations
 
-from dataclasses import astuple, dataclass, fields
+from dataclasses import dataclass, fields
 
 from manager.registry.topics import Assignment
+from protocol.limits import PartitionLimits
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +26,8 @@ class BeginTopic:
     topics_max: int
     partitions_max: int
     replicas_max: int
+    partition_limits: PartitionLimits
+    """Recorded with the topic: every replica of its partitions applies with them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,15 +121,28 @@ def command_name(command: RegistryCommand) -> str:
 
 
 def to_wire(command: RegistryCommand) -> tuple[object, ...]:
-    return (_TAG_OF[type(command)], *astuple(command))
+    values = (getattr(command, spec.name) for spec in fields(command))
+    return (_TAG_OF[type(command)], *(_plain(value) for value in values))
 
 
 def from_wire(wire: object) -> RegistryCommand | None:
     """The command a wire tuple holds, or ``None`` when it is not one (apply must not
-    raise). Only the tag and the arity are checked here; ``ManagerState`` checks values."""
+    raise). The tag, the arity and the partition limits are checked here; ``ManagerState``
+    checks the other values."""
     if not isinstance(wire, tuple) or not wire or not isinstance(wire[0], str):
         return None
     kind = _TAGS.get(wire[0])
     if kind is None or len(wire) - 1 != len(fields(kind)):
         return None
-    return kind(*wire[1:])
+    values = list(wire[1:])
+    if kind is BeginTopic:
+        try:
+            values[-1] = PartitionLimits.from_json(values[-1])
+        except ValueError:
+            return None
+    return kind(*values)
+
+
+def _plain(value: object) -> object:
+    """Field values as plain data (the journal holds no pickled class of ours)."""
+    return value.to_json() if isinstance(value, PartitionLimits) else value

@@ -23,6 +23,7 @@ from manager.registry.commands import (
 )
 from manager.registry.outcome import Outcome
 from manager.registry.topics import Assignment, TopicRegistry
+from protocol.limits import PartitionLimits
 from protocol.types import BrokerId
 
 _CHANGED = (Outcome.CREATED, Outcome.UPDATED)
@@ -45,8 +46,10 @@ class ManagerState:
     def apply(self, command: RegistryCommand | None) -> Outcome:
         """Run one replicated command (``None``: a malformed one, which changes nothing)."""
         match command:
-            case BeginTopic(name, assignments, topics_max, partitions_max, replicas_max):
-                return self.begin_topic(name, assignments, topics_max, partitions_max, replicas_max)
+            case BeginTopic(name, assignments, topics_max, partitions_max, replicas_max, limits):
+                return self.begin_topic(
+                    name, assignments, topics_max, partitions_max, replicas_max, limits
+                )
             case BeginPartition(name, partition_id, assignment, partitions_max, replicas_max):
                 return self.begin_partition(
                     name, partition_id, assignment, partitions_max, replicas_max
@@ -85,6 +88,7 @@ class ManagerState:
         topics_max: int,
         partitions_max: int,
         replicas_max: int,
+        partition_limits: PartitionLimits | None = None,
     ) -> Outcome:
         if isinstance(assignments, tuple) and not self._known_brokers(assignments):
             return Outcome.UNKNOWN_BROKER
@@ -96,6 +100,7 @@ class ManagerState:
                 partitions_max=partitions_max,
                 replicas_max=replicas_max,
                 version=self.revision + 1,
+                partition_limits=partition_limits,
             )
         )
 

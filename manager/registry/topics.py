@@ -12,6 +12,8 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from manager.registry.outcome import Outcome
+from protocol import snapshot_fields
+from protocol.limits import PartitionLimits
 from protocol.types import BrokerId, PartitionId, ReplicaId
 
 Assignment = tuple[tuple[BrokerId, str], ...]
@@ -46,6 +48,16 @@ class TopicRecord:
     partitions: tuple[PartitionRecord, ...]
     version: int
     """The registry revision of its last change; only grows."""
+    partition_limits: PartitionLimits | None = None
+    """The limits every replica of its partitions applies with, fixed at its creation from
+    the creating manager's limits (``None``: created before they were recorded)."""
+
+    # Snapshots written before ``partition_limits`` existed hold three fields.
+    def __getstate__(self) -> list[object]:
+        return snapshot_fields.state_of(self)
+
+    def __setstate__(self, state: list[object]) -> None:
+        snapshot_fields.restore(self, state)
 
     @property
     def is_active(self) -> bool:
@@ -135,8 +147,11 @@ class TopicRegistry:
         partitions_max: int,
         replicas_max: int,
         version: int,
+        partition_limits: PartitionLimits | None = None,
     ) -> Outcome:
         if not isinstance(name, str) or not name:
+            return Outcome.INVALID
+        if partition_limits is not None and not isinstance(partition_limits, PartitionLimits):
             return Outcome.INVALID
         if name in self._topics:
             return Outcome.EXISTS
@@ -149,7 +164,7 @@ class TopicRegistry:
         if self._addresses_taken(assignments):
             return Outcome.ADDRESS_TAKEN
         partitions = tuple(_partition(i, a, version) for i, a in enumerate(assignments))
-        self._topics[name] = TopicRecord(name, partitions, version)
+        self._topics[name] = TopicRecord(name, partitions, version, partition_limits)
         self._raft_addresses.update(address for a in assignments for _, address in a)
         return Outcome.CREATED
 
@@ -180,7 +195,7 @@ class TopicRegistry:
         if self._addresses_taken((assignment,)):
             return Outcome.ADDRESS_TAKEN
         added = _partition(partition_id, assignment, version)
-        self._topics[name] = TopicRecord(name, (*topic.partitions, added), version)
+        self._topics[name] = replace(topic, partitions=(*topic.partitions, added), version=version)
         self._raft_addresses.update(address for _, address in assignment)
         return Outcome.CREATED
 
@@ -209,7 +224,7 @@ class TopicRegistry:
                 partitions.append(partition)
         if not changed:
             return Outcome.UNCHANGED
-        self._topics[name] = TopicRecord(name, tuple(partitions), version)
+        self._topics[name] = replace(topic, partitions=tuple(partitions), version=version)
         return Outcome.UPDATED
 
     def _addresses_taken(self, assignments: tuple[Assignment, ...]) -> bool:

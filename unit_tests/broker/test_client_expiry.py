@@ -10,8 +10,9 @@ from collections import OrderedDict
 
 from broker.partition.commands import Append, Consume, from_wire, to_wire
 from broker.partition.consensus import apply_group
-from broker.partition.log import Appended, Consumed, PartitionLimits, PartitionLog, Rejected
+from broker.partition.log import Appended, Consumed, PartitionLog, Rejected
 from protocol.errors import ErrorCode
+from protocol.limits import PartitionLimits
 from protocol.types import Offset
 
 EXPIRY_MS = 1_000

@@ -13,9 +13,10 @@ import pytest
 from broker.partition.commands import Append, Command, Consume
 from broker.partition.consensus import Entry, MemoryConsensus
 from broker.partition.group_commit import GroupCommit, GroupLimits
-from broker.partition.log import Appended, PartitionLimits, Result
+from broker.partition.log import Appended, Result
 from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
+from protocol.limits import PartitionLimits
 from protocol.types import Offset
 
 PARTITION_LIMITS = PartitionLimits(

@@ -13,11 +13,11 @@ from broker.partition.log import (
     Appended,
     Consumed,
     Flushed,
-    PartitionLimits,
     PartitionLog,
     Rejected,
 )
 from protocol.errors import ErrorCode
+from protocol.limits import PartitionLimits
 from protocol.types import Offset, ReplicaId
 
 LIMITS = PartitionLimits(
@@ -244,3 +244,11 @@ def test_a_consume_with_a_sequence_round_trips_on_the_wire() -> None:
     command = Consume("c", 5, "r", 1_700_000_000_000, 42)
     assert from_wire(to_wire(command)) == command
     assert from_wire(("consume", "c", 5, "r", 1, "42")) is None
+
+
+def test_limits_pickled_under_their_old_module_still_load() -> None:
+    """Full dumps written before ``PartitionLimits`` moved to ``protocol`` name it by the
+    module it was defined in."""
+    old = pickle.dumps(LIMITS, protocol=0).replace(b"protocol.limits", b"broker.partition.log")
+    assert b"broker.partition.log" in old
+    assert pickle.loads(old) == LIMITS

@@ -13,9 +13,9 @@ import pytest
 from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.serializer import Serializer
 
-from broker.partition.log import PartitionLimits, PartitionLog
+from broker.partition.log import PartitionLog
 from broker.partition.raft import FrozenPartitionLog
-from protocol.limits import Limits
+from protocol.limits import Limits, PartitionLimits
 from protocol.types import ReplicaId
 from runtime.durable_journal import DumpWriter
 from unit_tests.broker.test_partition_log import LIMITS, _random_commands, new_log

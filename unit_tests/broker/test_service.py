@@ -10,7 +10,6 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from broker.partition.consensus import MemoryConsensus
-from broker.partition.raft import partition_limits
 from broker.persistence.store import MemoryMessageStore
 from broker.replica import HostedReplica
 from broker.service import BrokerService
@@ -54,7 +53,7 @@ def make_service(
 ) -> BrokerService:
     def make_replica(s: ReplicaSpec) -> HostedReplica:
         twin = MemoryConsensus(
-            f"{s.topic}/{s.partition_id}", len(s.replicas), partition_limits(limits)
+            f"{s.topic}/{s.partition_id}", len(s.replicas), s.limits or limits.partition_limits()
         )
         return HostedReplica(s, twin, store, limits, no_peer)
 

@@ -3,8 +3,10 @@ multi-row flush, range reads, checksums and the PartitionRaft table."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -12,6 +14,7 @@ from sqlalchemy.engine import make_url
 
 from broker.persistence.sql_store import SqlMessageStore
 from broker.persistence.store import FlushBatch, MemoryMessageStore, MessageStore
+from protocol.limits import Limits
 from protocol.types import BrokerId, PartitionId, ReplicaAddress, ReplicaId, ReplicaSpec
 
 SPEC = ReplicaSpec(
@@ -22,6 +25,7 @@ SPEC = ReplicaSpec(
         ReplicaAddress(ReplicaId(i), BrokerId(i + 1), f"http://b{i}", f"127.0.0.1:{9000 + i}")
         for i in range(3)
     ),
+    limits=Limits(partition_consumers_max=7).partition_limits(),
 )
 
 
@@ -113,3 +117,32 @@ def test_any_text_round_trips_unchanged(store: MessageStore) -> None:
     got = store.read_messages("or\tders\\", 2, 0, len(odd))
     expected = [(i, text if i % 2 else None, text) for i, text in enumerate(odd)]
     assert [(m.offset, m.key, m.value) for m in got] == expected
+
+
+def test_a_database_from_before_partition_limits_gets_the_column(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    old = create_engine(f"sqlite:///{path}")
+    with old.begin() as connection:
+        connection.execute(
+            text(
+                "CREATE TABLE partition_raft (topic_name VARCHAR(200), partition_id INTEGER, "
+                "msg_count BIGINT, replica_id INTEGER, raft_host VARCHAR(300), "
+                "raft_partners TEXT, replicas TEXT, PRIMARY KEY (topic_name, partition_id))"
+            )
+        )
+        connection.execute(
+            text("INSERT INTO partition_raft VALUES ('old', 0, 0, 1, :host, '[]', :replicas)"),
+            {
+                "host": SPEC.raft_address,
+                "replicas": json.dumps([r.to_json() for r in SPEC.replicas]),
+            },
+        )
+    old.dispose()
+    store = SqlMessageStore(f"sqlite:///{path}")
+    try:
+        (loaded,) = store.load_replicas()
+        assert loaded.topic == "old" and loaded.limits is None
+        store.save_replica(SPEC)
+        assert SPEC in store.load_replicas()
+    finally:
+        store.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from typing import get_args
 
 import pytest
@@ -10,11 +11,14 @@ from manager.registry import commands
 from manager.registry.commands import RegistryCommand, command_name, from_wire, to_wire
 from manager.registry.outcome import Outcome
 from manager.registry.state import ManagerState
+from protocol.limits import Limits
 from protocol.types import BrokerId
 
 EXAMPLES: list[RegistryCommand] = [
     commands.RegisterBroker(1, "http://b1", "127.0.0.1", 100, 199, 10),
-    commands.BeginTopic("t", (((BrokerId(1), "127.0.0.1:100"),),), 10, 10, 1),
+    commands.BeginTopic(
+        "t", (((BrokerId(1), "127.0.0.1:100"),),), 10, 10, 1, Limits().partition_limits()
+    ),
     commands.FinishPartitions("t", (0,)),
     commands.BeginPartition("t", 1, ((BrokerId(1), "127.0.0.1:101"),), 10, 1),
     commands.SetBrokerAlive(1, False),
@@ -38,14 +42,36 @@ def test_applying_them_in_order_builds_the_state() -> None:
     assert Outcome.FAILED not in outcomes and Outcome.INVALID not in outcomes, outcomes
     topic = state.topics.get("t")
     assert topic is not None and len(topic.partitions) == 2
+    assert topic.partition_limits == Limits().partition_limits()
     assert len(state.clients) == 2
 
 
 @pytest.mark.parametrize(
     "wire",
-    [None, (), ("nope", 1), ("set_broker_alive", 1), ("set_broker_alive", 1, True, 3), (7,)],
+    [
+        None,
+        (),
+        ("nope", 1),
+        ("set_broker_alive", 1),
+        ("set_broker_alive", 1, True, 3),
+        (7,),
+        ("begin_topic", "t", (), 10, 10, 1, {"unflushed_messages_max": -1}),
+    ],
 )
 def test_a_malformed_wire_command_changes_nothing(wire: object) -> None:
     state = ManagerState()
     assert state.apply(from_wire(wire)) is Outcome.INVALID
     assert state.revision == 0
+
+
+def test_a_topic_record_from_an_older_snapshot_has_no_limits() -> None:
+    state = ManagerState()
+    for command in EXAMPLES[:2]:
+        state.apply(command)
+    topic = state.topics.get("t")
+    assert topic is not None
+    old_state = topic.__getstate__()[:3]  # as pickled before topics recorded their limits
+    restored = type(topic).__new__(type(topic))
+    restored.__setstate__(old_state)
+    assert restored.partition_limits is None and restored.partitions == topic.partitions
+    assert pickle.loads(pickle.dumps(topic)) == topic

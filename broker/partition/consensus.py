@@ -82,12 +82,16 @@ class PartitionConsensus(Protocol):
     def destroy(self) -> None: ...
 
 
-def apply_group(log: PartitionLog, wire_commands: object) -> list[Result]:
+def apply_group(log: PartitionLog, wire_commands: object, synced: bool = True) -> list[Result]:
     """Apply a committed group, command by command. Total: a malformed command becomes its
-    own ``Rejected`` result, and the other commands of the group still apply."""
+    own ``Rejected`` result, and the other commands of the group still apply. ``synced``:
+    the entry was synced on a majority (so is everything before it)."""
     if not isinstance(wire_commands, list | tuple):
         return []
-    return [_total(log, wire) for wire in wire_commands]
+    results = [_total(log, wire) for wire in wire_commands]
+    if synced:
+        log.mark_durable()
+    return results
 
 
 def _total(log: PartitionLog, wire: object) -> Result:
@@ -119,7 +123,7 @@ class MemoryConsensus:
         wire = [to_wire(c) for c in commands]
         with self._lock:
             self._entries += 1
-            return apply_group(self._log, wire), Entry(1, self._entries, int(synced))
+            return apply_group(self._log, wire, synced), Entry(1, self._entries, int(synced))
 
     def read(self, query: Callable[[PartitionLog], T]) -> T:
         with self._lock:

@@ -98,6 +98,12 @@ class PartitionLog:
         self.limits = limits
         self.end_offset = Offset(0)
         """Offset the next appended message gets: every offset below it is committed."""
+        self.durable_end_offset = Offset(0)
+        """Every message below it is on disk on a majority: a synced entry (a majority
+        fdatasyncs its journal before acknowledging one, which covers every entry before it)
+        was applied after it. Below ``end_offset`` only while ``replicated`` appends wait
+        for the next synced entry. Replicas flush only below it, so no database ever holds
+        a message a power cut could take from the Raft log."""
         self.log_start_offset = Offset(0)
         """First offset still readable (retention moves it; nothing moves it yet)."""
         self.messages: dict[Offset, MessageTuple] = {}
@@ -123,6 +129,8 @@ class PartitionLog:
         """Unpickle a snapshot, also one taken before clients expired: its clients are
         stamped when the first timestamped command sets the clock (see ``_advance``)."""
         self.__dict__.update(state)
+        if "durable_end_offset" not in state:  # every entry was synced before
+            self.durable_end_offset = self.end_offset
         if "last_seen_ms" not in state:
             self.limits = _with_default_expiry(self.limits)
             self.clock_ms = 0
@@ -132,6 +140,10 @@ class PartitionLog:
             self.last_seen_ms = OrderedDict((key, 0) for key in keys)
 
     # --- commands (apply) -----------------------------------------------------------------
+
+    def mark_durable(self) -> None:
+        """After applying a synced entry: everything so far is on disk on a majority."""
+        self.durable_end_offset = self.end_offset
 
     def apply(self, command: Command | None) -> Result:
         """Apply one command of a committed group; ``None`` (a malformed wire command)

@@ -86,18 +86,18 @@ class ReplicatedPartition(SyncObjConsumer):
 
     @replicated(ver=0)
     def run_group(self, commands: list[tuple[object, ...]]) -> GroupApplied:
-        return self._apply(commands)
+        return self._apply(commands, synced=True)
 
     @replicated(ver=0)
     def run_group_unsynced(self, commands: list[tuple[object, ...]]) -> GroupApplied:
-        return self._apply(commands)
+        return self._apply(commands, synced=False)
 
-    def _apply(self, commands: list[tuple[object, ...]]) -> GroupApplied:
+    def _apply(self, commands: list[tuple[object, ...]], *, synced: bool) -> GroupApplied:
         """The results, and the index and term of the entry (read while it is applied)."""
         node = self._syncObj
         index, term = node.applying_entry() if isinstance(node, RaftNode) else (0, 0)
         with self.lock:
-            return GroupApplied(apply_group(self.log, commands), index, term)
+            return GroupApplied(apply_group(self.log, commands, synced), index, term)
 
     # --- legacy single commands: replayed from old journals, never proposed ---------------
 

@@ -67,10 +67,21 @@ class Flusher:
         spec = self._replica.spec
         rows, end = self._next_rows(spec)
         if not rows:
+            self._sync_when_behind(spec)
             return 0
         self._store.insert_messages(spec.topic, spec.partition_id, rows, end)
         self._replica.mark_flushed(spec.replica_id, Offset(end))
         return len(rows)
+
+    def _sync_when_behind(self, spec: ReplicaSpec) -> None:
+        """``replicated`` appends are committed but not yet synced, so they may not be
+        flushed: propose a synced entry (a flush mark that changes nothing) to make them
+        durable on a majority. At most once per flush round."""
+        durable, end, flushed = self._replica.read(
+            lambda log: (log.durable_end_offset, log.end_offset, log.flushed_offsets)
+        )
+        if durable < end:
+            self._replica.mark_flushed(spec.replica_id, flushed[spec.replica_id])
 
     def _next_rows(self, spec: ReplicaSpec) -> tuple[FlushBatch, int]:
         """The next batch past this replica's flushed offset, from memory or, for a replica
@@ -82,7 +93,8 @@ class Flusher:
             start = log.flushed_offsets[spec.replica_id]
             if log.lagging(spec.replica_id):
                 return start, min(log.evicted_offset, start + batch_max), None
-            end = min(log.end_offset, start + batch_max)
+            # Only what a majority has on disk: see PartitionLog.durable_end_offset.
+            end = min(log.durable_end_offset, start + batch_max)
             batch = FlushBatch(
                 messages=log.read(start, end), bitmasks=log.replicated_bitmasks(start, end)
             )

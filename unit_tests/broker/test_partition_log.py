@@ -8,7 +8,8 @@ import random
 
 import pytest
 
-from broker.partition.commands import Consume, from_wire, to_wire
+from broker.partition.commands import Append, Consume, MarkFlushed, from_wire, to_wire
+from broker.partition.consensus import MemoryConsensus
 from broker.partition.log import (
     Appended,
     Consumed,
@@ -252,3 +253,21 @@ def test_limits_pickled_under_their_old_module_still_load() -> None:
     old = pickle.dumps(LIMITS, protocol=0).replace(b"protocol.limits", b"broker.partition.log")
     assert b"broker.partition.log" in old
     assert pickle.loads(old) == LIMITS
+
+
+def test_only_a_synced_entry_makes_what_came_before_durable() -> None:
+    twin = MemoryConsensus("t/0", 3, LIMITS)
+    twin.propose([Append(((None, "a"),), 1, None, None)], synced=False)
+    assert twin.read(lambda log: (log.durable_end_offset, log.end_offset)) == (0, 1)
+    twin.propose([MarkFlushed(ReplicaId(0), Offset(0))])
+    assert twin.read(lambda log: log.durable_end_offset) == 1
+
+
+def test_a_log_from_before_durable_offsets_counts_everything_durable() -> None:
+    log = new_log()
+    log.append(batch("x", "y"), 0, None, None)
+    state = dict(vars(log))
+    del state["durable_end_offset"]
+    restored = PartitionLog.__new__(PartitionLog)
+    restored.__setstate__(state)
+    assert restored.durable_end_offset == 2

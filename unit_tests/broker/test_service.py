@@ -181,3 +181,13 @@ def test_a_flushed_produce_that_no_majority_flushes_in_time_says_so(
         assert "stored and synced" in waited.value.message
     finally:
         three.close()
+
+
+def test_replicated_appends_are_flushed_only_after_a_synced_entry(
+    service: BrokerService, store: MemoryMessageStore
+) -> None:
+    replica = service._replica("orders", P0)
+    service.produce("orders", P0, (NewMessage(value="r"),), "p", 1, None, Durability.REPLICATED)
+    # The flusher proposes a synced entry of its own, then flushes: nothing waits forever.
+    _wait_until(lambda: store.flushed_offsets.get(("orders", 0)) == 1)
+    assert replica.partition.read(lambda log: log.durable_end_offset) == 1

@@ -430,9 +430,14 @@ class PowerLossRun:
         for consumer in self.consumers:
             consumer.close()
 
+    def report_so_far(self) -> RunReport:
+        """The report of a run that broke before its final read: its cuts and problems."""
+        moments = cut_moments(self.config.seed, self.config.cycles)
+        return self._report(moments, Verdict(), converged=False)
+
     def _report(self, moments: Sequence[CutMoment], verdict: Verdict, converged: bool) -> RunReport:
         history = self.recorder.snapshot()
-        acked = verdict.info.get("sent_acked", 0)
+        acked = verdict.info.get("sent_acked", self.recorder.acked_messages())
         problems = list(self.problems)
         if acked < self.config.min_acked:
             problems.append(f"invalid: only {acked} messages acknowledged")
@@ -501,11 +506,12 @@ def run_long(
     if reason is None:
         shutil.rmtree(directory, ignore_errors=True)
         directory.mkdir(parents=True, exist_ok=True)
+        run = PowerLossRun(config, directory, base_port, log)
         try:
-            report = PowerLossRun(config, directory, base_port, log).execute()
+            report = run.execute()
         except Exception as exc:  # a run that broke (e.g. the cluster did not come back) fails
-            problem = f"the run broke: {exc!r}"[-4000:]
-            report = RunReport(config.topic, seed, [], Verdict(), [], 0, 0.0, False, 0, [problem])
+            run.problems.append(f"the run broke: {_shortened(repr(exc))}")
+            report = run.report_so_far()
     else:  # a run that cannot cut power proves nothing: it fails, saying why
         problem = f"invalid: the power-cut file system cannot run here: {reason}"
         report = RunReport(config.topic, seed, [], Verdict(), [], 0, 0.0, False, 0, [problem])
@@ -514,6 +520,11 @@ def run_long(
     if out_dir is not None:
         write_report(report, out_dir)
     return report
+
+
+def _shortened(text: str, head: int = 600, tail: int = 1500) -> str:
+    """The start (which command failed) and the end (its last words) of a long error."""
+    return text if len(text) <= head + tail else f"{text[:head]} [...] {text[-tail:]}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,7 +4,7 @@ pop until empty, and reading a partition from one replica's broker."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +12,7 @@ import requests
 
 from stress_tests import cluster_view, final_read
 from stress_tests.history import Entry
+from stress_tests.polling import poll_until
 from unit_tests.cluster.harness import Cluster
 
 RETRY_STATUSES = (429, 500, 502, 503, 504)
@@ -140,3 +141,47 @@ def end_offset(cluster: Cluster, topic: str, partition_id: int) -> int:
     leader = cluster.broker_name(partition_leader(cluster, topic, partition_id))
     status = cluster_view.replica_status(cluster.local, cluster.http, topic, partition_id)
     return int(status[leader]["end_offset"])
+
+
+def create_topic(cluster: Cluster, name: str, partitions: int = 1, wait_s: float = 60.0) -> None:
+    """Create a topic through the LB, retrying while the cluster is not ready (503: no
+    manager leader yet, a broker not registered yet; 409 after a retry: an earlier attempt
+    created it), then wait until each partition has a Raft leader."""
+
+    def created() -> bool | None:
+        response = cluster.post("/topics", {"name": name, "partitions": partitions})
+        if response.status_code in (429, 503):
+            return None
+        assert response.status_code in (201, 409), response.text
+        return True
+
+    poll_until(created, wait_s, f"topic {name} to be created")
+    for partition_id in range(partitions):
+        poll_until(_has_leader(cluster, name, partition_id), wait_s, f"{name}/{partition_id}")
+
+
+def register_producer(
+    cluster: Cluster, topic: str, producer_id: str | None = None, wait_s: float = 60.0
+) -> str:
+    """``POST /producers`` (a client-chosen id, or the manager's), retried on 503/429."""
+    body: dict[str, object] = {"topic": topic}
+    if producer_id is not None:
+        body["producer_id"] = producer_id
+
+    def registered() -> str | None:
+        response = cluster.post("/producers", body)
+        if response.status_code in (429, 503):
+            return None
+        assert response.status_code in (200, 201), response.text
+        found: str = response.json()["producer_id"]
+        return found
+
+    return poll_until(registered, wait_s, f"a producer of {topic}")
+
+
+def _has_leader(cluster: Cluster, topic: str, partition_id: int) -> Callable[[], bool]:
+    def check() -> bool:
+        leader = cluster_view.partition_leader(cluster.local, cluster.http, topic, partition_id)
+        return leader is not None
+
+    return check

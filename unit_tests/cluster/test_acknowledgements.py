@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from stress_tests.polling import poll_until
-from unit_tests.cluster.client_ops import end_offset
+from unit_tests.cluster.client_ops import create_topic, end_offset, register_producer
 from unit_tests.cluster.harness import Cluster, running_cluster
 from unit_tests.ports import CLUSTER_BASE_PORTS
 
@@ -24,15 +24,13 @@ TOPIC = "acks"
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     port = CLUSTER_BASE_PORTS["acknowledgements"]
     for instance in running_cluster(tmp_path_factory.mktemp("acks"), port):
-        response = instance.post("/topics", {"name": TOPIC, "partitions": 2})
-        assert response.status_code == 201, response.text
+        create_topic(instance, TOPIC, partitions=2)
         yield instance
 
 
 @pytest.fixture(scope="module")
 def producer_id(cluster: Cluster) -> str:
-    found: str = cluster.post("/producers", {"topic": TOPIC}).json()["producer_id"]
-    return found
+    return register_producer(cluster, TOPIC)
 
 
 def produce(cluster: Cluster, body: dict[str, Any]) -> dict[str, Any]:

@@ -25,10 +25,12 @@ import pytest
 
 from stress_tests.polling import poll_until
 from unit_tests.cluster.client_ops import (
+    create_topic,
     end_offset,
     partition_brokers,
     partition_leader,
     produce,
+    register_producer,
 )
 from unit_tests.cluster.harness import Cluster, running_cluster
 from unit_tests.ports import CLUSTER_BASE_PORTS
@@ -44,25 +46,6 @@ PATIENT_S = 30.0
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     port = CLUSTER_BASE_PORTS["late_requests"]
     yield from running_cluster(tmp_path_factory.mktemp("late"), port)
-
-
-def create_topic(cluster: Cluster, name: str) -> None:
-    response = cluster.post("/topics", {"name": name, "partitions": 1})
-    assert response.status_code == 201, response.text
-    poll_until(lambda: _has_leader(cluster, name), WAIT_S, f"{name}/0 to elect a leader")
-
-
-def _has_leader(cluster: Cluster, topic: str) -> bool:
-    try:
-        partition_leader(cluster, topic, 0)
-    except AssertionError:
-        return False
-    return True
-
-
-def register_producer(cluster: Cluster, topic: str, producer_id: str) -> None:
-    response = cluster.post("/producers", {"topic": topic, "producer_id": producer_id})
-    assert response.status_code in (200, 201), response.text
 
 
 def pop_via_lb(cluster: Cluster, consumer: str, request_id: str, sequence: int) -> list[int]:
@@ -125,7 +108,7 @@ def test_a_late_copy_of_an_older_batch_appends_nothing(cluster: Cluster) -> None
 
 def test_the_manager_stops_at_its_callers_deadline(cluster: Cluster) -> None:
     create_topic(cluster, "deadline")
-    producer = cluster.post("/producers", {"topic": "deadline"}).json()["producer_id"]
+    producer = register_producer(cluster, "deadline")
     body: dict[str, Any] = {
         "topic": "deadline",
         "producer_id": producer,

@@ -22,6 +22,7 @@ import pytest
 
 from stress_tests.cluster_view import replica_status
 from stress_tests.polling import poll_until
+from unit_tests.cluster.client_ops import create_topic, register_producer
 from unit_tests.cluster.harness import Cluster, running_cluster
 from unit_tests.ports import CLUSTER_BASE_PORTS
 
@@ -43,13 +44,21 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def test_replicas_apply_the_limits_the_manager_recorded(cluster: Cluster) -> None:
-    cluster.local.stop_node("broker-3")
-    cluster.local.start_node("broker-3", SMALL_MEMORY)
-    assert cluster.post("/topics", {"name": TOPIC, "partitions": 1}).status_code == 201
+    nodes = cluster.local  # broker-3 becomes a child of this process: reaped below
+    nodes.stop_node("broker-3")
+    nodes.start_node("broker-3", SMALL_MEMORY)
+    try:
+        _produce_past_the_small_bound(cluster)
+    finally:
+        nodes.stop_node("broker-3")
+        cluster.up()  # the whole cluster back as it was, every node started by the CLI
+
+
+def _produce_past_the_small_bound(cluster: Cluster) -> None:
+    create_topic(cluster, TOPIC)  # broker-3 hosts a replica of every partition
     poll_until(lambda: len(_live_replicas(cluster)) == 3, WAIT_S, "three replicas to answer")
-    # broker-3 runs with the small bound while its replica is created and fed:
     cluster.kill("broker-2")  # nothing leaves memory until every replica has flushed it
-    producer = cluster.post("/producers", {"topic": TOPIC}).json()["producer_id"]
+    producer = register_producer(cluster, TOPIC)
     for sequence in range(1, BATCHES + 1):
         _produce(cluster, producer, sequence)
 
@@ -65,10 +74,6 @@ def test_replicas_apply_the_limits_the_manager_recorded(cluster: Cluster) -> Non
         )
 
     poll_until(caught_up, WAIT_S, f"both live replicas to hold all {expected} messages")
-    # The whole cluster back as it was: broker-3 (a child of this process) stopped and
-    # reaped here, then every node started by the CLI.
-    cluster.local.stop_node("broker-3")
-    cluster.up()
 
 
 def _live_replicas(cluster: Cluster) -> dict[str, dict[str, Any]]:

@@ -21,7 +21,13 @@ import pytest
 
 from stress_tests.cluster_view import get_json
 from stress_tests.polling import poll_until
-from unit_tests.cluster.client_ops import partition_brokers, partition_leader, produce
+from unit_tests.cluster.client_ops import (
+    create_topic,
+    partition_brokers,
+    partition_leader,
+    produce,
+    register_producer,
+)
 from unit_tests.cluster.harness import Cluster, running_cluster
 from unit_tests.ports import CLUSTER_BASE_PORTS
 
@@ -49,8 +55,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def test_snapshots_of_a_big_backlog_hold_no_election(cluster: Cluster) -> None:
-    assert cluster.post("/topics", {"name": TOPIC, "partitions": 1}).status_code == 201
-    producer = cluster.post("/producers", {"topic": TOPIC}).json()["producer_id"]
+    create_topic(cluster, TOPIC)
+    producer = register_producer(cluster, TOPIC)
     leader = poll_until(lambda: _leader(cluster), 20, "a partition leader")
     down = next(b for b in partition_brokers(cluster, TOPIC)[0] if b != leader)
     live = [b for b in partition_brokers(cluster, TOPIC)[0] if b != down]

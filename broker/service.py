@@ -38,6 +38,8 @@ class ReplicaStatus:
     end_offset: int
     flushed_offsets: list[Offset]
     has_quorum: bool
+    caught_up: bool
+    """Its state holds every committed entry (its end offset is not stale)."""
     limits: PartitionLimits
     """What its apply checks (the spec's, or for a replica created before specs carried
     them, its broker's own)."""
@@ -51,6 +53,7 @@ class ReplicaStatus:
             "end_offset": self.end_offset,
             "flushed_offsets": self.flushed_offsets,
             "has_quorum": self.has_quorum,
+            "caught_up": self.caught_up,
         }
 
 
@@ -199,8 +202,16 @@ class BrokerService:
     def fetch(
         self, topic: str, partition_id: PartitionId, offset: int, max_messages: int
     ) -> list[StoredMessage]:
-        """Committed messages ``[offset, offset + max_messages)`` this replica has applied."""
+        """Committed messages ``[offset, offset + max_messages)`` this replica has applied;
+        503 REFUSED while its state may be stale (``caught_up``)."""
         replica = self._replica(topic, partition_id)
+        if not replica.partition.caught_up():
+            raise RaftQError(
+                ErrorCode.REFUSED,
+                f"{replica.partition.name} has not applied an entry of its current Raft term "
+                "yet (just restarted, or an election): its state may be stale; try another "
+                "replica or again",
+            )
         start, end = replica.partition.read(
             lambda log: (
                 max(offset, log.log_start_offset),
@@ -268,5 +279,6 @@ class BrokerService:
             end_offset=end_offset,
             flushed_offsets=flushed,
             has_quorum=raft.has_quorum,
+            caught_up=replica.partition.caught_up(),
             limits=limits,
         )

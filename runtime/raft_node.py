@@ -155,6 +155,29 @@ class RaftNode(SyncObj):
                 )
             time.sleep(_LEADER_POLL_S)
 
+    def close(self, wait_s: float) -> None:
+        """``destroy`` and wait (bounded) until the tick thread has closed the sockets and
+        the journal (``destroy`` alone only asks it to, at its next tick)."""
+        self.destroy()
+        thread = self._SyncObj__thread
+        if thread is not None:
+            thread.join(wait_s)
+
+    def caught_up(self) -> bool:
+        """This node has applied an entry of its current term, so its state holds every
+        committed entry (a leader commits one at the start of its term, its no-op, and that
+        commits everything before it). Until then, after a restart of every node or an
+        election, each replica holds only what it had applied, and all of them may agree
+        on a stale state: reads must wait (found by the power-loss test: 0.5 s of empty
+        fetches after a restart)."""
+        try:
+            applied = self._SyncObj__getEntries(self._SyncObj__raftLastApplied, 1)
+        except (IndexError, TypeError):  # the log is being replaced by a snapshot
+            return False
+        term = self._SyncObj__raftCurrentTerm
+        # Term 0: it never heard of a leader, so others may have committed what it lacks.
+        return term > 0 and bool(applied) and applied[0][2] == term
+
     def applying_entry(self) -> tuple[int, int]:
         """Inside an apply (tick thread): the Raft index and the node's current term of the
         entry being applied (pysyncobj counts it as applied only after the call)."""

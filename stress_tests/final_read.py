@@ -26,14 +26,16 @@ PAGES_MAX = 1_000
 def wait_converged(
     cluster: LocalCluster, session: requests.Session, topic: str, partition_id: int
 ) -> int | None:
-    """The partition's end offset once all three replicas report it and have flushed it;
-    None if that does not happen within ``CONVERGE_TIMEOUT_S`` (the checker will then see
-    the difference)."""
+    """The partition's end offset once all three replicas report it, each caught up (its
+    state holds every committed entry: right after a restart of every node they may all
+    agree on a stale one) and have flushed it; None if that does not happen within
+    ``CONVERGE_TIMEOUT_S`` (the checker will then see the difference)."""
     deadline_s = time.monotonic() + CONVERGE_TIMEOUT_S
     while time.monotonic() < deadline_s:
         status = replica_status(cluster, session, topic, partition_id)
         ends = {int(s.get("end_offset", -1)) for s in status.values()}
-        if len(status) == len(BROKER_NAMES) and len(ends) == 1:
+        caught_up = all(s.get("caught_up") is True for s in status.values())
+        if len(status) == len(BROKER_NAMES) and len(ends) == 1 and caught_up:
             end = ends.pop()
             flushed = [_flushed(cluster, session, b, topic, partition_id) for b in BROKER_NAMES]
             if all(f is not None and f >= end for f in flushed):

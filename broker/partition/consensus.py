@@ -77,6 +77,10 @@ class PartitionConsensus(Protocol):
     def read(self, query: Callable[[PartitionLog], T]) -> T:
         """``query`` run on the log's current applied state, under the log's lock."""
 
+    def caught_up(self) -> bool:
+        """The applied state holds every committed entry (see ``RaftNode.caught_up``):
+        reads of this replica's state are not stale."""
+
     def status(self) -> ConsensusStatus: ...
 
     def destroy(self) -> None: ...
@@ -128,6 +132,9 @@ class MemoryConsensus:
     def read(self, query: Callable[[PartitionLog], T]) -> T:
         with self._lock:
             return query(self._log)
+
+    def caught_up(self) -> bool:
+        return True
 
     def status(self) -> ConsensusStatus:
         with self._lock:

@@ -185,6 +185,9 @@ class PartitionRaft:
         with self.state.lock:
             return query(self.state.log)
 
+    def caught_up(self) -> bool:
+        return self._sync.caught_up()
+
     @property
     def name(self) -> str:
         return f"{self.spec.topic}/{self.spec.partition_id} replica {self.spec.replica_id}"

@@ -75,6 +75,9 @@ class PartitionReplica:
     def read(self, query: Callable[[PartitionLog], T]) -> T:
         return self._consensus.read(query)
 
+    def caught_up(self) -> bool:
+        return self._consensus.caught_up()
+
     def status(self) -> ConsensusStatus:
         return self._consensus.status()
 

@@ -191,3 +191,35 @@ def test_replicated_appends_are_flushed_only_after_a_synced_entry(
     # The flusher proposes a synced entry of its own, then flushes: nothing waits forever.
     _wait_until(lambda: store.flushed_offsets.get(("orders", 0)) == 1)
     assert replica.partition.read(lambda log: log.durable_end_offset) == 1
+
+
+class BehindConsensus(MemoryConsensus):
+    """A replica that has not applied an entry of its current term yet."""
+
+    behind = True
+
+    def caught_up(self) -> bool:
+        return not self.behind
+
+
+def test_a_replica_behind_its_term_refuses_reads_rather_than_answer_stale(
+    store: MemoryMessageStore,
+) -> None:
+    twins: list[BehindConsensus] = []
+
+    def make_replica(s: ReplicaSpec) -> HostedReplica:
+        twins.append(BehindConsensus("orders/0", len(s.replicas), LIMITS.partition_limits()))
+        return HostedReplica(s, twins[-1], store, LIMITS, no_peer)
+
+    service = BrokerService(store, make_replica, LIMITS, lambda: 1_700_000_000_000)
+    service.host(spec(1))
+    try:
+        service.produce("orders", P0, (NewMessage(value="a"),), None, None)
+        with pytest.raises(RaftQError) as refused:
+            service.fetch("orders", P0, 0, 10)
+        assert refused.value.code is ErrorCode.REFUSED and refused.value.code.proves_nothing_done
+        assert service.statuses()[0].caught_up is False
+        twins[0].behind = False
+        assert [m.value for m in service.fetch("orders", P0, 0, 10)] == ["a"]
+    finally:
+        service.close()

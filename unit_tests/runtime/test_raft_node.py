@@ -125,3 +125,30 @@ def test_one_mapping_of_raft_failures_says_what_proves_nothing_was_done() -> Non
     for reason in (FAIL_REASON.LEADER_CHANGED, FAIL_REASON.UNKNOWN_OUTCOME, "Timeout"):
         error = raft_failure(reason, "t/0", 5.0)
         assert error.code is ErrorCode.COMMIT_TIMEOUT and not error.code.proves_nothing_done
+
+
+def test_a_leader_is_caught_up_once_it_applied_an_entry_of_its_term(leader: RaftNode) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not leader.caught_up():  # its no-op, committed at once in a group of one
+        assert time.monotonic() < deadline, "the leader's no-op is applied"
+        time.sleep(0.01)
+
+
+def test_a_node_that_never_heard_of_a_leader_is_not_caught_up(tmp_path: Path) -> None:
+    """Its partners are unreachable, so it never learns a term nor applies an entry of one;
+    a group elsewhere may have committed what it lacks: it must not serve reads."""
+    address = f"127.0.0.1:{free_port()}"
+    partners = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]  # nobody there
+    conf = SyncObjConf(
+        bindAddress=address,
+        journalFile=str(tmp_path / "raft.journal"),
+        fullDumpFile=str(tmp_path / "raft.dump"),
+        useFork=False,
+    )
+    durable_journal.install()
+    node = RaftNode(address, partners, conf, consumers=[])
+    try:
+        assert node.node_status().term == 0
+        assert not node.caught_up()
+    finally:
+        node.close(WAIT_S)

@@ -35,6 +35,7 @@ def produce(
     topic: str,
     partition_id: int | None = None,
     deadline_s: float = 30.0,
+    durability: str | None = None,
 ) -> list[Ack]:
     """Send one batch, retrying the same ``(producer_id, sequence)`` until it is acked."""
     body: dict[str, Any] = {
@@ -45,6 +46,8 @@ def produce(
     }
     if partition_id is not None:
         body["partition_id"] = partition_id
+    if durability is not None:
+        body["durability"] = durability
     deadline = time.monotonic() + deadline_s
     last = "no attempt"
     while time.monotonic() < deadline:

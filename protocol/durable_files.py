@@ -22,6 +22,15 @@ def fsync_directory(path: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
+def fsync_file(path: str | os.PathLike[str]) -> None:
+    """Make what was written to ``path`` durable (not its name: see ``fsync_directory``)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def make_directories(path: str | os.PathLike[str]) -> None:
     """``mkdir -p`` whose every created level is durable: each new directory is synced into
     its parent, so a restart after a power cut finds the whole path."""
@@ -44,7 +53,7 @@ def write_atomically(path: str | os.PathLike[str], data: bytes, mode: int = 0o64
     temporary = target.with_name(f".{target.name}.tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
-        _write_all(fd, data)
+        write_all(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -62,7 +71,8 @@ def create_if_missing(path: str | os.PathLike[str], data: bytes, mode: int) -> b
     return True
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until every byte is written (it may write fewer)."""
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]

@@ -48,7 +48,7 @@ from pysyncobj.journal import (
 from pysyncobj.pickle import dumps, loads, to_bytes
 from pysyncobj.serializer import Serializer
 
-from protocol.durable_files import fsync_directory
+from protocol.durable_files import fsync_directory, fsync_file, write_all
 
 _log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class DurableFileJournal(FileJournal):
         self._path = journal_file
         self._dump_file = dump_file_for(journal_file)
         # pysyncobj may have just created the file: its name must survive a power cut too.
-        _sync_file(journal_file)
+        fsync_file(journal_file)
         fsync_directory(_directory_of(journal_file))
         _opened[os.path.abspath(journal_file)] = self
 
@@ -192,7 +192,7 @@ class DurableFileJournal(FileJournal):
     def _sync_dump(self) -> None:
         if not os.path.exists(self._dump_file):
             return
-        _sync_file(self._dump_file)
+        fsync_file(self._dump_file)
         fsync_directory(_directory_of(self._dump_file))
 
 
@@ -372,11 +372,11 @@ class _GzipSink:
         view = memoryview(data)
         for start in range(0, len(view), _COMPRESS_CHUNK_BYTES):
             chunk = view[start : start + _COMPRESS_CHUNK_BYTES]
-            _write_all(self._descriptor, self._compressor.compress(chunk))
+            write_all(self._descriptor, self._compressor.compress(chunk))
         return len(view)
 
     def finish(self) -> None:
-        _write_all(self._descriptor, self._compressor.flush())
+        write_all(self._descriptor, self._compressor.flush())
 
 
 def dump_file_for(journal_file: str) -> str:
@@ -462,21 +462,7 @@ def _write_file(path: str, parts: list[bytes]) -> None:
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         for part in parts:
-            _write_all(descriptor, part)
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
-def _write_all(descriptor: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(descriptor, view) :]
-
-
-def _sync_file(path: str) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
+            write_all(descriptor, part)
         os.fsync(descriptor)
     finally:
         os.close(descriptor)

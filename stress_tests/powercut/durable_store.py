@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
+from protocol.durable_files import fsync_directory, fsync_file
+
 ROOT_ID = 0
 COPY_CHUNK_BYTES = 1024 * 1024
 """Bytes copied per read when a sync copies a written range from the live file."""
@@ -98,7 +100,7 @@ class DurableStore:
         finally:
             os.close(out_fd)
         if created:
-            _fsync_dir(self.objects_dir)
+            fsync_directory(self.objects_dir)
 
     def read_dir(self, object_id: int) -> dict[str, Entry]:
         path = self.objects_dir / f"{object_id}.dir"
@@ -135,7 +137,7 @@ class DurableStore:
             self.snapshot(live_dir)
         raw = json.loads(self.snapshot_file.read_text())
         self.snapshot_file.unlink()
-        _fsync_dir(self.durable_dir)
+        fsync_directory(self.durable_dir)
         ids = {int(inode): object_id for inode, object_id in raw["ids_by_inode"].items()}
         return ObjectIds(ids, raw["next_id"])
 
@@ -198,7 +200,7 @@ def _copy_tree(live_dir: Path, store: DurableStore) -> dict[int, int]:
             elif stat.S_ISREG(info.st_mode):
                 entries[child.name] = Entry(object_id, "file", info.st_mode)
                 shutil.copyfile(child.path, store.objects_dir / f"{object_id}.data")
-                _fsync_path(store.objects_dir / f"{object_id}.data")
+                fsync_file(store.objects_dir / f"{object_id}.data")
             else:
                 raise ValueError(f"{child.path}: only files and directories are supported")
         store.write_dir(dir_id, entries)
@@ -223,7 +225,7 @@ def _replace_dir(new: Path, old: Path) -> None:
     if old.exists():
         old.rename(discarded)
     new.rename(old)
-    _fsync_dir(old.parent)
+    fsync_directory(old.parent)
     shutil.rmtree(discarded, ignore_errors=True)
 
 
@@ -234,16 +236,4 @@ def _write_atomically(path: Path, data: bytes) -> None:
         file.flush()
         os.fsync(file.fileno())
     temporary.rename(path)
-    _fsync_dir(path.parent)
-
-
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    _fsync_path(path)
+    fsync_directory(path.parent)

@@ -24,17 +24,21 @@ from unit_tests.runtime import raft_crash_child
 WAIT_S = 10.0
 
 
-@pytest.fixture
-def leader(tmp_path: Path) -> Iterator[RaftNode]:
+def start_node(directory: Path, partners: list[str]) -> RaftNode:
     address = f"127.0.0.1:{free_port()}"
     conf = SyncObjConf(
         bindAddress=address,
-        journalFile=str(tmp_path / "raft.journal"),
-        fullDumpFile=str(tmp_path / "raft.dump"),
+        journalFile=str(directory / "raft.journal"),
+        fullDumpFile=str(directory / "raft.dump"),
         useFork=False,
     )
     durable_journal.install()
-    node = RaftNode(address, [], conf, consumers=[])
+    return RaftNode(address, partners, conf, consumers=[])
+
+
+@pytest.fixture
+def leader(tmp_path: Path) -> Iterator[RaftNode]:
+    node = start_node(tmp_path, [])
     deadline = time.monotonic() + WAIT_S
     while not node._isLeader():
         assert time.monotonic() < deadline, "a single node elects itself"
@@ -137,16 +141,8 @@ def test_a_leader_is_caught_up_once_it_applied_an_entry_of_its_term(leader: Raft
 def test_a_node_that_never_heard_of_a_leader_is_not_caught_up(tmp_path: Path) -> None:
     """Its partners are unreachable, so it never learns a term nor applies an entry of one;
     a group elsewhere may have committed what it lacks: it must not serve reads."""
-    address = f"127.0.0.1:{free_port()}"
     partners = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]  # nobody there
-    conf = SyncObjConf(
-        bindAddress=address,
-        journalFile=str(tmp_path / "raft.journal"),
-        fullDumpFile=str(tmp_path / "raft.dump"),
-        useFork=False,
-    )
-    durable_journal.install()
-    node = RaftNode(address, partners, conf, consumers=[])
+    node = start_node(tmp_path, partners)
     try:
         assert node.node_status().term == 0
         assert not node.caught_up()

@@ -17,7 +17,9 @@ from raftq.cluster import LocalCluster
 from stress_tests.network_partition import NetworkPartitioner, available
 from stress_tests.runner import RunConfig, RunReport, run
 
-DEFAULT_BASE_PORT = 21000
+DEFAULT_BASE_PORT = 29000
+"""Clear of every test module's block (unit_tests/ports.py), so a fault tier can run beside
+the test suite; with the power-loss run's offset it stays below the ephemeral range."""
 
 
 @contextlib.contextmanager

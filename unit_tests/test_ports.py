@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from itertools import combinations
 
+from stress_tests.chaos import POWER_LOSS_PORT_OFFSET
+from stress_tests.session import DEFAULT_BASE_PORT as TIER_BASE_PORT
 from unit_tests.ports import CLUSTER_BASE_PORTS, CLUSTER_PORT_SPAN
 
 SYSTEM_PORTS = (4222, 5432, 5672, 6379, 3306, 15672, 25672, 4369)
@@ -19,3 +21,13 @@ def test_cluster_port_blocks_are_disjoint_and_clear() -> None:
     for name, block in blocks.items():
         assert block.stop <= EPHEMERAL_FIRST, name
         assert not set(SYSTEM_PORTS) & set(block), name
+
+
+def test_the_fault_tiers_default_blocks_miss_the_test_blocks() -> None:
+    tier = range(TIER_BASE_PORT, TIER_BASE_PORT + CLUSTER_PORT_SPAN)
+    power_base = TIER_BASE_PORT + POWER_LOSS_PORT_OFFSET
+    power = range(power_base, power_base + CLUSTER_PORT_SPAN)
+    for name, base in CLUSTER_BASE_PORTS.items():
+        block = set(range(base, base + CLUSTER_PORT_SPAN))
+        assert not block & set(tier) and not block & set(power), name
+    assert power.stop <= EPHEMERAL_FIRST

@@ -10,6 +10,7 @@ from typing import Any
 
 import requests
 
+from protocol.errors import proves_nothing_done
 from stress_tests import cluster_view, final_read
 from stress_tests.history import Entry
 from stress_tests.polling import poll_until
@@ -188,3 +189,38 @@ def _has_leader(cluster: Cluster, topic: str, partition_id: int) -> Callable[[],
         return leader is not None
 
     return check
+
+
+def post_when_ready(
+    cluster: Cluster, path: str, body: dict[str, Any], wait_s: float = 60.0
+) -> requests.Response:
+    """``POST`` through the LB, repeated (bounded) while the answer is a temporary refusal
+    that proves nothing was done (429, or a 503 such as NO_LEADER or REFUSED while a manager
+    leader settles on a loaded machine); any other answer is returned, so a test still sees
+    its 201, 409 or 400, and a request whose outcome is open is never repeated."""
+
+    def answered() -> requests.Response | None:
+        response = cluster.post(path, body)
+        try:
+            error: object = response.json()
+        except ValueError:
+            error = None
+        temporary = response.status_code in (429, 503)
+        if temporary and proves_nothing_done(response.status_code, error):
+            return None
+        return response
+
+    return poll_until(answered, wait_s, f"POST {path} to be answered")
+
+
+def register_consumer(
+    cluster: Cluster, topic: str, partition_id: int | None = None, wait_s: float = 60.0
+) -> str:
+    """``POST /consumers`` (the manager chooses the id), repeated while refused."""
+    body: dict[str, Any] = {"topic": topic}
+    if partition_id is not None:
+        body["partition_id"] = partition_id
+    response = post_when_ready(cluster, "/consumers", body, wait_s)
+    assert response.status_code == 201, response.text
+    found: str = response.json()["consumer_id"]
+    return found

@@ -14,7 +14,7 @@ import pytest
 from protocol.errors import ErrorCode
 from raftq import ApiError, Consumer, Producer
 from stress_tests.polling import poll_until
-from unit_tests.cluster.client_ops import pop, produce
+from unit_tests.cluster.client_ops import create_topic, pop, post_when_ready, produce
 from unit_tests.cluster.harness import Cluster, running_cluster
 from unit_tests.ports import CLUSTER_BASE_PORTS
 
@@ -59,7 +59,7 @@ class ActiveClients:
 
 
 def test_idle_clients_expire_and_active_ones_lose_nothing(cluster: Cluster) -> None:
-    assert cluster.post("/topics", {"name": TOPIC, "partitions": 1}).status_code == 201
+    create_topic(cluster, TOPIC)
     active = ActiveClients(cluster)
     active.work()
     idle_acked = _idle_producers(cluster, 3)
@@ -126,7 +126,7 @@ def _check_active_clients_kept_everything(
 def _idle_producers(cluster: Cluster, count: int) -> list[str]:
     acked = []
     for number in range(count):
-        answer = cluster.post("/producers", {"topic": TOPIC})
+        answer = post_when_ready(cluster, "/producers", {"topic": TOPIC})
         assert answer.status_code == 201 and answer.json()["idle_expiry_s"] == EXPIRY_S
         value = f"idle-{number}"
         produce(cluster, answer.json()["producer_id"], 0, [(None, value)], topic=TOPIC)
@@ -135,7 +135,7 @@ def _idle_producers(cluster: Cluster, count: int) -> list[str]:
 
 
 def _register_consumer(cluster: Cluster) -> str:
-    answer = cluster.post("/consumers", {"topic": TOPIC, "partition_id": 0})
+    answer = post_when_ready(cluster, "/consumers", {"topic": TOPIC, "partition_id": 0})
     assert answer.status_code == 201
     consumer_id: str = answer.json()["consumer_id"]
     return consumer_id

@@ -19,6 +19,7 @@ from unit_tests.cluster.client_ops import (
     partition_leader,
     pop,
     pop_all,
+    post_when_ready,
     produce,
     read_replica,
 )
@@ -28,14 +29,14 @@ pytestmark = pytest.mark.cluster
 
 
 def create_topic(cluster: Cluster, name: str, partitions: int) -> dict[str, Any]:
-    response = cluster.post("/topics", {"name": name, "partitions": partitions})
+    response = post_when_ready(cluster, "/topics", {"name": name, "partitions": partitions})
     assert response.status_code == 201, response.text
     body: dict[str, Any] = response.json()
     return body
 
 
 def register(cluster: Cluster, kind: str, body: dict[str, Any]) -> str:
-    response = cluster.post(f"/{kind}s", body)
+    response = post_when_ready(cluster, f"/{kind}s", body)
     assert response.status_code == 201, response.text
     return str(response.json()[f"{kind}_id"])
 
@@ -46,7 +47,8 @@ def test_topics_are_created_on_three_distinct_brokers(cluster: Cluster) -> None:
     assert [p["partition_id"] for p in body["partitions"]] == [0, 1, 2]
     for partition in body["partitions"]:
         assert sorted(partition["replicas"]) == [1, 2, 3]
-    assert cluster.post("/topics", {"name": "placed", "partitions": 1}).status_code == 409
+    again = post_when_ready(cluster, "/topics", {"name": "placed", "partitions": 1})
+    assert again.status_code == 409, again.text
     listed = cluster.get("/topics").json()["topics"]
     assert {"name": "placed", "partitions": 3} in listed
     brokers = cluster.get("/brokers").json()["brokers"]

@@ -11,10 +11,12 @@ import pytest
 from unit_tests.cluster.client_ops import (
     Ack,
     checksums,
+    create_topic,
     partition_brokers,
     partition_leader,
     produce,
     read_replica,
+    register_producer,
 )
 from unit_tests.cluster.harness import Cluster, running_cluster, wait_until
 from unit_tests.ports import CLUSTER_BASE_PORTS
@@ -38,8 +40,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 def test_writes_continue_while_a_replica_is_down_and_it_catches_up_from_a_peer(
     cluster: Cluster,
 ) -> None:
-    assert cluster.post("/topics", {"name": "lag", "partitions": 1}).status_code == 201
-    producer = cluster.post("/producers", {"topic": "lag"}).json()["producer_id"]
+    create_topic(cluster, "lag")
+    producer = register_producer(cluster, "lag")
     leader = wait_until(lambda: partition_leader(cluster, "lag", 0), 10, "a partition leader")
     follower = next(b for b in partition_brokers(cluster, "lag")[0] if b != leader)
     cluster.kill(cluster.broker_name(follower))

@@ -30,6 +30,7 @@ from unit_tests.cluster.client_ops import (
     partition_brokers,
     partition_leader,
     produce,
+    register_consumer,
     register_producer,
 )
 from unit_tests.cluster.harness import Cluster, running_cluster
@@ -65,7 +66,7 @@ def test_a_late_copy_of_an_older_pop_claims_nothing(cluster: Cluster) -> None:
     create_topic(cluster, "late-pops")
     register_producer(cluster, "late-pops", "p")
     produce(cluster, "p", 1, [(None, f"m{i}") for i in range(30)], topic="late-pops")
-    consumer = cluster.post("/consumers", {"topic": "late-pops"}).json()["consumer_id"]
+    consumer = register_consumer(cluster, "late-pops")
     assert pop_via_lb(cluster, consumer, "a", 100) == list(range(10))
     assert pop_via_lb(cluster, consumer, "b", 200) == list(range(10, 20))
 

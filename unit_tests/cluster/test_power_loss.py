@@ -40,6 +40,7 @@ from unit_tests.cluster.client_ops import (
     checksums,
     create_topic,
     pop,
+    post_when_ready,
     produce,
     read_replica,
     register_producer,
@@ -210,7 +211,7 @@ class Clients:
 
 def test_every_ack_and_consumer_offset_survives_power_cuts(powered: PoweredCluster) -> None:
     cluster = powered.cluster
-    assert cluster.post("/topics", {"name": TOPIC, "partitions": PARTITIONS}).status_code == 201
+    create_topic(cluster, TOPIC, PARTITIONS)
     ledger = Ledger()
     clients = Clients(cluster, ledger)
     try:
@@ -365,7 +366,7 @@ def drain(clients: Clients) -> None:
 
 
 def _register(cluster: Cluster, kind: str) -> str:
-    response = cluster.post(f"/{kind}s", {"topic": TOPIC})
+    response = post_when_ready(cluster, f"/{kind}s", {"topic": TOPIC})
     assert response.status_code == 201, response.text
     return str(response.json()[f"{kind}_id"])
 

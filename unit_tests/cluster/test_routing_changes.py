@@ -25,7 +25,7 @@ from raftq.client_limits import ClientLimits
 from spark_jobs import cluster_io
 from spark_jobs.rows import TopicBatch
 from stress_tests.polling import poll_until
-from unit_tests.cluster.client_ops import end_offset
+from unit_tests.cluster.client_ops import end_offset, register_consumer, register_producer
 from unit_tests.cluster.harness import Cluster, running_cluster
 from unit_tests.ports import CLUSTER_BASE_PORTS
 
@@ -95,7 +95,7 @@ def test_a_batch_retried_after_a_partition_was_added_is_not_stored_again(
     cluster: Cluster,
 ) -> None:
     create_topic(cluster, "moved", 2)
-    producer = cluster.post("/producers", {"topic": "moved"}).json()["producer_id"]
+    producer = register_producer(cluster, "moved")
     body = {
         "topic": "moved",
         "producer_id": producer,
@@ -117,12 +117,12 @@ def test_a_pop_retried_after_a_partition_was_added_gets_its_ranges_back(
     cluster: Cluster,
 ) -> None:
     create_topic(cluster, "popped", 2)
-    producer = cluster.post("/producers", {"topic": "popped"}).json()["producer_id"]
+    producer = register_producer(cluster, "popped")
     post_until_acked(
         cluster,
         {"topic": "popped", "producer_id": producer, "sequence": 1, "messages": keyed_batch("p")},
     )
-    consumer = cluster.post("/consumers", {"topic": "popped"}).json()["consumer_id"]
+    consumer = register_consumer(cluster, "popped")
     pinned = {"partition_count": 2}
     request_id = order_changing_request_id(consumer)
     first = pop_pinned(cluster, consumer, request_id, pinned)

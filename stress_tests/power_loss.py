@@ -42,7 +42,13 @@ from stress_tests.polling import WaitTimeoutError, poll_until
 from stress_tests.powercut import PowerCutFS, fuse_unavailable_reason
 from stress_tests.runner import RunReport, write_report
 from stress_tests.session import base_arguments, seed_or_clock, work_dir
-from stress_tests.workload import ConsumerWorker, ProducerWorker, run_bounded
+from stress_tests.workload import (
+    ConsumerWorker,
+    ProducerWorker,
+    pop_until_caught_up,
+    resend_pending,
+    run_bounded,
+)
 
 REPO_DIR = Path(__file__).resolve().parents[1]
 CLI_TIMEOUT_S = 180.0
@@ -404,10 +410,7 @@ class PowerLossRun:
         """Resend pending batches, write to every partition (so each has a leader that has
         committed an entry of its term: everything before is applied), pop until empty."""
         deadline_s = time.monotonic() + DRAIN_S
-        for worker in self.producers:
-            while worker.pending and time.monotonic() < deadline_s:
-                worker.step()
-            worker.give_up()
+        resend_pending(self.producers, deadline_s)
         for partition_id in range(self.config.partitions):
             probe = ProducerWorker(
                 f"{self.producers[0].name}-probe{partition_id}",
@@ -423,12 +426,7 @@ class PowerLossRun:
             while not probe.step() and time.monotonic() < deadline_s:
                 pass
             probe.give_up()
-        empty_rounds = 0
-        while empty_rounds < 2 and time.monotonic() < deadline_s:
-            counts = [consumer.step() for consumer in self.consumers]
-            empty_rounds = empty_rounds + 1 if all(n == 0 for n in counts) else 0
-        for consumer in self.consumers:
-            consumer.close()
+        pop_until_caught_up(self.consumers, deadline_s)
 
     def report_so_far(self) -> RunReport:
         """The report of a run that broke before its final read: its cuts and problems."""

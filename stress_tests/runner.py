@@ -24,7 +24,13 @@ from stress_tests.final_read import final_read
 from stress_tests.history import FaultRecord, History, Recorder
 from stress_tests.network_partition import NetworkPartitioner
 from stress_tests.scheduler import NEEDS_NETWORK, FaultPlan, FaultStep, schedule
-from stress_tests.workload import ConsumerWorker, ProducerWorker, run_bounded
+from stress_tests.workload import (
+    ConsumerWorker,
+    ProducerWorker,
+    pop_until_caught_up,
+    resend_pending,
+    run_bounded,
+)
 
 WORKER_LIMITS = ClientLimits(connect_timeout_s=1.0, request_timeout_s=12.0, attempts_max=4)
 DRAIN_S = 60.0
@@ -220,16 +226,8 @@ class Run:
     def _drain(self) -> None:
         """Resend pending batches and pop until the consumers have caught up."""
         deadline_s = time.monotonic() + DRAIN_S
-        for worker in self.producers:
-            while worker.pending and time.monotonic() < deadline_s:
-                worker.step()
-            worker.give_up()
-        empty_rounds = 0
-        while empty_rounds < 2 and time.monotonic() < deadline_s:
-            counts = [consumer.step() for consumer in self.consumers]
-            empty_rounds = empty_rounds + 1 if all(n == 0 for n in counts) else 0
-        for consumer in self.consumers:
-            consumer.close()
+        resend_pending(self.producers, deadline_s)
+        pop_until_caught_up(self.consumers, deadline_s)
         self.injector.close()
 
     def _report(

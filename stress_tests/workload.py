@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from raftq import ClientLimits, Consumer, ProduceError, Producer, RaftQClientError
@@ -209,3 +209,23 @@ def run_bounded(
     while not stop.is_set() and time.monotonic() < deadline_s:
         step()
         stop.wait(pause_s)
+
+
+def resend_pending(producers: Sequence[ProducerWorker], deadline_s: float) -> None:
+    """Resend every producer's pending batch until acknowledged or ``deadline_s`` (a
+    monotonic time), then give up on what is left (recorded as such)."""
+    for worker in producers:
+        while worker.pending and time.monotonic() < deadline_s:
+            worker.step()
+        worker.give_up()
+
+
+def pop_until_caught_up(consumers: Sequence[ConsumerWorker], deadline_s: float) -> None:
+    """Pop with every consumer until two rounds in a row bring nothing (or ``deadline_s``),
+    then close them."""
+    empty_rounds = 0
+    while empty_rounds < 2 and time.monotonic() < deadline_s:
+        counts = [consumer.step() for consumer in consumers]
+        empty_rounds = empty_rounds + 1 if all(n == 0 for n in counts) else 0
+    for consumer in consumers:
+        consumer.close()

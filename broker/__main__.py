@@ -1,4 +1,4 @@
-"""``python -m broker``: parse the command line once, then serve under gunicorn."""
+"""``python -m broker``: parse the command line once, then serve."""
 
 from __future__ import annotations
 
@@ -14,12 +14,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve_options(config: BrokerConfig) -> ServeOptions:
-    return ServeOptions(
-        config.host,
-        config.port,
-        config.http_threads,
-        f"raftq-broker-{config.broker_id}",
-    )
+    return ServeOptions(config.host, config.port, config.limits)
 
 
 if __name__ == "__main__":

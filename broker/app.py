@@ -1,4 +1,5 @@
-"""``create_app(config)``: builds a broker inside the gunicorn worker (after the fork)."""
+"""``create_app(config)``: builds a broker: its store, its replicas (they rejoin their Raft
+groups), registration with the managers, and the HTTP API."""
 
 from __future__ import annotations
 
@@ -6,11 +7,9 @@ import logging
 import os
 import time
 
-from flask import Flask, Request, Response, request
-
-from broker.api.logs import logs_blueprint
-from broker.api.partitions import partitions_blueprint
-from broker.api.status import status_blueprint
+from broker.api.logs import add_log_routes
+from broker.api.partitions import add_partition_routes
+from broker.api.status import add_status_routes
 from broker.config import BrokerConfig
 from broker.partition.raft import PartitionRaft
 from broker.peer_copy import PeerCopy
@@ -21,11 +20,12 @@ from broker.service import BrokerService
 from protocol.durable_files import make_directories
 from protocol.requests import RegisterBroker
 from protocol.types import BrokerId, ReplicaSpec
-from runtime.http_api import install_error_handlers
+from runtime.http_api import App
+from runtime.http_server import HttpRequest, HttpResponse
 from runtime.metrics import Metrics
 
 
-def create_app(config: BrokerConfig) -> Flask:
+def create_app(config: BrokerConfig) -> App:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     make_directories(config.data_dir)
     store = SqlMessageStore(config.db_url)
@@ -42,15 +42,15 @@ def create_app(config: BrokerConfig) -> Flask:
     metrics = Metrics("raftq_broker")
     _register_gauges(metrics, service)
 
-    app = Flask("broker")
-    install_error_handlers(app, config.limits)
-    app.register_blueprint(status_blueprint(service, config.broker_id, metrics))
-    app.register_blueprint(logs_blueprint(service, config.limits))
-    app.register_blueprint(partitions_blueprint(service, config.broker_id, config.limits))
+    app = App("broker", config.limits)
+    add_status_routes(app, service, config.broker_id, metrics)
+    add_log_routes(app, service, config.limits)
+    add_partition_routes(app, service, config.broker_id, config.limits)
     _count_requests(app, metrics)
 
     registration = Registration(config.managers_url, _announcement(config), config.limits)
     registration.start()
+    app.on_close(service.close)
     return app
 
 
@@ -74,9 +74,8 @@ def _register_gauges(metrics: Metrics, service: BrokerService) -> None:
     metrics.gauge("partition_end_offset", end_offsets)
 
 
-def _count_requests(app: Flask, metrics: Metrics) -> None:
-    @app.after_request
-    def _count(response: Response) -> Response:
-        req: Request = request
-        metrics.inc("http_requests", method=req.method, status=str(response.status_code))
-        return response
+def _count_requests(app: App, metrics: Metrics) -> None:
+    def count(request: HttpRequest, response: HttpResponse, _route: str | None) -> None:
+        metrics.inc("http_requests", method=request.method, status=str(response.status))
+
+    app.after_request(count)

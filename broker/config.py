@@ -24,7 +24,6 @@ class BrokerConfig:
     secret: str
     """The cluster secret: the password of every Raft group."""
     limits: Limits
-    http_threads: int = 32
 
     @property
     def address(self) -> str:
@@ -42,7 +41,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--db-url", help="default: sqlite:///DATA_DIR/broker.sqlite3")
     parser.add_argument("--managers-url", required=True, help="load balancer URL")
     parser.add_argument("--secret-file", required=True)
-    parser.add_argument("--threads", type=int, default=32)
     add_limit_option(parser)
     return parser.parse_args(argv)
 
@@ -66,5 +64,4 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
         managers_url=args.managers_url.rstrip("/"),
         secret=secret,
         limits=limits,
-        http_threads=args.threads,
     )

@@ -1,5 +1,5 @@
-"""``python -m load_balancer --host H --port P --managers URL1,URL2,URL3 [--workers N]
-[--threads N] [--limit name=value ...]``: builds the config once and serves under gunicorn."""
+"""``python -m load_balancer --host H --port P --managers URL1,URL2,URL3
+[--limit name=value ...]``: builds the config once and serves."""
 
 from __future__ import annotations
 
@@ -22,8 +22,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--managers", required=True, help="comma-separated manager base URLs (http://host:port)"
     )
-    parser.add_argument("--workers", type=int, default=2, help="gunicorn workers (default 2)")
-    parser.add_argument("--threads", type=int, default=16, help="threads per worker (default 16)")
     add_limit_option(parser)
     return parser
 
@@ -36,8 +34,6 @@ def build_config(argv: Sequence[str]) -> LoadBalancerConfig:
         port=args.port,
         manager_urls=urls,
         limits=limits_from(args.limit),
-        workers=args.workers,
-        threads=args.threads,
     ).validate()
 
 
@@ -47,13 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _serve_options(config: LoadBalancerConfig) -> ServeOptions:
-    return ServeOptions(
-        config.host,
-        config.port,
-        config.threads,
-        "raftq-load-balancer",
-        config.workers,
-    )
+    return ServeOptions(config.host, config.port, config.limits)
 
 
 if __name__ == "__main__":

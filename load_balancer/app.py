@@ -1,29 +1,24 @@
-"""The load balancer's Flask app: health, status and metrics here; everything else forwarded.
+"""The load balancer's HTTP API: health, status and metrics here; everything else forwarded.
 
-``create_app`` runs inside each gunicorn worker (after the fork) and starts that worker's
-``LeaderTracker`` thread; the Flask request threads call the ``Forwarder``.
+``create_app`` starts the ``LeaderTracker`` thread; the connection threads call the
+``Forwarder``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import quote
-
-from flask import Flask, Response, request
 
 from load_balancer.config import LoadBalancerConfig
 from load_balancer.forwarder import Forwarder, IncomingRequest
 from load_balancer.leader_tracker import LeaderTracker
-from runtime.http_api import install_error_handlers, json_response
+from runtime.http_api import App, json_response, text_response
+from runtime.http_server import HttpRequest, HttpResponse
 from runtime.metrics import Metrics
-
-FORWARDED_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
-EXTENSION_KEY = "raftq_load_balancer"
 
 
 @dataclass(frozen=True, slots=True)
 class LoadBalancerState:
-    """What ``create_app`` built; tests stop it through ``app.extensions[EXTENSION_KEY]``."""
+    """What ``create_app`` built; ``App.close`` stops it."""
 
     tracker: LeaderTracker
     forwarder: Forwarder
@@ -33,29 +28,28 @@ class LoadBalancerState:
         self.forwarder.close()
 
 
-def create_app(config: LoadBalancerConfig) -> Flask:
+def create_app(config: LoadBalancerConfig) -> App:
     metrics = Metrics("raftq_lb")
     tracker = LeaderTracker(config.manager_urls, config.limits)
-    forwarder = Forwarder(tracker, config.limits, metrics, threads=config.threads)
+    forwarder = Forwarder(tracker, config.limits, metrics)
     metrics.gauge("leader_known", lambda: {(): 0.0 if tracker.leader_url is None else 1.0})
-    app = Flask("load_balancer")
-    install_error_handlers(app, config.limits)
-    app.extensions[EXTENSION_KEY] = LoadBalancerState(tracker, forwarder)
+    app = App("load_balancer", config.limits)
     _add_own_routes(app, tracker, metrics)
-    _add_forwarding_routes(app, forwarder)
+    _add_forwarding(app, forwarder)
+    app.on_close(LoadBalancerState(tracker, forwarder).close)
     tracker.start()
     return app
 
 
-def _add_own_routes(app: Flask, tracker: LeaderTracker, metrics: Metrics) -> None:
+def _add_own_routes(app: App, tracker: LeaderTracker, metrics: Metrics) -> None:
     @app.get("/")
-    def health() -> Response:
+    def health(_http: HttpRequest) -> HttpResponse:
         return json_response(
             {"status": "ok", "role": "load_balancer", "leader_address": tracker.leader_url}
         )
 
     @app.get("/raft_status")
-    def raft_status() -> Response:
+    def raft_status(_http: HttpRequest) -> HttpResponse:
         return json_response(
             {
                 "leader_address": tracker.leader_url,
@@ -64,45 +58,23 @@ def _add_own_routes(app: Flask, tracker: LeaderTracker, metrics: Metrics) -> Non
         )
 
     @app.get("/metrics")
-    def metrics_text() -> Response:
-        return Response(metrics.render(), mimetype="text/plain; version=0.0.4")
+    def metrics_text(_http: HttpRequest) -> HttpResponse:
+        return text_response(metrics.render())
 
 
-def _add_forwarding_routes(app: Flask, forwarder: Forwarder) -> None:
-    def forward(path: str = "") -> Response:
+def _add_forwarding(app: App, forwarder: Forwarder) -> None:
+    """Every request no route above takes (other paths, other methods on them) goes to the
+    manager leader unchanged."""
+
+    @app.fallback
+    def forward(http: HttpRequest) -> HttpResponse:
         answer = forwarder.forward(
             IncomingRequest(
-                method=request.method,
-                path_and_query=_path_and_query(),
-                headers=tuple(request.headers.items()),
-                body=request.get_data(cache=False),
-                client_address=request.remote_addr,
+                method=http.method,
+                path_and_query=http.target,
+                headers=tuple(http.headers),
+                body=http.body,
+                client_address=http.client_address,
             )
         )
-        return Response(answer.body, status=answer.status, headers=list(answer.headers))
-
-    # "/" answers GET itself (health); every other method on "/" is forwarded.
-    app.add_url_rule(
-        "/",
-        "forward_root",
-        forward,
-        methods=[m for m in FORWARDED_METHODS if m not in ("GET", "HEAD")],
-        provide_automatic_options=False,
-    )
-    app.add_url_rule(
-        "/<path:path>",
-        "forward",
-        forward,
-        methods=list(FORWARDED_METHODS),
-        provide_automatic_options=False,
-    )
-
-
-def _path_and_query() -> str:
-    """The request target as the client wrote it (percent-encoding kept)."""
-    raw = request.environ.get("RAW_URI") or request.environ.get("REQUEST_URI")
-    if isinstance(raw, str) and raw.startswith("/"):
-        return raw
-    query = request.query_string.decode("latin-1")
-    path = quote(request.path, safe="/:@!$&'()*+,;=-._~")
-    return f"{path}?{query}" if query else path
+        return HttpResponse(answer.status, answer.body, answer.headers)

@@ -18,10 +18,6 @@ class LoadBalancerConfig:
     manager_urls: tuple[str, ...]
     """Base URLs of every manager, e.g. ``http://127.0.0.1:17111``, without a trailing slash."""
     limits: Limits
-    workers: int = 2
-    """Gunicorn worker processes; the load balancer is stateless, so several are fine."""
-    threads: int = 16
-    """Request threads per worker."""
 
     def validate(self) -> LoadBalancerConfig:
         if not 1 <= self.port <= 65535:
@@ -33,6 +29,4 @@ class LoadBalancerConfig:
                 raise ConfigError(f"manager URL {url!r} must be http(s)://host:port")
         if len(set(self.manager_urls)) != len(self.manager_urls):
             raise ConfigError("--managers lists a manager twice")
-        if self.workers < 1 or self.threads < 1:
-            raise ConfigError("--workers and --threads must be positive")
         return self

@@ -49,8 +49,8 @@ _NOT_FORWARDED_REQUEST = frozenset({"host", "content-length"})
 """The upstream connection sets its own Host and Content-Length."""
 
 _NOT_RETURNED_RESPONSE = frozenset({"content-length", "server", "date"})
-"""Our server sets its own Content-Length, Server and Date (gunicorn always adds the last two,
-so passing the manager's would send them twice)."""
+"""Our server sets its own Content-Length and Date (passing the manager's would send them
+twice) and names no Server."""
 
 Headers = tuple[tuple[str, str], ...]
 
@@ -105,16 +105,16 @@ def is_not_leader_answer(answer: ForwardedAnswer) -> bool:
 
 
 class Forwarder:
-    def __init__(
-        self, tracker: LeaderTracker, limits: Limits, metrics: Metrics, threads: int
-    ) -> None:
+    def __init__(self, tracker: LeaderTracker, limits: Limits, metrics: Metrics) -> None:
         self._tracker = tracker
         self._limits = limits
         self._metrics = metrics
         # The manager bounds its own calls to brokers by http_timeout_s after connecting;
         # waiting a connect timeout longer lets its answer (even an error) reach the client.
         self._read_timeout_s = limits.http_timeout_s + limits.http_connect_timeout_s
-        self._pool = urllib3.PoolManager(num_pools=4, maxsize=threads, retries=False)
+        self._pool = urllib3.PoolManager(
+            num_pools=4, maxsize=limits.lb_manager_connections_max, retries=False
+        )
 
     def close(self) -> None:
         self._pool.clear()

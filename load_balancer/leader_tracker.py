@@ -1,7 +1,7 @@
 """Who leads the managers: polls every manager's ``GET /raft_status`` and keeps the answer.
 
 ``choose_leader`` and ``describe_no_leader`` are pure; ``LeaderTracker`` owns the I/O.
-Threads: one daemon thread per gunicorn worker ("leader-tracker") polls every
+Threads: one daemon thread ("leader-tracker") polls every
 ``manager_poll_period_s``; each poll asks all managers at once on a small pool
 ("manager-poll-N", one thread per manager) so a paused manager costs at most
 ``manager_poll_timeout_s``, not that times the number of managers. Request threads call

@@ -29,7 +29,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--data-dir", type=Path, required=True, help="Raft journal and dump")
     parser.add_argument("--secret-file", type=Path, required=True, help="the cluster secret")
-    parser.add_argument("--threads", type=int, default=32, help="HTTP threads of the worker")
     add_limit_option(parser)
     return parser
 
@@ -45,7 +44,6 @@ def config_from_args(argv: list[str]) -> ManagerConfig:
         data_dir=args.data_dir,
         secret=read_secret(args.secret_file),
         limits=limits_from(args.limit),
-        http_threads=args.threads,
     )
 
 
@@ -55,12 +53,7 @@ def main(argv: list[str]) -> int:
 
 
 def _serve_options(config: ManagerConfig) -> ServeOptions:
-    return ServeOptions(
-        config.host,
-        config.port,
-        config.http_threads,
-        f"raftq-manager-{config.manager_id}",
-    )
+    return ServeOptions(config.host, config.port, config.limits)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,8 @@
-"""``create_app(config)``: builds the manager inside the gunicorn worker (after the fork),
-Raft node and leader-duties thread included."""
+"""``create_app(config)``: builds the manager, Raft node and leader-duties thread included."""
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-
-from flask import Flask, Response, request
 
 from manager.api import brokers, cluster, consumers, logs, partitions, producers, status, topics
 from manager.broker_client import BrokerClient, BrokerRefusalError
@@ -17,7 +14,8 @@ from manager.log_router import LogRouter
 from manager.raft import ManagerRaft
 from manager.service import ManagerService
 from protocol.errors import ErrorCode, RaftQError
-from runtime.http_api import install_error_handlers, json_response
+from runtime.http_api import App, json_response
+from runtime.http_server import HttpRequest, HttpResponse
 from runtime.metrics import Metrics
 
 _ANY_MANAGER = {("GET", "/"), ("GET", "/raft_status"), ("GET", "/metrics"), ("GET", "/cluster")}
@@ -25,7 +23,7 @@ _ANY_MANAGER = {("GET", "/"), ("GET", "/raft_status"), ("GET", "/metrics"), ("GE
 whose registry is the only one known to be up to date."""
 
 
-def create_app(config: ManagerConfig) -> Flask:
+def create_app(config: ManagerConfig) -> App:
     limits = config.limits
     raft = ManagerRaft(config)
     monitor = BrokerMonitor(limits.broker_dead_after_s)
@@ -37,53 +35,57 @@ def create_app(config: ManagerConfig) -> Flask:
     view = ClusterView(config, raft, service, request_executor)
     metrics = _metrics(raft)
 
-    app = Flask("manager")
-    install_error_handlers(app, limits)
+    app = App("manager", limits)
     _install_leader_gate(app, raft, view)
     _install_refusal_passthrough(app)
     _install_request_metrics(app, metrics)
-    app.register_blueprint(status.blueprint(config.manager_id, view, metrics))
-    app.register_blueprint(cluster.blueprint(view))
-    app.register_blueprint(topics.blueprint(service, limits))
-    app.register_blueprint(partitions.blueprint(service, limits))
-    app.register_blueprint(producers.blueprint(service, limits))
-    app.register_blueprint(consumers.blueprint(service, limits))
-    app.register_blueprint(brokers.blueprint(service, limits))
-    app.register_blueprint(logs.blueprint(router, limits))
+    status.add_routes(app, config.manager_id, view, metrics)
+    cluster.add_routes(app, view)
+    topics.add_routes(app, service, limits)
+    partitions.add_routes(app, service, limits)
+    producers.add_routes(app, service, limits)
+    consumers.add_routes(app, service, limits)
+    brokers.add_routes(app, service, limits)
+    logs.add_routes(app, router, limits)
 
     LeaderDuties(limits, raft, service, broker_client, monitor, poll_executor).start()
     return app
 
 
-def _install_leader_gate(app: Flask, raft: ManagerRaft, view: ClusterView) -> None:
-    @app.before_request
-    def _require_leader() -> None:
+def _install_leader_gate(app: App, raft: ManagerRaft, view: ClusterView) -> None:
+    def require_leader(request: HttpRequest) -> None:
         if (request.method, request.path) in _ANY_MANAGER or raft.is_leader():
             return
         raise RaftQError(
             ErrorCode.NOT_LEADER, "this manager is not the leader", view.leader_http_url()
         )
 
+    app.before_request(require_leader)
 
-def _install_refusal_passthrough(app: Flask) -> None:
-    @app.errorhandler(BrokerRefusalError)
-    def _refusal(error: BrokerRefusalError) -> Response:
+
+def _install_refusal_passthrough(app: App) -> None:
+    def refusal(error: BrokerRefusalError) -> HttpResponse:
         # A broker's own error goes back unchanged: status, body and Retry-After.
         response = json_response(error.answer.body, error.answer.status)
         retry_after = error.answer.headers.get("Retry-After")
-        if retry_after is not None:
-            response.headers["Retry-After"] = retry_after
-        return response
+        if retry_after is None:
+            return response
+        headers = (*response.headers, ("Retry-After", retry_after))
+        return HttpResponse(response.status, response.body, headers)
+
+    app.error_handler(BrokerRefusalError, refusal)
 
 
-def _install_request_metrics(app: Flask, metrics: Metrics) -> None:
-    @app.after_request
-    def _count(response: Response) -> Response:
-        endpoint = request.url_rule.rule if request.url_rule is not None else "unknown"
+def _install_request_metrics(app: App, metrics: Metrics) -> None:
+    def count(request: HttpRequest, response: HttpResponse, route: str | None) -> None:
         metrics.inc(
-            "http_requests", method=request.method, path=endpoint, status=str(response.status_code)
+            "http_requests",
+            method=request.method,
+            path=route or "unknown",
+            status=str(response.status),
         )
-        return response
+
+    app.after_request(count)
 
 
 def _metrics(raft: ManagerRaft) -> Metrics:

@@ -49,8 +49,6 @@ class ManagerConfig:
     data_dir: Path
     secret: str = field(repr=False)
     limits: Limits
-    http_threads: int = 32
-    """Gunicorn threads of the one worker."""
 
     def __post_init__(self) -> None:
         if not self.secret:

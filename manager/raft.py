@@ -1,7 +1,7 @@
 """``ManagerRaft``: the pysyncobj adapter that replicates ``ManagerState`` among the managers.
 
-The only module that imports pysyncobj. It must be built inside the gunicorn worker (a
-``SyncObj`` made before ``fork()`` is dead in the child). Threads: pysyncobj's tick thread
+The only module that imports pysyncobj. It must be built in the process that serves (a
+``SyncObj`` made before a ``fork()`` is dead in the child). Threads: pysyncobj's tick thread
 applies commands; HTTP threads propose (blocking until applied or ``raft_commit_timeout_s``)
 and read the state under the consumer's lock.
 """

@@ -19,11 +19,14 @@ class ErrorCode(Enum):
     UNKNOWN_PRODUCER = 40404
     NOT_FOUND = 40405
     METHOD_NOT_ALLOWED = 40501
+    REQUEST_TIMEOUT = 40801
+    """The request's bytes did not all arrive within the server's bound."""
     TOPIC_EXISTS = 40901
     SEQUENCE_OUT_OF_ORDER = 40902
     TOO_MANY = 40903
     TOO_LARGE = 41301
     BACKPRESSURE = 42901
+    HEADERS_TOO_LARGE = 43101
     INTERNAL = 50001
     NO_LEADER = 50301
     NOT_LEADER = 50302

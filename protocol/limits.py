@@ -150,6 +150,20 @@ class Limits:
     """Taken off the budget (``protocol.deadline``) a hop sends onward, so the callee gives up
     a little before its caller does and its answer still arrives."""
     http_connect_timeout_s: float = 1.0
+    http_connections_max: int = 512
+    """Connections one node serves at once (a thread each); one more is answered 503 REFUSED."""
+    http_header_bytes_max: int = 64 * 1024
+    """Largest request line plus headers (431 beyond)."""
+    http_request_read_timeout_s: float = 10.0
+    """A request must arrive whole within this long of its first byte (408 otherwise): a
+    client that trickles bytes holds a connection thread no longer."""
+    http_keepalive_idle_s: float = 60.0
+    """An idle keep-alive connection is closed after this long."""
+    http_shutdown_grace_s: float = 5.0
+    """On SIGTERM, how long requests in progress may still finish."""
+    lb_manager_connections_max: int = 64
+    """Connections the load balancer keeps open to the manager leader (more are opened
+    when needed and closed after use)."""
     http_retries_max: int = 3
     """Attempts for a call that is safe to repeat."""
     http_retry_backoff_s_max: float = 0.5

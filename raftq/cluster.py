@@ -1,7 +1,7 @@
 """``LocalCluster``: starts, inspects and stops a RaftQ cluster of local processes.
 
 Three managers, three brokers and one load balancer run detached (each in its own session,
-so a node is a process group: gunicorn's master and its workers), logging to
+so a node is a process group: the server and any child it starts), logging to
 ``DIR/<node>/node.log``. ``DIR/cluster.json`` records the settings and pids, so any later
 ``LocalCluster(DIR)`` (another CLI call, a test) can find, signal and restart the same nodes.
 

@@ -1,3 +1,3 @@
 """What the three servers (broker, manager, load balancer) share to run as processes:
-the gunicorn launcher, Flask request parsing and error mapping, metrics, and bounded
-HTTP calls between components."""
+the HTTP server and its routing, request parsing and error mapping, metrics, bounded HTTP
+calls between components, and the Raft node both adapters build on."""

@@ -1,19 +1,19 @@
 """What the three servers' ``__main__`` share: ``--limit`` options, the cluster secret, and
-running a config-built app under gunicorn with one clear error (exit 2) for bad settings."""
+serving a config-built ``App`` with one clear error (exit 2) for bad settings."""
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from flask import Flask
-
 from protocol.limits import Limits, LimitsError
-from runtime.gunicorn_app import serve
+from runtime.http_api import App, server_limits
+from runtime.http_server import HttpRequest, HttpResponse, HttpServer
 
 SECRET_CHARS_MIN = 16
 _Config = TypeVar("_Config")
@@ -23,9 +23,7 @@ _Config = TypeVar("_Config")
 class ServeOptions:
     host: str
     port: int
-    threads: int
-    name: str
-    workers: int = 1
+    limits: Limits
 
 
 def add_limit_option(parser: argparse.ArgumentParser) -> None:
@@ -66,22 +64,37 @@ def read_secret(path: str | Path) -> str:
 def run_server(
     role: str,
     build: Callable[[], _Config],
-    create_app: Callable[[_Config], Flask],
+    create_app: Callable[[_Config], App],
     options: Callable[[_Config], ServeOptions],
 ) -> int:
-    """Build the config once (exit 2 with the reason if it is invalid), then serve."""
+    """Build the config once (exit 2 with the reason if it is invalid), bind the port (exit 2
+    if it is taken: before any Raft node starts), build the app, then serve until SIGTERM or
+    SIGINT; requests in progress then finish (bounded) and the app is closed."""
     try:
         config = build()
     except ValueError as exc:  # ConfigError and LimitsError are ValueErrors
         print(f"{role}: {exc}", file=sys.stderr)
         return 2
     chosen = options(config)
-    serve(
-        lambda: create_app(config),
-        host=chosen.host,
-        port=chosen.port,
-        threads=chosen.threads,
-        workers=chosen.workers,
-        name=chosen.name,
-    )
+    built: list[App] = []
+
+    def handle(request: HttpRequest) -> HttpResponse:
+        return built[0].handle(request)
+
+    try:
+        server = HttpServer(chosen.host, chosen.port, handle, server_limits(chosen.limits))
+    except OSError as exc:
+        print(f"{role}: cannot listen on {chosen.host}:{chosen.port}: {exc}", file=sys.stderr)
+        return 2
+    built.append(create_app(config))
+
+    def stop(_signum: int, _frame: object) -> None:
+        server.shutdown()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        server.serve_forever()
+    finally:
+        built[0].close()
     return 0

@@ -1,84 +1,181 @@
-"""Flask glue shared by the servers: request parameters and error mapping.
+"""``App``: the routes of one node's HTTP API, and what every handler shares.
 
-Handlers parse with ``request_params()``, call a service, and return ``json_response``;
-every ``RaftQError`` becomes ``{"error_code", "message"}`` with its status here, once.
+Handlers take the ``HttpRequest``, parse with ``request_params(request)`` (the query string
+over the JSON body), call a service and return ``json_response(...)``. Every ``RaftQError``
+becomes ``{"error_code", "message"}`` with its status here, once (Retry-After on 429 and
+503); any other exception is logged and answered 500. Served by ``runtime.http_server``.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import orjson
-from flask import Flask, Response, request
-from werkzeug.exceptions import HTTPException
 
 from protocol.deadline import HEADER as DEADLINE_HEADER
 from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
+from runtime.http_server import HttpRequest, HttpResponse, ServerLimits
 
 _log = logging.getLogger(__name__)
 
+Handler = Callable[[HttpRequest], HttpResponse]
+_JSON = (("Content-Type", "application/json"),)
+_TEXT = (("Content-Type", "text/plain; version=0.0.4"),)
+E = TypeVar("E", bound=Exception)
 
-def request_params() -> dict[str, object]:
+
+def request_params(request: HttpRequest) -> dict[str, object]:
     """The query string merged over the JSON body (the seed's clients send GET bodies)."""
     params: dict[str, object] = {}
-    if request.content_length:
+    if request.body:
         try:
-            body = orjson.loads(request.get_data(cache=False))
+            body = orjson.loads(request.body)
         except orjson.JSONDecodeError:
             raise RaftQError(ErrorCode.MALFORMED_REQUEST, "the body is not valid JSON") from None
         if not isinstance(body, dict):
             raise RaftQError(ErrorCode.MALFORMED_REQUEST, "the body must be a JSON object")
         params.update(body)
-    for name, value in request.args.items():
-        params[name] = value
+    if request.query_string:
+        params.update(request.args())
     return params
 
 
-def request_deadline(limits: Limits) -> Deadline:
-    """The deadline of the request being handled: its caller's budget from the header, never
-    later than ``http_timeout_s`` (this node's own bound on a request)."""
+def request_deadline(request: HttpRequest, limits: Limits) -> Deadline:
+    """The deadline of ``request``: its caller's budget from the header, never later than
+    ``http_timeout_s`` (this node's own bound on a request)."""
     return Deadline.from_header(
-        request.headers.get(DEADLINE_HEADER), time.monotonic(), limits.http_timeout_s
+        request.header(DEADLINE_HEADER), time.monotonic(), limits.http_timeout_s
     )
 
 
-def json_response(body: object, status: int = 200) -> Response:
+def json_response(body: object, status: int = 200) -> HttpResponse:
     # orjson: a pop or fetch answer holds up to fetch_messages_max messages.
-    return Response(
-        orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS),
-        status=status,
-        mimetype="application/json",
-    )
+    return HttpResponse(status, orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS), _JSON)
 
 
-def error_response(error: RaftQError, limits: Limits) -> Response:
+def text_response(text: str) -> HttpResponse:
+    """Prometheus' text format."""
+    return HttpResponse(200, text.encode("utf-8"), _TEXT)
+
+
+def error_response(error: RaftQError, limits: Limits) -> HttpResponse:
     response = json_response(error.to_json(), error.status)
     if error.status in (429, 503):
-        response.headers["Retry-After"] = str(limits.retry_after_s)
+        return HttpResponse(
+            response.status,
+            response.body,
+            (*response.headers, ("Retry-After", str(limits.retry_after_s))),
+        )
     return response
 
 
-def install_error_handlers(app: Flask, limits: Limits) -> None:
-    app.config["MAX_CONTENT_LENGTH"] = limits.request_bytes_max
+def server_limits(limits: Limits) -> ServerLimits:
+    return ServerLimits(
+        connections_max=limits.http_connections_max,
+        header_bytes_max=limits.http_header_bytes_max,
+        body_bytes_max=limits.request_bytes_max,
+        request_read_timeout_s=limits.http_request_read_timeout_s,
+        keepalive_idle_s=limits.http_keepalive_idle_s,
+        shutdown_grace_s=limits.http_shutdown_grace_s,
+    )
 
-    @app.errorhandler(RaftQError)
-    def _raftq_error(error: RaftQError) -> Response:
-        return error_response(error, limits)
 
-    @app.errorhandler(HTTPException)
-    def _http_error(error: HTTPException) -> Response:
-        status = error.code or 500
-        code = {
-            404: ErrorCode.NOT_FOUND,
-            405: ErrorCode.METHOD_NOT_ALLOWED,
-            413: ErrorCode.TOO_LARGE,
-        }.get(status, ErrorCode.MALFORMED_REQUEST if status < 500 else ErrorCode.INTERNAL)
-        return error_response(RaftQError(code, error.description or error.name), limits)
+class App:
+    """Routes by exact path and method, hooks around them, and the error mapping.
 
-    @app.errorhandler(Exception)
-    def _unexpected(error: Exception) -> Response:
-        _log.exception("unhandled error")
-        return error_response(RaftQError(ErrorCode.INTERNAL, f"internal error: {error}"), limits)
+    Not thread-safe to build; once built (before serving), ``handle`` is called from every
+    connection thread at once.
+    """
+
+    def __init__(self, name: str, limits: Limits) -> None:
+        self.name = name
+        self._limits = limits
+        self._routes: dict[tuple[str, str], Handler] = {}
+        self._paths: set[str] = set()
+        self._fallback: Handler | None = None
+        self._before: list[Callable[[HttpRequest], None]] = []
+        self._after: list[Callable[[HttpRequest, HttpResponse, str | None], None]] = []
+        self._errors: list[tuple[type[Exception], Callable[[Exception], HttpResponse]]] = []
+        self._closers: list[Callable[[], None]] = []
+
+    def route(self, method: str, path: str) -> Callable[[Handler], Handler]:
+        def add(handler: Handler) -> Handler:
+            self._routes[(method, path)] = handler
+            self._paths.add(path)
+            return handler
+
+        return add
+
+    def get(self, path: str) -> Callable[[Handler], Handler]:
+        return self.route("GET", path)
+
+    def post(self, path: str) -> Callable[[Handler], Handler]:
+        return self.route("POST", path)
+
+    def fallback(self, handler: Handler) -> Handler:
+        """Answers every request no route takes (the load balancer forwards them)."""
+        self._fallback = handler
+        return handler
+
+    def before_request(self, hook: Callable[[HttpRequest], None]) -> None:
+        """Runs before the handler of a routed request; may raise to answer instead."""
+        self._before.append(hook)
+
+    def after_request(self, hook: Callable[[HttpRequest, HttpResponse, str | None], None]) -> None:
+        """Sees every answer, with the matched route's path (None when none matched)."""
+        self._after.append(hook)
+
+    def error_handler(self, kind: type[E], answer: Callable[[E], HttpResponse]) -> None:
+        self._errors.append((kind, answer))  # type: ignore[arg-type]
+
+    def on_close(self, closer: Callable[[], None]) -> None:
+        self._closers.append(closer)
+
+    def close(self) -> None:
+        for closer in reversed(self._closers):
+            try:
+                closer()
+            except Exception:  # the others must still close
+                _log.exception("closing %s", self.name)
+
+    def handle(self, request: HttpRequest) -> HttpResponse:
+        method = "GET" if request.method == "HEAD" else request.method
+        handler = self._routes.get((method, request.path))
+        route = request.path if handler is not None else None
+        try:
+            if handler is None:
+                handler = self._unrouted(request)
+            else:
+                for hook in self._before:
+                    hook(request)
+            response = handler(request)
+        except Exception as exc:
+            response = self._error_answer(exc)
+        for after in self._after:
+            after(request, response, route)
+        return response
+
+    def _unrouted(self, request: HttpRequest) -> Handler:
+        if self._fallback is not None:
+            return self._fallback
+        if request.path in self._paths:
+            raise RaftQError(
+                ErrorCode.METHOD_NOT_ALLOWED, f"{request.method} is not allowed on {request.path}"
+            )
+        raise RaftQError(ErrorCode.NOT_FOUND, f"no such resource: {request.path}")
+
+    def _error_answer(self, exc: Exception) -> HttpResponse:
+        for kind, answer in self._errors:
+            if isinstance(exc, kind):
+                return answer(exc)
+        if isinstance(exc, RaftQError):
+            return error_response(exc, self._limits)
+        _log.exception("unhandled error in %s", self.name)
+        return error_response(
+            RaftQError(ErrorCode.INTERNAL, f"internal error: {exc}"), self._limits
+        )

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import io
 import pickletools
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -122,6 +123,11 @@ class RaftNode(SyncObj):
     ) -> None:
         self._journals: list[DurableFileJournal] = []  # before __init__: not snapshotted
         super().__init__(self_node, partners, conf, consumers=consumers)
+        # pysyncobj's tick thread stops once the thread that built the node has ended. A
+        # broker builds replicas on the HTTP connection thread of ``POST /partitions``, which
+        # ends with its connection: tie the node to the process's main thread instead (it
+        # serves until the process stops).
+        self._SyncObj__mainThread = threading.main_thread()
         journal = opened(conf.journalFile) if conf.journalFile else None
         if journal is not None:
             self._journals.append(journal)

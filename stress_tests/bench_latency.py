@@ -9,12 +9,13 @@ the same monotonic clock (one process).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
 import requests
 
-from stress_tests.bench_http import end_offset, get, new_id, post
+from stress_tests.bench_http import LightClient, end_offset, new_id, post
 from stress_tests.bench_report import RAFTQ, Row, percentile
 
 SEND_PERIOD_S = 0.02
@@ -65,7 +66,7 @@ def _ms(value_s: float | None) -> float | None:
 
 def _produce(lb: str, topic: str, producer: str, tag: str, probe: _Probe, seconds: float) -> None:
     deadline_s = time.monotonic() + seconds
-    with requests.Session() as session:
+    with contextlib.closing(LightClient()) as client:
         for number in range(MESSAGES_MAX):
             started_s = time.monotonic()
             if started_s >= deadline_s:
@@ -74,7 +75,7 @@ def _produce(lb: str, topic: str, producer: str, tag: str, probe: _Probe, second
                 probe.sent_s[number] = started_s
             body = {"producer_id": producer, "topic": topic, "message": f"{tag}{number}"}
             try:
-                post(session, f"{lb}/logs", body)
+                client.post(f"{lb}/logs", body)
             except Exception:  # counted; the message may or may not arrive
                 with probe.lock:
                     probe.errors += 1
@@ -88,7 +89,7 @@ def _produce(lb: str, topic: str, producer: str, tag: str, probe: _Probe, second
 
 def _consume(lb: str, topic: str, offset: int, tag: str, probe: _Probe, seconds: float) -> None:
     deadline_s = time.monotonic() + seconds + DRAIN_GRACE_S
-    with requests.Session() as session:
+    with contextlib.closing(LightClient()) as client:
         while time.monotonic() < deadline_s:
             params: dict[str, str | int] = {
                 "topic": topic,
@@ -97,7 +98,7 @@ def _consume(lb: str, topic: str, offset: int, tag: str, probe: _Probe, seconds:
                 "max_messages": 100,
             }
             try:
-                messages = get(session, f"{lb}/logs", params)["messages"]
+                messages = client.get(f"{lb}/logs", params)["messages"]
             except Exception:
                 messages = []
             arrived_s = time.monotonic()

@@ -1,10 +1,8 @@
 """Resident memory (RSS) of every process of every node, sampled on a thread by phase.
 
-Each RaftQ node runs in its own process group (``LocalCluster`` starts it in a new session):
-gunicorn's master is the group leader and serves nothing; its worker holds the Raft groups
-and the data. They are reported apart (``master``, ``worker``), never summed, because the
-worker is what grows with a backlog. Peers' nodes are process groups too; their processes are
-named by their command (``nats-server``, ``beam.smp``, ...).
+Each node runs in its own process group (``LocalCluster`` starts it in a new session): a
+RaftQ node is one process (``python``); a peer's node may be several, each reported apart
+(never summed), named by its command (``nats-server``, ``beam.smp``, ...).
 
 Processes are keyed by (node, role), not pid, so a node restarted by a fault keeps its row.
 """
@@ -56,37 +54,33 @@ def group_members(pgids: set[int]) -> dict[int, list[int]]:
                 members[int(fields[2])].append(int(entry.name))
     for pgid, pids in members.items():
         pids.sort()
-        if pgid in pids:  # the leader (gunicorn's master) first
+        if pgid in pids:  # the group leader first
             pids.remove(pgid)
             pids.insert(0, pgid)
     return members
 
 
-def role_names(pgid: int, members: list[int], gunicorn: bool) -> dict[int, str]:
-    """pid -> role in its node: ``master``/``worker``(``-2``, ...) for gunicorn, the command
-    name otherwise (numbered when two share a name)."""
+def role_names(members: list[int]) -> dict[int, str]:
+    """pid -> role in its node: the command name (numbered when two share a name)."""
     names: dict[int, str] = {}
     seen: dict[str, int] = {}
     for pid in members:
-        if gunicorn:
-            base = "master" if pid == pgid else "worker"
-        else:
-            try:
-                base = Path(f"/proc/{pid}/comm").read_text().strip() or str(pid)
-            except OSError:
-                base = str(pid)
+        try:
+            base = Path(f"/proc/{pid}/comm").read_text().strip() or str(pid)
+        except OSError:
+            base = str(pid)
         seen[base] = seen.get(base, 0) + 1
         names[pid] = base if seen[base] == 1 else f"{base}-{seen[base]}"
     return names
 
 
-def snapshot(groups: Mapping[str, int | None], gunicorn: bool) -> dict[tuple[str, str], float]:
+def snapshot(groups: Mapping[str, int | None]) -> dict[tuple[str, str], float]:
     """(node, role) -> RSS MiB, for every running process of every node."""
     running = {node: pgid for node, pgid in groups.items() if pgid is not None}
     members = group_members(set(running.values()))
     found: dict[tuple[str, str], float] = {}
     for node, pgid in running.items():
-        for pid, role in role_names(pgid, members[pgid], gunicorn).items():
+        for pid, role in role_names(members[pgid]).items():
             mib = rss_mib(pid)
             if mib is not None:
                 found[(node, role)] = mib
@@ -97,8 +91,8 @@ class MemorySampler:
     """Samples RSS every ``SAMPLE_PERIOD_S`` on its own thread, tagging each sample with the
     phase the main thread set last. ``take`` samples once on the caller's thread."""
 
-    def __init__(self, groups: GroupsOf, gunicorn: bool = True) -> None:
-        self._groups, self._gunicorn = groups, gunicorn
+    def __init__(self, groups: GroupsOf) -> None:
+        self._groups = groups
         self._lock = threading.Lock()
         self._samples: dict[tuple[str, str], dict[str, list[float]]] = {}
         self._count = 0
@@ -116,7 +110,7 @@ class MemorySampler:
             return sum(len(phases.get(phase, [])) for phases in self._samples.values())
 
     def take(self) -> None:
-        found = snapshot(self._groups(), self._gunicorn)
+        found = snapshot(self._groups())
         with self._lock:
             if self._count + len(found) > SAMPLES_MAX:
                 return

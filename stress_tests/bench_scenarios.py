@@ -17,8 +17,14 @@ from dataclasses import dataclass
 
 import requests
 
-from stress_tests.bench_http import VALUE, create_topic, end_offset, get, leader_address, new_id
-from stress_tests.bench_http import post as post_json
+from stress_tests.bench_http import (
+    VALUE,
+    LightClient,
+    create_topic,
+    end_offset,
+    leader_address,
+    new_id,
+)
 from stress_tests.bench_load import Exhausted, MakeStep, Step, run_load
 from stress_tests.bench_report import RAFTQ, Row
 
@@ -49,8 +55,8 @@ def produce_via_lb(
     batches (idempotent produce)."""
 
     def make(opened: contextlib.ExitStack) -> Step:
-        session = opened.enter_context(requests.Session())
-        producer = post_json(session, f"{lb}/producers", {"topic": topic})["producer_id"]
+        client = opened.enter_context(contextlib.closing(LightClient()))
+        producer = client.post(f"{lb}/producers", {"topic": topic})["producer_id"]
         counter = itertools.count(1)
 
         def step() -> int:
@@ -63,7 +69,7 @@ def produce_via_lb(
                 body["sequence"] = next(counter)
             if durability != "fsync":
                 body["durability"] = durability
-            post_json(session, f"{lb}/logs", body)
+            client.post(f"{lb}/logs", body)
             return batch
 
         return step
@@ -78,7 +84,7 @@ def produce_direct(broker: str | None, topic: str, partition_id: int) -> MakeSte
     def make(opened: contextlib.ExitStack) -> Step:
         if broker is None:
             raise RuntimeError(f"the managers know no leader for {topic}/{partition_id}")
-        session = opened.enter_context(requests.Session())
+        client = opened.enter_context(contextlib.closing(LightClient()))
         body = {
             "topic": topic,
             "partition_id": partition_id,
@@ -86,7 +92,7 @@ def produce_direct(broker: str | None, topic: str, partition_id: int) -> MakeSte
         }
 
         def step() -> int:
-            post_json(session, f"{broker}/logs", body)
+            client.post(f"{broker}/logs", body)
             return 1
 
         return step
@@ -99,8 +105,8 @@ def pop(lb: str, topic: str, batch: int) -> MakeStep:
     pop. An empty answer means the topic is drained: the thread stops."""
 
     def make(opened: contextlib.ExitStack) -> Step:
-        session = opened.enter_context(requests.Session())
-        consumer = post_json(session, f"{lb}/consumers", {"topic": topic})["consumer_id"]
+        client = opened.enter_context(contextlib.closing(LightClient()))
+        consumer = client.post(f"{lb}/consumers", {"topic": topic})["consumer_id"]
 
         def step() -> int:
             params: dict[str, str | int] = {
@@ -108,7 +114,7 @@ def pop(lb: str, topic: str, batch: int) -> MakeStep:
                 "max_messages": batch,
                 "request_id": new_id(),
             }
-            moved = len(get(session, f"{lb}/logs", params)["messages"])
+            moved = len(client.get(f"{lb}/logs", params)["messages"])
             if moved == 0:
                 raise Exhausted
             return moved
@@ -122,7 +128,7 @@ def fetch(lb: str, topic: str, batch: int, end: int) -> MakeStep:
     """Fetch by offset through the LB, walking ``[0, end)`` and wrapping around."""
 
     def make(opened: contextlib.ExitStack) -> Step:
-        session = opened.enter_context(requests.Session())
+        client = opened.enter_context(contextlib.closing(LightClient()))
         offsets = itertools.count(0, batch)
 
         def step() -> int:
@@ -132,7 +138,7 @@ def fetch(lb: str, topic: str, batch: int, end: int) -> MakeStep:
                 "offset": next(offsets) % max(end, 1),
                 "max_messages": batch,
             }
-            return len(get(session, f"{lb}/logs", params)["messages"])
+            return len(client.get(f"{lb}/logs", params)["messages"])
 
         return step
 

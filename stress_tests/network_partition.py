@@ -65,7 +65,7 @@ def available() -> str | None:
 
 
 def group_pids(pgid: int) -> list[int]:
-    """Every live process of a node's process group (gunicorn master and workers)."""
+    """Every live process of a node's process group."""
     pids = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():

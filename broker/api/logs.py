@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response
-
 from broker.service import BrokerService
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 from protocol.requests import Fetch, Pop, Produce, partition_ref
 from protocol.types import PartitionId, StoredMessage
-from runtime.http_api import json_response, request_deadline, request_params
+from runtime.http_api import App, json_response, request_deadline, request_params
+from runtime.http_server import HttpRequest, HttpResponse
 
 
-def logs_blueprint(service: BrokerService, limits: Limits) -> Blueprint:
-    api = Blueprint("logs", __name__)
-
+def add_log_routes(api: App, service: BrokerService, limits: Limits) -> None:
     @api.post("/logs")
-    def produce() -> Response:
-        request = Produce.parse(request_params(), limits)
+    def produce(http: HttpRequest) -> HttpResponse:
+        request = Produce.parse(request_params(http), limits)
         if request.partition_id is None:
             raise RaftQError(ErrorCode.INVALID_FIELD, "a broker needs 'partition_id'")
         offsets, ack = service.produce(
@@ -26,15 +23,15 @@ def logs_blueprint(service: BrokerService, limits: Limits) -> Blueprint:
             request.messages,
             request.producer_id,
             request.sequence,
-            request_deadline(limits),
+            request_deadline(http, limits),
             request.durability,
         )
         body = {"partition_id": request.partition_id, "offsets": offsets, "ack": ack.to_json()}
         return json_response(body, 201)
 
     @api.get("/logs")
-    def read() -> Response:
-        params = request_params()
+    def read(http: HttpRequest) -> HttpResponse:
+        params = request_params(http)
         topic, partition_id = partition_ref(params, limits)
         if params.get("consumer_id") is not None:
             pop = Pop.parse(params, limits)
@@ -45,14 +42,12 @@ def logs_blueprint(service: BrokerService, limits: Limits) -> Blueprint:
                 pop.max_messages,
                 pop.request_id,
                 pop.sequence,
-                request_deadline(limits),
+                request_deadline(http, limits),
             )
         else:
             fetch = Fetch.parse(params, limits)
             messages = service.fetch(topic, partition_id, fetch.offset, fetch.max_messages)
         return json_response({"messages": _to_json(topic, partition_id, messages)})
-
-    return api
 
 
 def _to_json(

@@ -2,35 +2,32 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response
-
 from broker.service import BrokerService
 from protocol.limits import Limits
 from protocol.requests import get_int, parse_replica_spec, partition_ref, require_str
-from runtime.http_api import json_response, request_params
+from runtime.http_api import App, json_response, request_params
+from runtime.http_server import HttpRequest, HttpResponse
 
 _OFFSET_MAX = 2**63 - 1
 
 
-def partitions_blueprint(service: BrokerService, broker_id: int, limits: Limits) -> Blueprint:
-    api = Blueprint("partitions", __name__)
-
+def add_partition_routes(api: App, service: BrokerService, broker_id: int, limits: Limits) -> None:
     @api.get("/partitions")
-    def list_partitions() -> Response:
+    def list_partitions(http: HttpRequest) -> HttpResponse:
         statuses = [status.to_json() for status in service.statuses()]
         return json_response({"broker_id": broker_id, "partitions": statuses})
 
     @api.post("/partitions")
-    def host() -> Response:
-        spec = parse_replica_spec(request_params(), limits)
+    def host(http: HttpRequest) -> HttpResponse:
+        spec = parse_replica_spec(request_params(http), limits)
         created = service.host(spec)
         return json_response(spec.to_json(), 201 if created else 200)
 
     @api.post("/consumers")
-    def register_consumer() -> Response:
+    def register_consumer(http: HttpRequest) -> HttpResponse:
         # Offsets are created at a consumer's first pop, at the log start offset (Kafka's
         # auto.offset.reset=earliest); registering only checks the partition is here.
-        params = request_params()
+        params = request_params(http)
         topic, partition_id = partition_ref(params, limits)
         consumer_id = require_str(params, "consumer_id", limits.id_chars_max)
         service.check_hosted(topic, partition_id)
@@ -38,8 +35,8 @@ def partitions_blueprint(service: BrokerService, broker_id: int, limits: Limits)
         return json_response(body, 201)
 
     @api.get("/checksum")
-    def checksum() -> Response:
-        params = request_params()
+    def checksum(http: HttpRequest) -> HttpResponse:
+        params = request_params(http)
         topic, partition_id = partition_ref(params, limits)
         start = get_int(params, "start", minimum=0, maximum=_OFFSET_MAX, default=0)
         end = get_int(params, "end", minimum=start, maximum=_OFFSET_MAX)
@@ -53,5 +50,3 @@ def partitions_blueprint(service: BrokerService, broker_id: int, limits: Limits)
                 "flushed_offset": flushed,
             }
         )
-
-    return api

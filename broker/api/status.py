@@ -2,26 +2,21 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response
-
 from broker.service import BrokerService
-from runtime.http_api import json_response
+from runtime.http_api import App, json_response, text_response
+from runtime.http_server import HttpRequest, HttpResponse
 from runtime.metrics import Metrics
 
 
-def status_blueprint(service: BrokerService, broker_id: int, metrics: Metrics) -> Blueprint:
-    api = Blueprint("status", __name__)
-
+def add_status_routes(api: App, service: BrokerService, broker_id: int, metrics: Metrics) -> None:
     @api.get("/")
-    def health() -> Response:
+    def health(_http: HttpRequest) -> HttpResponse:
         return json_response({"status": "ok", "role": "broker", "broker_id": broker_id})
 
     @api.get("/raft_status")
-    def raft_status() -> Response:
+    def raft_status(_http: HttpRequest) -> HttpResponse:
         return json_response({"broker_id": broker_id, "replicas": service.raft_statuses()})
 
     @api.get("/metrics")
-    def prometheus() -> Response:
-        return Response(metrics.render(), mimetype="text/plain; version=0.0.4")
-
-    return api
+    def prometheus(_http: HttpRequest) -> HttpResponse:
+        return text_response(metrics.render())

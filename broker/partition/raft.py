@@ -126,7 +126,7 @@ class ReplicatedPartition(SyncObjConsumer):
 
 
 class PartitionRaft:
-    """One replica's Raft node. Created inside the gunicorn worker, never before a fork."""
+    """One replica's Raft node. Created in the serving process, never before a fork."""
 
     def __init__(self, spec: ReplicaSpec, data_dir: str, secret: str, limits: Limits) -> None:
         self.spec = spec

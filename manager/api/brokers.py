@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response
-
 from manager.service import ManagerService
 from protocol.limits import Limits
 from protocol.requests import RegisterBroker
-from runtime.http_api import json_response, request_params
+from runtime.http_api import App, json_response, request_params
+from runtime.http_server import HttpRequest, HttpResponse
 
 
-def blueprint(service: ManagerService, limits: Limits) -> Blueprint:
-    api = Blueprint("brokers", __name__)
-
+def add_routes(api: App, service: ManagerService, limits: Limits) -> None:
     @api.post("/brokers")
-    def register_broker() -> Response:
-        body, status = service.register_broker(RegisterBroker.parse(request_params(), limits))
+    def register_broker(http: HttpRequest) -> HttpResponse:
+        body, status = service.register_broker(RegisterBroker.parse(request_params(http), limits))
         return json_response(body, status)
 
     @api.get("/brokers")
-    def list_brokers() -> Response:
+    def list_brokers(http: HttpRequest) -> HttpResponse:
         return json_response(service.brokers())
-
-    return api

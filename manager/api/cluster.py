@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response
-
 from manager.cluster import ClusterView
-from runtime.http_api import json_response
+from runtime.http_api import App, json_response
+from runtime.http_server import HttpRequest, HttpResponse
 
 
-def blueprint(view: ClusterView) -> Blueprint:
-    api = Blueprint("cluster", __name__)
-
+def add_routes(api: App, view: ClusterView) -> None:
     @api.get("/cluster")
-    def cluster() -> Response:
+    def cluster(http: HttpRequest) -> HttpResponse:
         return json_response(view.cluster())
-
-    return api

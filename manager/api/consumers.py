@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response
-
 from manager.service import ManagerService
 from protocol.limits import Limits
 from protocol.requests import RegisterConsumer
-from runtime.http_api import json_response, request_params
+from runtime.http_api import App, json_response, request_params
+from runtime.http_server import HttpRequest, HttpResponse
 
 
-def blueprint(service: ManagerService, limits: Limits) -> Blueprint:
-    api = Blueprint("consumers", __name__)
-
+def add_routes(api: App, service: ManagerService, limits: Limits) -> None:
     @api.post("/consumers")
-    def register_consumer() -> Response:
-        request = RegisterConsumer.parse(request_params(), limits)
+    def register_consumer(http: HttpRequest) -> HttpResponse:
+        request = RegisterConsumer.parse(request_params(http), limits)
         return json_response(service.register_consumer(request), 201)
-
-    return api

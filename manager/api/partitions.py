@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response
-
 from manager.service import ManagerService
 from protocol.limits import Limits
 from protocol.requests import TopicRef
-from runtime.http_api import json_response, request_params
+from runtime.http_api import App, json_response, request_params
+from runtime.http_server import HttpRequest, HttpResponse
 
 
-def blueprint(service: ManagerService, limits: Limits) -> Blueprint:
-    api = Blueprint("partitions", __name__)
-
+def add_routes(api: App, service: ManagerService, limits: Limits) -> None:
     @api.get("/partitions")
-    def list_partitions() -> Response:
-        return json_response(service.partitions(TopicRef.parse(request_params(), limits)))
+    def list_partitions(http: HttpRequest) -> HttpResponse:
+        return json_response(service.partitions(TopicRef.parse(request_params(http), limits)))
 
     @api.post("/partitions")
-    def add_partition() -> Response:
-        request = TopicRef.parse(request_params(), limits)
+    def add_partition(http: HttpRequest) -> HttpResponse:
+        request = TopicRef.parse(request_params(http), limits)
         return json_response(service.add_partition(request), 201)
-
-    return api

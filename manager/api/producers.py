@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response
-
 from manager.service import ManagerService
 from protocol.limits import Limits
 from protocol.requests import RegisterProducer
-from runtime.http_api import json_response, request_params
+from runtime.http_api import App, json_response, request_params
+from runtime.http_server import HttpRequest, HttpResponse
 
 
-def blueprint(service: ManagerService, limits: Limits) -> Blueprint:
-    api = Blueprint("producers", __name__)
-
+def add_routes(api: App, service: ManagerService, limits: Limits) -> None:
     @api.post("/producers")
-    def register_producer() -> Response:
-        request = RegisterProducer.parse(request_params(), limits)
+    def register_producer(http: HttpRequest) -> HttpResponse:
+        request = RegisterProducer.parse(request_params(http), limits)
         body, created = service.register_producer(request)
         return json_response(body, 201 if created else 200)
-
-    return api

@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response
-
 from manager.service import ManagerService
 from protocol.limits import Limits
 from protocol.requests import CreateTopic
-from runtime.http_api import json_response, request_params
+from runtime.http_api import App, json_response, request_params
+from runtime.http_server import HttpRequest, HttpResponse
 
 
-def blueprint(service: ManagerService, limits: Limits) -> Blueprint:
-    api = Blueprint("topics", __name__)
-
+def add_routes(api: App, service: ManagerService, limits: Limits) -> None:
     @api.post("/topics")
-    def create_topic() -> Response:
-        return json_response(service.create_topic(CreateTopic.parse(request_params(), limits)), 201)
+    def create_topic(http: HttpRequest) -> HttpResponse:
+        return json_response(
+            service.create_topic(CreateTopic.parse(request_params(http), limits)), 201
+        )
 
     @api.get("/topics")
-    def list_topics() -> Response:
+    def list_topics(http: HttpRequest) -> HttpResponse:
         return json_response(service.topics())
-
-    return api

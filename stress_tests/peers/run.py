@@ -87,7 +87,7 @@ def run_peers(
 def run_one(
     name: str, cluster: PeerCluster, scenarios: Callable[[], list[Row]], log: Log
 ) -> tuple[list[Row], list[MemoryRow]]:
-    sampler = MemorySampler(cluster.groups, gunicorn=False)
+    sampler = MemorySampler(cluster.groups)
     try:
         log(f"starting {name} (3 nodes) ...")
         if not cluster.start():

@@ -1,7 +1,7 @@
 """Drives a real local cluster for tests through the ``raftq`` CLI, as a user would.
 
 Nodes run detached in their own sessions (their process group id is their pid), so a
-"crash" is ``kill -9`` of the whole group: gunicorn master and worker together.
+"crash" is ``kill -9`` of the whole group (the server and any child of it).
 """
 
 from __future__ import annotations

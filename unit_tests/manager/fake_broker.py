@@ -7,10 +7,9 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from flask import Flask, Response, request
-from werkzeug.serving import BaseWSGIServer, make_server
-
-from runtime.http_api import json_response, request_params
+from protocol.limits import Limits
+from runtime.http_api import App, json_response, request_params, server_limits
+from runtime.http_server import HttpRequest, HttpResponse, HttpServer
 
 Key = tuple[str, int]
 
@@ -68,21 +67,21 @@ class FakeBroker:
         self.broker_id = broker_id
         self.logs = logs
         self.specs: dict[Key, dict[str, object]] = {}
-        self._server: BaseWSGIServer = make_server("127.0.0.1", 0, self._app(), threaded=True)
-        self.address = f"http://127.0.0.1:{self._server.server_port}"
+        limits = Limits()
+        self._server = HttpServer("127.0.0.1", 0, self._app(limits).handle, server_limits(limits))
+        self.address = f"http://127.0.0.1:{self._server.port}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
 
     def close(self) -> None:
         self._server.shutdown()
-        self._server.server_close()
         self._thread.join()
 
-    def _app(self) -> Flask:
-        app = Flask(f"fake-broker-{self.broker_id}")
+    def _app(self, limits: Limits) -> App:
+        app = App(f"fake-broker-{self.broker_id}", limits)
 
         @app.get("/partitions")
-        def hosted() -> Response:
+        def hosted(_http: HttpRequest) -> HttpResponse:
             partitions = [
                 {"topic": t, "partition_id": p, "is_leader": spec["replica_id"] == 0}
                 for (t, p), spec in list(self.specs.items())
@@ -90,23 +89,23 @@ class FakeBroker:
             return json_response({"broker_id": self.broker_id, "partitions": partitions})
 
         @app.post("/partitions")
-        def host() -> Response:
-            spec = request_params()
+        def host(http: HttpRequest) -> HttpResponse:
+            spec = request_params(http)
             key = (str(spec["topic"]), int(str(spec["partition_id"])))
             status = 200 if self.specs.get(key) == spec else 201
             self.specs[key] = spec
             return json_response({}, status)
 
         @app.post("/logs")
-        def produce() -> Response:
-            body = request_params()
+        def produce(http: HttpRequest) -> HttpResponse:
+            body = request_params(http)
             key = (str(body["topic"]), int(str(body["partition_id"])))
             offsets = self.logs.append(key, body)
             return json_response({"partition_id": key[1], "offsets": offsets}, 201)
 
         @app.get("/logs")
-        def read() -> Response:
-            args = request.args
+        def read(http: HttpRequest) -> HttpResponse:
+            args = http.args()
             key = (args["topic"], int(args["partition_id"]))
             count = int(args["max_messages"])
             if "consumer_id" in args:

@@ -2,7 +2,7 @@
 
 Copied into a temporary directory as ``<role>/__main__.py`` so that ``python -m <role>`` runs
 it. It serves just enough HTTP for ``LocalCluster.up``/``status``, and starts a sleeping child
-in its process group, like gunicorn's worker, to check that the whole group is signalled.
+in its process group, to check that the whole group is signalled.
 """
 
 from __future__ import annotations

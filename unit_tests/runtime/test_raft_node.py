@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,6 +46,25 @@ def leader(tmp_path: Path) -> Iterator[RaftNode]:
         time.sleep(0.01)
     yield node
     node.destroy()
+
+
+def test_a_node_built_on_a_thread_that_ends_keeps_running(tmp_path: Path) -> None:
+    """pysyncobj stops a node's tick thread once the thread that built it has ended; a
+    broker builds replicas on the thread of a ``POST /partitions`` connection, which ends
+    with the connection (found by the fast tier: every new topic's replicas stopped)."""
+    built: list[RaftNode] = []
+    builder = threading.Thread(target=lambda: built.append(start_node(tmp_path, [])))
+    builder.start()
+    builder.join(WAIT_S)
+    assert not builder.is_alive() and built
+    node = built[0]
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while not node._isLeader():  # electing itself takes ticks after the builder ended
+            assert time.monotonic() < deadline, "the node stopped ticking with its builder"
+            time.sleep(0.01)
+    finally:
+        node.destroy()
 
 
 def test_its_journal_is_the_durable_one(leader: RaftNode) -> None:

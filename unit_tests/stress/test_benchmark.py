@@ -102,8 +102,8 @@ def test_render_prints_every_row_ratios_failures_and_memory_per_process() -> Non
         Row("rabbitmq", "consume", error="TimeoutError: no confirm"),
     ]
     memory = [
-        MemoryRow("broker-1", "master", {"idle": (69.0, 69.0)}),
-        MemoryRow("broker-1", "worker", {"idle": (64.0, 64.0), "backlog": (90.0, 120.4)}),
+        MemoryRow("rabbit-1", "beam.smp", {"idle": (69.0, 69.0)}),
+        MemoryRow("broker-1", "python", {"idle": (64.0, 64.0), "backlog": (90.0, 120.4)}),
     ]
     text = render("title", rows, memory, ("idle", "backlog"))
     lines = text.splitlines()
@@ -112,11 +112,11 @@ def test_render_prints_every_row_ratios_failures_and_memory_per_process() -> Non
     assert "1,234" in text and "9.2" in text and "FAILED: TimeoutError: no confirm" in text
     ratio_line = next(line for line in lines if line.startswith("raftq/nats"))
     assert "0.50x" in ratio_line and "3.00x" in ratio_line
-    assert any(line.split()[:4] == ["broker-1", "worker", "64", "/"] for line in lines)
-    worker = next(line for line in lines if line.startswith("broker-1") and "worker" in line)
-    assert worker.rstrip().endswith("90 / 120")
-    master = next(line for line in lines if line.startswith("broker-1") and "master" in line)
-    assert master.rstrip().endswith("-")
+    assert any(line.split()[:4] == ["broker-1", "python", "64", "/"] for line in lines)
+    broker = next(line for line in lines if line.startswith("broker-1"))
+    assert broker.rstrip().endswith("90 / 120")
+    rabbit = next(line for line in lines if line.startswith("rabbit-1"))
+    assert rabbit.rstrip().endswith("-")
 
 
 def test_run_load_is_bounded_in_time_counts_errors_and_stops_when_exhausted() -> None:
@@ -226,7 +226,7 @@ def test_benchmark_command_prints_every_row_with_a_figure() -> None:
     memory = [line.split() for line in lines if line.startswith(("broker-", "manager-", "lb "))]
     nodes = {(cells[0], cells[1]) for cells in memory}
     for node in ("lb", "manager-1", "manager-2", "manager-3", "broker-1", "broker-2", "broker-3"):
-        assert (node, "master") in nodes and (node, "worker") in nodes, done.stdout
+        assert (node, "python") in nodes, done.stdout
 
 
 def test_a_peer_that_cannot_run_is_named_and_the_others_go_on(
@@ -251,15 +251,13 @@ def test_a_missing_server_binary_is_reported_not_raised(
 
 
 def test_memory_snapshot_reports_the_group_leader_and_each_child_apart() -> None:
-    """A stand-in for a gunicorn node: a leader (``master``) with one child (``worker``)."""
+    """A node of several processes (a leader with a child): each is its own row."""
     node = subprocess.Popen(["sh", "-c", "sleep 30 & wait"], start_new_session=True)
     try:
         poll_until(lambda: len(group_members({node.pid})[node.pid]) == 2, 10.0, "the child")
-        found = snapshot({"broker-1": node.pid, "broker-2": None}, gunicorn=True)
-        assert set(found) == {("broker-1", "master"), ("broker-1", "worker")}
+        found = snapshot({"peer-1": node.pid, "peer-2": None})
+        assert set(found) == {("peer-1", "sh"), ("peer-1", "sleep")}
         assert all(mib > 0 for mib in found.values())
-        named = snapshot({"peer-1": node.pid}, gunicorn=False)
-        assert set(named) == {("peer-1", "sh"), ("peer-1", "sleep")}
     finally:
         os.killpg(node.pid, signal.SIGKILL)
         node.wait(10)

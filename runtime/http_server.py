@@ -167,8 +167,9 @@ class HttpServer:
             time.sleep(0.01)
         with self._lock:
             connections = list(self._connections)
-        for conn in connections:
-            _close(conn)
+        for conn in connections:  # wakes its thread (blocked in recv), which closes it
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
 
     # --- one connection --------------------------------------------------------------------
 

@@ -45,7 +45,7 @@ def start_load_balancer(
 ) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     argv = [sys.executable, "-m", "load_balancer", "--host", "127.0.0.1", "--port", str(port)]
-    argv += ["--managers", ",".join(m.url for m in managers), "--workers", "1"]
+    argv += ["--managers", ",".join(m.url for m in managers)]
     for limit in limits:
         argv += ["--limit", limit]
     with open(tmp_path / f"lb-{port}.log", "ab") as log:

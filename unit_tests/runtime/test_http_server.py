@@ -227,11 +227,12 @@ def test_connections_beyond_the_bound_are_refused_and_the_rest_still_served(
 
 
 def test_shutdown_lets_a_request_in_progress_finish() -> None:
-    release = threading.Event()
+    started, release = threading.Event(), threading.Event()
     app = App("slow", LIMITS)
 
     @app.get("/slow")
     def slow(_http: HttpRequest) -> HttpResponse:
+        started.set()
         release.wait(WAIT_S)
         return json_response({"done": True})
 
@@ -240,6 +241,7 @@ def test_shutdown_lets_a_request_in_progress_finish() -> None:
     thread.start()
     with connect(served) as sock:
         sock.sendall(b"GET /slow HTTP/1.1\r\n\r\n")
+        assert started.wait(WAIT_S)
         stopper = threading.Thread(target=served.shutdown)
         stopper.start()
         release.set()

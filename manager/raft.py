@@ -175,7 +175,11 @@ class ManagerRaft:
         self._consumer = _RegistryConsumer()
         durable_journal.install()  # entries and votes on disk before Raft acts on them
         self._syncobj = RaftNode(
-            config.raft_address, config.partner_raft_addresses, conf, consumers=[self._consumer]
+            config.raft_address,
+            config.partner_raft_addresses,
+            conf,
+            consumers=[self._consumer],
+            commit_notice_delay_s=config.limits.raft_commit_notice_delay_s,
         )
 
     def close(self) -> None:

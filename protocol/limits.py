@@ -130,6 +130,10 @@ class Limits:
     raft_election_timeout_max_s: float = 1.0
     raft_leader_fallback_timeout_s: float = 3.0
     """A leader that hears from no majority for this long steps down (pysyncobj: 30 s)."""
+    raft_commit_notice_delay_s: float = 0.005
+    """How long a leader may wait to tell its followers a new commit index when no entry
+    carries it sooner (pysyncobj sent one more message to each follower per commit for it).
+    A follower applies, and so flushes and serves reads, that much later at most."""
     raft_connection_timeout_s: float = 10.0
     """Long enough for a snapshot transfer of a full partition."""
     raft_log_compaction_entries_min: int = 20_000
@@ -236,6 +240,10 @@ class Limits:
         _require(
             self.raft_election_timeout_min_s < self.raft_election_timeout_max_s,
             "raft_election_timeout_min_s < raft_election_timeout_max_s",
+        )
+        _require(
+            self.raft_commit_notice_delay_s < self.raft_election_timeout_min_s,
+            "raft_commit_notice_delay_s < raft_election_timeout_min_s",
         )
         _require(
             self.raft_election_timeout_max_s < self.raft_leader_fallback_timeout_s,

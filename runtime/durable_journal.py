@@ -125,9 +125,23 @@ class DurableFileJournal(FileJournal):
     """Set by an adapter: True for an entry that may stay unsynced (a group proposed with
     ``replicated`` durability). The next synced entry, or any other sync, covers it."""
 
+    defer_syncs = False
+    """Set by ``RaftNode`` while its leader appends entries it sends before syncing them:
+    their sync is left to ``sync_deferred``, which it calls before it can count itself
+    toward their commit."""
+    _sync_owed = False
+
     def add(self, command: bytes, idx: int, term: int) -> None:
         super().add(command, idx, term)
         if self.skip_sync is None or not self.skip_sync(command):
+            if self.defer_syncs:
+                self._sync_owed = True
+            else:
+                self.flush()
+
+    def sync_deferred(self) -> None:
+        if self._sync_owed:
+            self._sync_owed = False
             self.flush()
 
     def flush(self) -> None:

@@ -147,7 +147,13 @@ class PartitionRaft:
             dump_file=os.path.join(data_dir, "raft.dump"),
         )
         durable_journal.install()
-        self._sync = RaftNode(spec.raft_address, list(spec.partners), conf, consumers=[self.state])
+        self._sync = RaftNode(
+            spec.raft_address,
+            list(spec.partners),
+            conf,
+            consumers=[self.state],
+            commit_notice_delay_s=limits.raft_commit_notice_delay_s,
+        )
         self._sync.leave_unsynced(self.state, "run_group_unsynced")
         self._sync.addOnTickCallback(self._compact_when_large)
 

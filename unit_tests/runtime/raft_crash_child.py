@@ -16,6 +16,7 @@ from typing import Any
 
 from pysyncobj import SyncObjConf, SyncObjConsumer, replicated
 
+from protocol.limits import Limits
 from runtime import durable_journal
 from runtime.durable_journal import DurableFileJournal
 from runtime.raft_node import RaftNode
@@ -51,7 +52,8 @@ def start_node(directory: str, port: int) -> tuple[RaftNode, Counter]:
     )
     durable_journal.install()
     counter = Counter()
-    node = RaftNode(address, [], conf, consumers=[counter])
+    notice_s = Limits().raft_commit_notice_delay_s
+    node = RaftNode(address, [], conf, consumers=[counter], commit_notice_delay_s=notice_s)
     wait(node._isLeader, "a one-node group elects itself")
     return node, counter
 

@@ -14,9 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pysyncobj import FAIL_REASON, SyncObjConf
+from pysyncobj import FAIL_REASON, SyncObjConf, SyncObjConsumer, replicated
 
 from protocol.errors import ErrorCode
+from protocol.limits import Limits
 from runtime import durable_journal
 from runtime.raft_node import RaftNode, raft_failure
 from unit_tests.ports import free_port
@@ -34,7 +35,8 @@ def start_node(directory: Path, partners: list[str]) -> RaftNode:
         useFork=False,
     )
     durable_journal.install()
-    return RaftNode(address, partners, conf, consumers=[])
+    notice_s = Limits().raft_commit_notice_delay_s
+    return RaftNode(address, partners, conf, consumers=[], commit_notice_delay_s=notice_s)
 
 
 @pytest.fixture
@@ -63,6 +65,59 @@ def test_a_node_built_on_a_thread_that_ends_keeps_running(tmp_path: Path) -> Non
         while not node._isLeader():  # electing itself takes ticks after the builder ended
             assert time.monotonic() < deadline, "the node stopped ticking with its builder"
             time.sleep(0.01)
+    finally:
+        node.destroy()
+
+
+class SyncedAtApply(SyncObjConsumer):  # type: ignore[misc]
+    """Records, for every applied entry, whether its journal had synced it by then."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.synced_index = 0
+        self.checks: list[tuple[int, int]] = []
+
+    @replicated  # type: ignore[misc]
+    def bump(self) -> None:
+        node = self._syncObj
+        assert isinstance(node, RaftNode)
+        self.checks.append((node.applying_entry()[0], self.synced_index))
+
+
+def test_a_leader_counts_itself_toward_a_commit_only_once_it_synced_the_entry(
+    tmp_path: Path,
+) -> None:
+    """The leader sends new entries before syncing them (RaftNode._checkCommandsToApply);
+    it must still have synced each one before it commits and applies it."""
+    address = f"127.0.0.1:{free_port()}"
+    conf = SyncObjConf(
+        bindAddress=address,
+        journalFile=str(tmp_path / "raft.journal"),
+        fullDumpFile=str(tmp_path / "raft.dump"),
+        useFork=False,
+    )
+    durable_journal.install()
+    consumer = SyncedAtApply()
+    node = RaftNode(address, [], conf, consumers=[consumer], commit_notice_delay_s=0.005)
+    try:
+        journal = node.journal
+        assert journal is not None
+        real_flush = journal.flush
+
+        def flush() -> None:
+            last = len(journal) and journal[len(journal) - 1][1]
+            real_flush()
+            consumer.synced_index = max(consumer.synced_index, last)
+
+        journal.flush = flush  # type: ignore[method-assign]
+        deadline = time.monotonic() + WAIT_S
+        while not node._isLeader():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        for _ in range(50):
+            consumer.bump(sync=True, timeout=WAIT_S)
+        assert len(consumer.checks) == 50
+        assert all(index <= synced for index, synced in consumer.checks), consumer.checks
     finally:
         node.destroy()
 

@@ -6,9 +6,9 @@ answered 503 ``NOT_LEADER`` (a follower refuses before acting). Any other failur
 request was sent (read timeout, reset) may have had an effect, so it becomes 503
 ``UNAVAILABLE`` and the client decides (its retries carry sequences and request ids).
 
-Thread-safe: request threads share one urllib3 pool (thread-safe). urllib3 directly, not
-``requests``: the bytes pass through unchanged, and ``requests`` adds as much CPU per call as
-forwarding itself (netrc, proxy and cookie handling on every request).
+Thread-safe: request threads share one set of keep-alive connections
+(``runtime.http_connection``: the bytes pass through unchanged, and urllib3 cost more CPU per
+call than forwarding itself).
 """
 
 from __future__ import annotations
@@ -18,15 +18,13 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import urllib3
-from urllib3.exceptions import HTTPError, TimeoutError
-
 from load_balancer.leader_tracker import LeaderTracker
 from protocol.deadline import HEADER as DEADLINE_HEADER
 from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
-from runtime.http_client import nothing_was_sent
+from runtime.http_client import connections, nothing_was_sent
+from runtime.http_connection import AnswerLostError, NotSentError
 from runtime.metrics import Metrics
 
 HOP_BY_HOP_HEADERS = frozenset(
@@ -112,12 +110,10 @@ class Forwarder:
         # The manager bounds its own calls to brokers by http_timeout_s after connecting;
         # waiting a connect timeout longer lets its answer (even an error) reach the client.
         self._read_timeout_s = limits.http_timeout_s + limits.http_connect_timeout_s
-        self._pool = urllib3.PoolManager(
-            num_pools=4, maxsize=limits.lb_manager_connections_max, retries=False
-        )
+        self._connections = connections(limits)
 
     def close(self) -> None:
-        self._pool.clear()
+        self._connections.close()
 
     def forward(self, incoming: IncomingRequest) -> ForwardedAnswer:
         """The leader's answer; raises ``RaftQError`` (503) when there is none to give."""
@@ -133,7 +129,7 @@ class Forwarder:
                 )
             try:
                 answer = self._send(leader, incoming, deadline)
-            except HTTPError as exc:
+            except (NotSentError, AnswerLostError) as exc:
                 if attempt == 0 and nothing_was_sent(exc):
                     self._metrics.inc("retries", reason="connect_failed")
                     leader = self._tracker.refresh()
@@ -162,25 +158,18 @@ class Forwarder:
         )
         if incoming.client_address:
             _append_forwarded_for(headers, incoming.client_address)
-        response = self._pool.urlopen(
+        # The raw bytes both ways, still encoded as sent (a Content-Encoding holds).
+        answer = self._connections.request(
             incoming.method,
-            leader + incoming.path_and_query,
-            body=incoming.body or None,
-            headers=headers,
-            timeout=urllib3.Timeout(
-                connect=self._limits.http_connect_timeout_s,
-                read=deadline.remaining_s(now_s),
-            ),
-            redirect=False,
-            preload_content=False,
+            leader,
+            incoming.path_and_query,
+            incoming.body or None,
+            headers.items(),
+            connect_timeout_s=self._limits.http_connect_timeout_s,
+            read_timeout_s=deadline.remaining_s(now_s),
         )
-        try:
-            # The raw bytes, still encoded as the manager sent them (its Content-Encoding holds).
-            body = response.read(decode_content=False)
-        finally:
-            response.release_conn()
         return ForwardedAnswer(
-            response.status, response_headers_to_return(response.headers.items()), body
+            answer.status, response_headers_to_return(answer.headers), answer.body
         )
 
 
@@ -194,8 +183,8 @@ def _append_forwarded_for(headers: dict[str, str], client_address: str) -> None:
     headers["X-Forwarded-For"] = ", ".join([*chain, client_address])
 
 
-def _failure_message(leader: str, exc: HTTPError) -> str:
-    if isinstance(exc, TimeoutError):
+def _failure_message(leader: str, exc: NotSentError | AnswerLostError) -> str:
+    if isinstance(exc, AnswerLostError) and exc.timed_out:
         what = "timed out waiting for its answer"
     else:
         what = f"lost the connection ({type(exc).__name__})"

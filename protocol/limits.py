@@ -165,9 +165,12 @@ class Limits:
     """An idle keep-alive connection is closed after this long."""
     http_shutdown_grace_s: float = 5.0
     """On SIGTERM, how long requests in progress may still finish."""
-    lb_manager_connections_max: int = 64
-    """Connections the load balancer keeps open to the manager leader (more are opened
-    when needed and closed after use)."""
+    http_idle_connections_per_peer_max: int = 64
+    """Idle keep-alive connections a node keeps to each peer node (more are opened when
+    needed and closed after use)."""
+    http_idle_connection_s_max: float = 30.0
+    """An idle connection to a peer is not reused after this long (well below the peer's
+    ``http_keepalive_idle_s``, so the peer never closes one as it is being reused)."""
     http_retries_max: int = 3
     """Attempts for a call that is safe to repeat."""
     http_retry_backoff_s_max: float = 0.5
@@ -272,6 +275,10 @@ class Limits:
         _require(
             self.broker_poll_period_s < self.broker_dead_after_s,
             "broker_poll_period_s < broker_dead_after_s",
+        )
+        _require(
+            self.http_idle_connection_s_max < self.http_keepalive_idle_s,
+            "http_idle_connection_s_max < http_keepalive_idle_s",
         )
         _require(self.replication_factor % 2 == 1, "replication_factor is odd")
         return self

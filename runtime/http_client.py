@@ -3,9 +3,9 @@
 Only a call that is safe to repeat is retried, and only on errors that prove nothing was
 processed (the connection was never made) unless the caller says the call is idempotent.
 
-Built on urllib3's connection pool and orjson directly: ``requests`` costs about as much CPU
-per call as the handler it calls (netrc and proxy lookups, cookie and settings merging on
-every request), and every produce crosses two of these hops.
+Built on ``runtime.http_connection`` (keep-alive connections, one pass over each answer)
+and orjson: ``requests``, and then urllib3, cost more CPU per call than the handler they
+call, and every produce through the load balancer crosses two of these hops.
 """
 
 from __future__ import annotations
@@ -13,18 +13,17 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 import orjson
-import urllib3
-from urllib3.exceptions import ConnectTimeoutError, HTTPError, MaxRetryError
 
 from protocol.deadline import HEADER as DEADLINE_HEADER
 from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
+from runtime.http_connection import AnswerLostError, HttpConnections, NotSentError
 
-_JSON_HEADERS = {"Content-Type": "application/json"}
+_JSON_HEADER = ("Content-Type", "application/json")
 
 
 class NoAnswerError(RaftQError):
@@ -45,20 +44,25 @@ class HttpAnswer:
 
 
 def nothing_was_sent(exc: BaseException) -> bool:
-    """True when the TCP connection was never established, so the peer saw nothing.
-    (urllib3's ``NewConnectionError``, a refused connect, is a ``ConnectTimeoutError``.)"""
-    if isinstance(exc, MaxRetryError) and exc.reason is not None:
-        exc = exc.reason
-    return isinstance(exc, ConnectTimeoutError)
+    """True when the peer cannot have acted: the connection was never made, or the request
+    could not be written whole (``runtime.http_connection``)."""
+    return isinstance(exc, NotSentError)
+
+
+def connections(limits: Limits) -> HttpConnections:
+    """The keep-alive connections of one node to its peers."""
+    return HttpConnections(
+        limits.http_idle_connections_per_peer_max, limits.http_idle_connection_s_max
+    )
 
 
 class JsonHttpClient:
-    """One per component; thread-safe (urllib3's pool is)."""
+    """One per component; thread-safe."""
 
     def __init__(self, limits: Limits, timeout_s: float | None = None) -> None:
         self._limits = limits
         self._timeout_s = limits.http_timeout_s if timeout_s is None else timeout_s
-        self._pool = urllib3.PoolManager(num_pools=16, maxsize=64, retries=False)
+        self._connections = connections(limits)
 
     def call(
         self,
@@ -75,30 +79,32 @@ class JsonHttpClient:
         answer came. With a ``deadline`` (the caller's caller's) nothing is sent once it has
         passed, each wait is cut to what is left, and the peer is told what is left."""
         data = None if body is None else orjson.dumps(body)
-        target = f"{url}?{urlencode(params)}" if params else url
+        base, path = _split(url)
+        target = f"{path}?{urlencode(params)}" if params else path
         read_s = timeout_s or self._timeout_s
         attempts = self._limits.http_retries_max
-        last_error: HTTPError | None = None
+        last_error: NotSentError | AnswerLostError | None = None
         for attempt in range(attempts):
             now_s = time.monotonic()
-            headers = dict(_JSON_HEADERS) if data is not None else {}
+            headers = [_JSON_HEADER] if data is not None else []
             if deadline is not None:
                 if deadline.expired(now_s):
                     raise NoAnswerError(
                         f"{method} {url} not sent: its caller's deadline passed", refused=True
                     )
-                headers[DEADLINE_HEADER] = deadline.header_value(
-                    now_s, self._limits.deadline_reply_margin_s
-                )
-            timeout = urllib3.Timeout(
-                connect=self._limits.http_connect_timeout_s,
-                read=read_s if deadline is None else deadline.bound(read_s, now_s),
-            )
+                budget = deadline.header_value(now_s, self._limits.deadline_reply_margin_s)
+                headers.append((DEADLINE_HEADER, budget))
             try:
-                response = self._pool.request(
-                    method, target, body=data, headers=headers, timeout=timeout, redirect=False
+                response = self._connections.request(
+                    method,
+                    base,
+                    target,
+                    data,
+                    headers,
+                    connect_timeout_s=self._limits.http_connect_timeout_s,
+                    read_timeout_s=read_s if deadline is None else deadline.bound(read_s, now_s),
                 )
-            except HTTPError as exc:
+            except (NotSentError, AnswerLostError) as exc:
                 # Never connected: nothing was sent. Otherwise (a timeout, or the answer
                 # broken off mid-way because the peer died while answering) the request
                 # may have been processed.
@@ -107,7 +113,7 @@ class JsonHttpClient:
                     break
                 time.sleep(random.uniform(0, self._limits.http_retry_backoff_s_max))
                 continue
-            return HttpAnswer(response.status, _json_or_text(response.data), dict(response.headers))
+            return HttpAnswer(response.status, _json_or_text(response.body), dict(response.headers))
         refused = last_error is not None and nothing_was_sent(last_error)
         raise NoAnswerError(f"{method} {url} got no answer: {last_error}", refused=refused)
 
@@ -137,7 +143,14 @@ class JsonHttpClient:
         raise RaftQError.from_json(answer.status, answer.body)
 
     def close(self) -> None:
-        self._pool.clear()
+        self._connections.close()
+
+
+def _split(url: str) -> tuple[str, str]:
+    """``http://host:port/path`` -> (``http://host:port``, ``/path``)."""
+    parts = urlsplit(url)
+    path = parts.path or "/"
+    return f"{parts.scheme}://{parts.netloc}", f"{path}?{parts.query}" if parts.query else path
 
 
 def _json_or_text(data: bytes) -> object:

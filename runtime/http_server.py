@@ -128,6 +128,11 @@ class HttpServer:
     def port(self) -> int:
         return int(self._listener.getsockname()[1])
 
+    @property
+    def connection_count(self) -> int:
+        with self._lock:
+            return len(self._connections)
+
     def serve_forever(self) -> None:
         """Accept until ``shutdown``; each connection gets a thread of its own."""
         while not self._stopping.is_set():

@@ -29,6 +29,7 @@ LIMITS = replace(
     key_bytes_max=256,
     http_request_read_timeout_s=0.5,
     http_keepalive_idle_s=5.0,
+    http_idle_connection_s_max=2.0,
     http_shutdown_grace_s=2.0,
 ).validate()
 

@@ -26,7 +26,9 @@ from unit_tests.runtime import raft_crash_child
 WAIT_S = 10.0
 
 
-def start_node(directory: Path, partners: list[str]) -> RaftNode:
+def start_node(
+    directory: Path, partners: list[str], consumers: list[SyncObjConsumer] | None = None
+) -> RaftNode:
     address = f"127.0.0.1:{free_port()}"
     conf = SyncObjConf(
         bindAddress=address,
@@ -36,7 +38,9 @@ def start_node(directory: Path, partners: list[str]) -> RaftNode:
     )
     durable_journal.install()
     notice_s = Limits().raft_commit_notice_delay_s
-    return RaftNode(address, partners, conf, consumers=[], commit_notice_delay_s=notice_s)
+    return RaftNode(
+        address, partners, conf, consumers=consumers or [], commit_notice_delay_s=notice_s
+    )
 
 
 @pytest.fixture
@@ -89,16 +93,8 @@ def test_a_leader_counts_itself_toward_a_commit_only_once_it_synced_the_entry(
 ) -> None:
     """The leader sends new entries before syncing them (RaftNode._checkCommandsToApply);
     it must still have synced each one before it commits and applies it."""
-    address = f"127.0.0.1:{free_port()}"
-    conf = SyncObjConf(
-        bindAddress=address,
-        journalFile=str(tmp_path / "raft.journal"),
-        fullDumpFile=str(tmp_path / "raft.dump"),
-        useFork=False,
-    )
-    durable_journal.install()
     consumer = SyncedAtApply()
-    node = RaftNode(address, [], conf, consumers=[consumer], commit_notice_delay_s=0.005)
+    node = start_node(tmp_path, [], [consumer])
     try:
         journal = node.journal
         assert journal is not None

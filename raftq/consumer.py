@@ -11,9 +11,11 @@ order for ``(consumer_id, request_id)`` over the partition count it kept with th
 poll. A failed direct attempt is repeated through the load balancer with the same request id
 and that partition count (``partition_count``), so the manager visits the same partitions in
 the same order; pops through the load balancer (``direct=False``) carry the count of their
-first attempt too. A consumer resumed by ``consumer_id`` pops through the load balancer
-without a count: only the manager knows what it was registered for (so a retry of its pop
-across an added partition may visit other partitions).
+first attempt too. A consumer resumed by ``consumer_id`` first confirms what it is
+registered for: its first ``poll`` registers again under its id with its topic (and
+partition), which the managers accept only when they match (409 otherwise) and which renews
+its lease; from then on it pops as one registered here does. ``fetch`` alone registers
+nothing.
 """
 
 from __future__ import annotations
@@ -73,8 +75,10 @@ class Consumer:
         )
         self._pending: PendingPoll | None = None
         self._last_sequence = 0
-        self._registered_here = consumer_id is None
-        """Only then is its topic and partition known here, so only then may pops go direct."""
+        self._registration_known = consumer_id is None
+        """Registered by this object, or resumed and confirmed: only then are its topic and
+        partition known for sure, so only then may its pops go direct and fix their
+        partition count, and its lease be renewed."""
         self._lease = Lease()
         try:
             self.consumer_id = consumer_id or self._register()
@@ -97,6 +101,7 @@ class Consumer:
 
     def poll(self, max_messages: int = 100) -> list[Record]:
         """Pop up to ``max_messages`` (fewer, maybe none, when the partition has no more)."""
+        self._confirm_registration()
         self._renew_if_due()
         if self._pending is None:
             self._pending = PendingPoll(str(uuid.uuid4()), max_messages, self._next_sequence())
@@ -131,7 +136,7 @@ class Consumer:
 
     def _pop(self, pending: PendingPoll) -> list[Record]:
         direct = self.direct_path
-        if direct is None or not self._registered_here:
+        if direct is None or not self._registration_known:
             return self._pop_via_lb(pending)
         answer = self._pop_direct(direct, pending)
         if not isinstance(answer, Fallback):
@@ -196,8 +201,8 @@ class Consumer:
 
     @property
     def _visits_all_partitions(self) -> bool:
-        """Registered here for the whole topic: its pops visit every partition."""
-        return self._registered_here and self.partition_id is None
+        """Registered for the whole topic: its pops visit every partition."""
+        return self._registration_known and self.partition_id is None
 
     def _get_logs(self, params: dict[str, str | int]) -> list[Record]:
         return parse_records(self._http.call("GET", "/logs", params=params, idempotent=True))
@@ -217,9 +222,31 @@ class Consumer:
         registered: str = answer["consumer_id"]
         return registered
 
+    def _confirm_registration(self) -> None:
+        """A resumed consumer learns what it is registered for by registering again under its
+        id with its topic and partition: accepted only when they match (``ApiError`` 409
+        otherwise; an expired registration is made anew, as the next registration would)."""
+        if self._registration_known:
+            return
+        try:
+            registered = self._register(self.consumer_id)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+            where = "" if self.partition_id is None else f", partition {self.partition_id}"
+            raise ApiError(
+                exc.status,
+                exc.error_code,
+                f"consumer {self.consumer_id!r} is registered for another topic or partition "
+                f"than topic {self.topic!r}{where}",
+            ) from exc
+        if registered != self.consumer_id:
+            raise ProtocolError("POST /consumers answered another consumer id")
+        self._registration_known = True
+
     def _renew_if_due(self) -> None:
-        # Only a consumer registered here knows what to renew (topic and partition).
-        if self._registered_here and self._lease.due():
+        # Only a consumer whose registration is known knows what to renew.
+        if self._registration_known and self._lease.due():
             try:
                 self._register(self.consumer_id)
             except RaftQClientError:

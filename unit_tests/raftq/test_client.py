@@ -148,7 +148,8 @@ def test_a_failed_poll_is_repeated_by_the_next_one(service: FakeService) -> None
     polls = service.calls("GET", "/logs")
     assert len({p["request_id"] for p in polls}) == 1
     assert polls[-1]["max_messages"] == "7"  # the repeat asks for the same range
-    assert service.calls("POST", "/consumers") == []
+    # Resumed: its first poll confirmed what it is registered for, once.
+    assert service.calls("POST", "/consumers") == [{"topic": "t", "consumer_id": "mine"}]
 
 
 def test_fetch_by_offset(service: FakeService) -> None:

@@ -441,14 +441,37 @@ def test_a_pop_repeated_by_the_lb_visits_the_partitions_of_its_first_attempt(
     assert [r.partition_id for r in records] == [0]
 
 
-def test_a_resumed_consumer_pops_through_the_lb(
+def test_a_resumed_consumer_confirms_its_registration_then_pops_as_a_registered_one(
     service: FakeService, brokers: list[FakeService]
 ) -> None:
-    serve_map(service, [brokers[0]])
-    service.default("GET", "/logs", lambda _p: (200, {"messages": []}))
+    """Before, a consumer resumed by its id popped through the LB without a partition count,
+    so a retry of its pop across an added partition could visit other partitions."""
+    serve_map(service, brokers)
+    for pid, broker in enumerate(brokers):
+        broker.default("GET", "/logs", one_record(pid))
     with Consumer(service.url, "t", consumer_id="someone", limits=FAST) as consumer:
+        assert service.calls("POST", "/consumers") == []  # nothing until it pops
+        records = consumer.poll(2)
         consumer.poll(1)
-    assert len(service.calls("GET", "/logs")) == 1 and brokers[0].calls("GET", "/logs") == []
+    assert service.calls("POST", "/consumers") == [{"topic": "t", "consumer_id": "someone"}]
+    pops = [c for broker in brokers for c in broker.calls("GET", "/logs")]
+    assert len(records) == 2 and all(c["consumer_id"] == "someone" for c in pops)
+    assert service.calls("GET", "/logs") == []  # straight to the brokers
+
+
+def test_a_resumed_consumer_registered_for_something_else_is_refused_and_pops_nothing(
+    service: FakeService, brokers: list[FakeService]
+) -> None:
+    serve_map(service, brokers)
+    service.script("POST", "/consumers", Scripted(409, {"error_code": 40901, "message": "other"}))
+    with (
+        Consumer(service.url, "t", consumer_id="someone", limits=FAST) as consumer,
+        pytest.raises(ApiError) as raised,
+    ):
+        consumer.poll(1)
+    assert raised.value.status == 409
+    assert service.calls("GET", "/logs") == []
+    assert all(broker.calls("GET", "/logs") == [] for broker in brokers)
 
 
 def test_cli_direct_flag() -> None:

@@ -144,8 +144,9 @@ class App:
                 _log.exception("closing %s", self.name)
 
     def handle(self, request: HttpRequest) -> HttpResponse:
-        method = "GET" if request.method == "HEAD" else request.method
-        handler = self._routes.get((method, request.path))
+        # HEAD is not routed to GET handlers: a GET /logs with a consumer_id is a pop, and a
+        # HEAD would claim messages whose answer nobody reads.
+        handler = self._routes.get((request.method, request.path))
         route = request.path if handler is not None else None
         try:
             if handler is None:

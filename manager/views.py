@@ -12,7 +12,11 @@ LeaderOf = Callable[[str, PartitionId], BrokerId | None]
 
 
 def topic_summary(topic: TopicRecord) -> dict[str, object]:
-    return {"name": topic.name, "partitions": len(topic.partitions)}
+    return {
+        "name": topic.name,
+        "partitions": len(topic.partitions),
+        "active_partitions": topic.active_count,
+    }
 
 
 def topic_created(topic: TopicRecord, leader_of: LeaderOf) -> dict[str, object]:

@@ -50,6 +50,8 @@ class Topic:
 class TopicSummary:
     name: str
     partition_count: int
+    active_partition_count: int
+    """The partitions that take messages (the active prefix; the rest are being created)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +188,11 @@ def parse_topic_summaries(body: object) -> list[TopicSummary]:
     where = "GET /topics"
     items = _list(_obj(body, where), "topics", where)
     return [
-        TopicSummary(_str(t, "name", where), _count(t, "partitions", where))
+        TopicSummary(
+            _str(t, "name", where),
+            _count(t, "partitions", where),
+            _count(t, "active_partitions", where),
+        )
         for t in (_obj(i, where) for i in items)
     ]
 

@@ -133,6 +133,17 @@ def active_partition_count(url: str, topic: str, limits: ClientLimits) -> int:
     return count
 
 
+def active_partition_counts(url: str, limits: ClientLimits) -> dict[str, int]:
+    """Every topic's active partition count now (one ``GET /topics``), read once by the
+    driver of a write to a ``topic`` column; topics still being created are left out."""
+    with Admin(url, limits=limits) as admin:
+        return {
+            t.name: t.active_partition_count
+            for t in admin.list_topics()
+            if t.active_partition_count
+        }
+
+
 def write_batches(
     url: str,
     batches: Iterable[TopicBatch],
@@ -155,8 +166,8 @@ def write_batches(
     forgotten; a producer forgotten there starts afresh and its replay would append again.
     ``partition_counts`` fixes, per topic, the partition count batches are cut with (the
     driver's), so a retry after a partition was added still reaches the same partitions; a
-    topic without one is cut with the count its producer sees first (a retried task of a
-    write to a ``topic`` column may then route differently).
+    topic without one (created after the driver read them) is cut with the count its
+    producer sees first.
     """
     producers: dict[str, Producer] = {}
     rows = sent = skipped = 0

@@ -85,10 +85,12 @@ class WriteOptions:
     the whole job write nothing twice."""
     direct: bool = True
     """Send each batch's partition groups to the leaders' brokers (falling back to the LB)."""
-    partition_count: int | None = None
-    """The topic's active partition count when the driver planned the write (set by the
-    driver for a fixed ``topic``): every attempt of every task cuts its batches over it, so a
-    retried task reaches the partitions that remember its batches even if one was added."""
+    partition_counts: Mapping[str, int] | None = None
+    """Each topic's active partition count when the driver planned the write (the ``topic``'s,
+    or with a ``topic`` column every topic's): every attempt of every task cuts its batches
+    over it, so a retried task reaches the partitions that remember its batches even if one
+    was added. A topic created after the write started is cut with the count its producer
+    sees first."""
 
 
 def normalize(options: Mapping[str, str]) -> dict[str, str]:

@@ -107,12 +107,17 @@ class RaftQDataSource(DataSource):
 
 
 def _pin_routing(options: WriteOptions) -> WriteOptions:
-    """On the driver: fix the partition count of a write to one topic (``WriteOptions``).
-    A streaming query fixes it when it starts; a restart reads it again."""
+    """On the driver: fix the partition count of every topic the write may reach
+    (``WriteOptions.partition_counts``). A streaming query fixes them when it starts; a
+    restart reads them again."""
+    limits = ClientLimits()
     if options.topic is None:
-        return options
-    count = cluster_io.active_partition_count(options.url, options.topic, ClientLimits())
-    return replace(options, partition_count=count)
+        counts = cluster_io.active_partition_counts(options.url, limits)
+    else:
+        counts = {
+            options.topic: cluster_io.active_partition_count(options.url, options.topic, limits)
+        }
+    return replace(options, partition_counts=counts)
 
 
 def _write_options(options: Mapping[str, str], schema: StructType, overwrite: bool) -> WriteOptions:
@@ -274,11 +279,7 @@ def write_task(
         ),
         limits,
         direct=options.direct,
-        partition_counts=(
-            {options.topic: options.partition_count}
-            if options.topic is not None and options.partition_count is not None
-            else None
-        ),
+        partition_counts=options.partition_counts,
     )
     return RaftQCommitMessage(summary)
 

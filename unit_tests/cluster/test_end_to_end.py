@@ -50,7 +50,7 @@ def test_topics_are_created_on_three_distinct_brokers(cluster: Cluster) -> None:
     again = post_when_ready(cluster, "/topics", {"name": "placed", "partitions": 1})
     assert again.status_code == 409, again.text
     listed = cluster.get("/topics").json()["topics"]
-    assert {"name": "placed", "partitions": 3} in listed
+    assert {"name": "placed", "partitions": 3, "active_partitions": 3} in listed
     brokers = cluster.get("/brokers").json()["brokers"]
     assert sorted(b["broker_id"] for b in brokers if b["alive"]) == [1, 2, 3]
 

@@ -189,3 +189,40 @@ def test_a_spark_task_retried_after_a_partition_was_added_writes_nothing_twice(
     assert first.rows == retried.rows == 60
     assert leader_end_offset(cluster, "spark", 2) == 0
     assert leader_end_offset(cluster, "spark", 0) + leader_end_offset(cluster, "spark", 1) == 60
+
+
+def test_a_spark_task_writing_to_several_topics_retried_after_partitions_were_added(
+    cluster: Cluster,
+) -> None:
+    """A write to a ``topic`` column: the driver fixes every topic's count at once
+    (``active_partition_counts``). Before, each task attempt's producers read their topic's
+    count themselves, so a retry after a partition was added cut its batches differently and
+    stored them again in the new partition."""
+    for topic in ("multi-a", "multi-b"):
+        create_topic(cluster, topic, 2)
+    limits = ClientLimits()
+    counts = cluster_io.active_partition_counts(cluster.lb_url, limits)
+    assert counts["multi-a"] == counts["multi-b"] == 2
+    batches = [
+        TopicBatch(
+            topic, tuple(NewMessage(value=f"{topic}{b}-{i}", key=f"k{i}") for i in range(20))
+        )
+        for b in range(3)
+        for topic in ("multi-a", "multi-b")
+    ]
+
+    def task_attempt() -> cluster_io.TaskWriteSummary:
+        return cluster_io.write_batches(
+            cluster.lb_url, batches, lambda t: f"spark-multi-{t}", limits, partition_counts=counts
+        )
+
+    first = task_attempt()
+    for topic in ("multi-a", "multi-b"):
+        add_partition(cluster, topic, 3)
+    retried = task_attempt()
+
+    assert first.rows == retried.rows == 120
+    for topic in ("multi-a", "multi-b"):
+        assert leader_end_offset(cluster, topic, 2) == 0
+        stored = leader_end_offset(cluster, topic, 0) + leader_end_offset(cluster, topic, 1)
+        assert stored == 60, topic

@@ -226,7 +226,7 @@ def test_cluster_summary_from_any_manager(managers: list[Manager]) -> None:
     assert status == 200
     assert [m["id"] for m in body["managers"]] == [1, 2, 3]
     assert sum(m["is_leader"] for m in body["managers"]) == 1
-    assert {"name": "orders", "partitions": 2} in body["topics"]
+    assert {"name": "orders", "partitions": 2, "active_partitions": 2} in body["topics"]
 
 
 def test_kill_the_leader_and_the_registry_survives(
@@ -267,7 +267,8 @@ def test_whole_cluster_restart_keeps_the_registry(
         time.sleep(0.2)
         status, body = _post(f"{url}/logs", message)
     assert status == 201, body
-    assert _get(f"{url}/topics")[1] == {"topics": [{"name": "orders", "partitions": 2}]}
+    topics = {"topics": [{"name": "orders", "partitions": 2, "active_partitions": 2}]}
+    assert _get(f"{url}/topics")[1] == topics
 
 
 def test_a_silent_broker_is_marked_dead(managers: list[Manager]) -> None:

@@ -97,7 +97,9 @@ def test_consume_prints_json_lines(service: FakeService) -> None:
 
 def test_topic_commands_and_errors(service: FakeService) -> None:
     service.default(
-        "GET", "/topics", lambda _p: (200, {"topics": [{"name": "t", "partitions": 2}]})
+        "GET",
+        "/topics",
+        lambda _p: (200, {"topics": [{"name": "t", "partitions": 2, "active_partitions": 2}]}),
     )
     assert _run(["topic", "list", "--url", service.url])[1] == "t\t2 partitions\n"
     service.default("POST", "/topics", lambda _p: (409, {"error_code": 40901, "message": "exists"}))

@@ -167,7 +167,9 @@ def test_admin_calls_and_parsing(service: FakeService) -> None:
     partition = {"partition_id": 0, "leader": 1, "replicas": [replica]}
     service.default("POST", "/topics", lambda _p: (201, created))
     service.default(
-        "GET", "/topics", lambda _p: (200, {"topics": [{"name": "t", "partitions": 1}]})
+        "GET",
+        "/topics",
+        lambda _p: (200, {"topics": [{"name": "t", "partitions": 2, "active_partitions": 1}]}),
     )
     service.default(
         "GET", "/partitions", lambda _p: (200, {"topic": "t", "partitions": [partition]})
@@ -178,7 +180,10 @@ def test_admin_calls_and_parsing(service: FakeService) -> None:
     with Admin(service.url, limits=FAST) as admin:
         topic = admin.create_topic("t", partitions=1)
         assert topic.partitions[0].replicas == (1, 2, 3) and topic.partitions[0].leader == 2
-        assert [(s.name, s.partition_count) for s in admin.list_topics()] == [("t", 1)]
+        listed = [
+            (s.name, s.partition_count, s.active_partition_count) for s in admin.list_topics()
+        ]
+        assert listed == [("t", 2, 1)]
         assert admin.partitions("t")[0].replicas[0].is_leader
         assert admin.add_partition("t").partition_id == 0
         assert admin.brokers()[0].partition_count == 4

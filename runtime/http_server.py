@@ -103,9 +103,9 @@ Handle = Callable[[HttpRequest], HttpResponse]
 class _BadRequestError(Exception):
     """The request cannot be read: answer ``error`` and close the connection."""
 
-    def __init__(self, error: RaftQError) -> None:
-        super().__init__(error.message)
-        self.error = error
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.error = RaftQError(code, message)
 
 
 class _ClientGoneError(Exception):
@@ -221,12 +221,10 @@ class HttpServer:
         until_s = time.monotonic() + limits.request_read_timeout_s
         while (end := buffer.find(_HEAD_END)) < 0:
             if len(buffer) > limits.header_bytes_max:
-                raise _BadRequestError(
-                    _error(ErrorCode.HEADERS_TOO_LARGE, "request headers too large")
-                )
+                raise _BadRequestError(ErrorCode.HEADERS_TOO_LARGE, "request headers too large")
             _receive(conn, buffer, _left(until_s), idle=False)
         if end > limits.header_bytes_max:
-            raise _BadRequestError(_error(ErrorCode.HEADERS_TOO_LARGE, "request headers too large"))
+            raise _BadRequestError(ErrorCode.HEADERS_TOO_LARGE, "request headers too large")
         head = bytes(buffer[:end])
         del buffer[: end + 4]
         method, target, version, headers = _parse_head(head)
@@ -246,9 +244,7 @@ class HttpServer:
             lowered = name.lower()
             if lowered == "content-length":
                 if length_text is not None and length_text != value:
-                    raise _BadRequestError(
-                        _error(ErrorCode.MALFORMED_REQUEST, "two Content-Lengths")
-                    )
+                    raise _BadRequestError(ErrorCode.MALFORMED_REQUEST, "two Content-Lengths")
                 length_text = value
             elif lowered == "transfer-encoding":
                 chunked = value
@@ -256,22 +252,18 @@ class HttpServer:
                 expect = value.lower()
         if chunked is not None:
             if length_text is not None or chunked.lower() != "chunked":
-                raise _BadRequestError(
-                    _error(ErrorCode.MALFORMED_REQUEST, "unsupported Transfer-Encoding")
-                )
+                raise _BadRequestError(ErrorCode.MALFORMED_REQUEST, "unsupported Transfer-Encoding")
             self._continue_if_expected(conn, expect)
             return self._read_chunked(conn, buffer, until_s)
         if length_text is None:
             return b""
         if not length_text.isdigit():
-            raise _BadRequestError(_error(ErrorCode.MALFORMED_REQUEST, "bad Content-Length"))
+            raise _BadRequestError(ErrorCode.MALFORMED_REQUEST, "bad Content-Length")
         length = int(length_text)
         if length > self._limits.body_bytes_max:
             raise _BadRequestError(
-                _error(
-                    ErrorCode.TOO_LARGE,
-                    f"request body of {length} bytes; at most {self._limits.body_bytes_max}",
-                )
+                ErrorCode.TOO_LARGE,
+                f"request body of {length} bytes; at most {self._limits.body_bytes_max}",
             )
         if length and not buffer:
             self._continue_if_expected(conn, expect)
@@ -286,18 +278,16 @@ class HttpServer:
         while True:
             while (line_end := buffer.find(_CRLF)) < 0:
                 if len(buffer) > self._limits.header_bytes_max:
-                    raise _BadRequestError(_error(ErrorCode.MALFORMED_REQUEST, "bad chunk header"))
+                    raise _BadRequestError(ErrorCode.MALFORMED_REQUEST, "bad chunk header")
                 _receive(conn, buffer, _left(until_s), idle=False)
             size_text = bytes(buffer[:line_end]).split(b";", 1)[0].strip()
             try:
                 size = int(size_text, 16)
             except ValueError:
-                raise _BadRequestError(
-                    _error(ErrorCode.MALFORMED_REQUEST, "bad chunk size")
-                ) from None
+                raise _BadRequestError(ErrorCode.MALFORMED_REQUEST, "bad chunk size") from None
             del buffer[: line_end + 2]
             if len(body) + size > self._limits.body_bytes_max:
-                raise _BadRequestError(_error(ErrorCode.TOO_LARGE, "request body too large"))
+                raise _BadRequestError(ErrorCode.TOO_LARGE, "request body too large")
             if size == 0:  # the last chunk; trailers (ignored) end with an empty line
                 while (trailer_end := buffer.find(_CRLF)) != 0:
                     if trailer_end > 0:
@@ -330,7 +320,7 @@ class HttpServer:
             conn.sendall(response.body)
 
     def _refuse(self, conn: socket.socket) -> None:
-        error = _error(ErrorCode.REFUSED, "too many connections to this node; retry later")
+        error = RaftQError(ErrorCode.REFUSED, "too many connections to this node; retry later")
         with contextlib.suppress(OSError):
             conn.settimeout(1.0)
             self._send(conn, _error_answer(error), keep_alive=False)
@@ -341,16 +331,14 @@ def _receive(conn: socket.socket, buffer: bytearray, timeout_s: float, *, idle: 
     """Append what arrives within ``timeout_s``. Between requests (``idle``) a timeout or a
     closed connection ends the connection quietly; within a request they answer 408 / end."""
     if timeout_s <= 0:
-        raise _BadRequestError(_error(ErrorCode.REQUEST_TIMEOUT, "the request came too slowly"))
+        raise _BadRequestError(ErrorCode.REQUEST_TIMEOUT, "the request came too slowly")
     conn.settimeout(timeout_s)
     try:
         chunk = conn.recv(_RECV_BYTES)
     except TimeoutError:
         if idle:
             raise _ClientGoneError from None
-        raise _BadRequestError(
-            _error(ErrorCode.REQUEST_TIMEOUT, "the request came too slowly")
-        ) from None
+        raise _BadRequestError(ErrorCode.REQUEST_TIMEOUT, "the request came too slowly") from None
     if not chunk:
         raise _ClientGoneError
     buffer += chunk
@@ -360,15 +348,15 @@ def _parse_head(head: bytes) -> tuple[str, str, str, list[tuple[str, str]]]:
     lines = head.decode("latin-1").split("\r\n")
     parts = lines[0].split(" ")
     if len(parts) != 3 or not parts[1].startswith(("/", "*")):
-        raise _BadRequestError(_error(ErrorCode.MALFORMED_REQUEST, "bad request line"))
+        raise _BadRequestError(ErrorCode.MALFORMED_REQUEST, "bad request line")
     method, target, version = parts
     if version not in ("HTTP/1.1", "HTTP/1.0"):
-        raise _BadRequestError(_error(ErrorCode.MALFORMED_REQUEST, f"unsupported {version!r}"))
+        raise _BadRequestError(ErrorCode.MALFORMED_REQUEST, f"unsupported {version!r}")
     headers: list[tuple[str, str]] = []
     for line in lines[1:]:
         name, sep, value = line.partition(":")
         if not sep or not name or name != name.strip():
-            raise _BadRequestError(_error(ErrorCode.MALFORMED_REQUEST, "bad header line"))
+            raise _BadRequestError(ErrorCode.MALFORMED_REQUEST, "bad header line")
         headers.append((name, value.strip()))
     return method, target, version, headers
 
@@ -387,10 +375,6 @@ def _keep_alive(version: str, headers: list[tuple[str, str]]) -> bool:
 
 def _left(until_s: float) -> float:
     return until_s - time.monotonic()
-
-
-def _error(code: ErrorCode, message: str) -> RaftQError:
-    return RaftQError(code, message)
 
 
 def _error_answer(error: RaftQError) -> HttpResponse:

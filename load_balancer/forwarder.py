@@ -24,7 +24,7 @@ from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 from runtime.http_client import connections, nothing_was_sent
-from runtime.http_connection import AnswerLostError, NotSentError
+from runtime.http_connection import AnswerLostError, NoAnswerFromPeerError
 from runtime.metrics import Metrics
 
 HOP_BY_HOP_HEADERS = frozenset(
@@ -129,7 +129,7 @@ class Forwarder:
                 )
             try:
                 answer = self._send(leader, incoming, deadline)
-            except (NotSentError, AnswerLostError) as exc:
+            except NoAnswerFromPeerError as exc:
                 if attempt == 0 and nothing_was_sent(exc):
                     self._metrics.inc("retries", reason="connect_failed")
                     leader = self._tracker.refresh()
@@ -183,7 +183,7 @@ def _append_forwarded_for(headers: dict[str, str], client_address: str) -> None:
     headers["X-Forwarded-For"] = ", ".join([*chain, client_address])
 
 
-def _failure_message(leader: str, exc: NotSentError | AnswerLostError) -> str:
+def _failure_message(leader: str, exc: NoAnswerFromPeerError) -> str:
     if isinstance(exc, AnswerLostError) and exc.timed_out:
         what = "timed out waiting for its answer"
     else:

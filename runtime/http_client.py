@@ -21,7 +21,7 @@ from protocol.deadline import HEADER as DEADLINE_HEADER
 from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
-from runtime.http_connection import AnswerLostError, HttpConnections, NotSentError
+from runtime.http_connection import HttpConnections, NoAnswerFromPeerError, NotSentError
 
 _JSON_HEADER = ("Content-Type", "application/json")
 
@@ -83,7 +83,7 @@ class JsonHttpClient:
         target = f"{path}?{urlencode(params)}" if params else path
         read_s = timeout_s or self._timeout_s
         attempts = self._limits.http_retries_max
-        last_error: NotSentError | AnswerLostError | None = None
+        last_error: NoAnswerFromPeerError | None = None
         for attempt in range(attempts):
             now_s = time.monotonic()
             headers = [_JSON_HEADER] if data is not None else []
@@ -104,7 +104,7 @@ class JsonHttpClient:
                     connect_timeout_s=self._limits.http_connect_timeout_s,
                     read_timeout_s=read_s if deadline is None else deadline.bound(read_s, now_s),
                 )
-            except (NotSentError, AnswerLostError) as exc:
+            except NoAnswerFromPeerError as exc:
                 # Never connected: nothing was sent. Otherwise (a timeout, or the answer
                 # broken off mid-way because the peer died while answering) the request
                 # may have been processed.

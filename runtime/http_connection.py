@@ -35,11 +35,15 @@ _HEAD_BYTES_MAX = 64 * 1024
 _NO_BODY_STATUSES = frozenset({204, 304})
 
 
-class NotSentError(Exception):
+class NoAnswerFromPeerError(Exception):
+    """No answer came: one of the two kinds below."""
+
+
+class NotSentError(NoAnswerFromPeerError):
     """The peer cannot have acted on the request."""
 
 
-class AnswerLostError(Exception):
+class AnswerLostError(NoAnswerFromPeerError):
     """The request was sent; no complete answer came. ``timed_out``: the wait ran out."""
 
     def __init__(self, message: str, *, timed_out: bool) -> None:

@@ -7,6 +7,7 @@ import logging
 import os
 import time
 
+from broker.access import KeyVerifier
 from broker.api.logs import add_log_routes
 from broker.api.partitions import add_partition_routes
 from broker.api.status import add_status_routes
@@ -17,10 +18,13 @@ from broker.persistence.sql_store import SqlMessageStore
 from broker.registration import Registration
 from broker.replica import HostedReplica
 from broker.service import BrokerService
+from protocol.access import node_token
 from protocol.durable_files import make_directories
+from protocol.openapi import Node, api_document
 from protocol.requests import RegisterBroker
 from protocol.types import BrokerId, ReplicaSpec
-from runtime.http_api import App
+from runtime.http_api import App, add_document_route
+from runtime.http_auth import authenticator
 from runtime.http_server import HttpRequest, HttpResponse
 from runtime.metrics import Metrics
 
@@ -30,7 +34,8 @@ def create_app(config: BrokerConfig) -> App:
     make_directories(config.data_dir)
     store = SqlMessageStore(config.db_url)
 
-    peers = PeerCopy(config.limits)
+    token = node_token(config.secret)
+    peers = PeerCopy(config.limits, token)
 
     def make_replica(spec: ReplicaSpec) -> HostedReplica:
         replica_dir = os.path.join(config.data_dir, "replicas", f"{spec.topic}-{spec.partition_id}")
@@ -42,13 +47,15 @@ def create_app(config: BrokerConfig) -> App:
     metrics = Metrics("raftq_broker")
     _register_gauges(metrics, service)
 
-    app = App("broker", config.limits)
+    keys = KeyVerifier(config.managers_url, config.limits, token)
+    app = App("broker", config.limits, authenticator(token, keys.grant))
     add_status_routes(app, service, config.broker_id, metrics)
+    add_document_route(app, api_document(Node.BROKER))
     add_log_routes(app, service, config.limits)
     add_partition_routes(app, service, config.broker_id, config.limits)
     _count_requests(app, metrics)
 
-    registration = Registration(config.managers_url, _announcement(config), config.limits)
+    registration = Registration(config.managers_url, _announcement(config), config.limits, token)
     registration.start()
     app.on_close(service.close)
     return app

@@ -15,8 +15,8 @@ from runtime.http_client import JsonHttpClient
 
 
 class PeerCopy:
-    def __init__(self, limits: Limits) -> None:
-        self._client = JsonHttpClient(limits)
+    def __init__(self, limits: Limits, node_token: str) -> None:
+        self._client = JsonHttpClient(limits, node_token=node_token)
         self._fetch_messages_max = limits.fetch_messages_max
 
     def read(self, spec: ReplicaSpec, start: int, end: int) -> list[StoredMessage]:

@@ -18,11 +18,13 @@ _log = logging.getLogger(__name__)
 
 
 class Registration:
-    def __init__(self, managers_url: str, announcement: RegisterBroker, limits: Limits) -> None:
+    def __init__(
+        self, managers_url: str, announcement: RegisterBroker, limits: Limits, node_token: str
+    ) -> None:
         self._url = f"{managers_url}/brokers"
         self._announcement = announcement
         self._limits = limits
-        self._client = JsonHttpClient(limits)
+        self._client = JsonHttpClient(limits, node_token=node_token)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="registration", daemon=True)
         self.registered = threading.Event()

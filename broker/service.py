@@ -212,12 +212,17 @@ class BrokerService:
                 "yet (just restarted, or an election): its state may be stale; try another "
                 "replica or again",
             )
-        start, end = replica.partition.read(
-            lambda log: (
-                max(offset, log.log_start_offset),
-                min(offset + max_messages, log.end_offset),
-            )
+        log_start, log_end = replica.partition.read(
+            lambda log: (log.log_start_offset, log.end_offset)
         )
+        if offset > log_end and replica.partition.status().role is RaftRole.LEADER:
+            # Only the leader knows the end: a follower may just lag (the reader retries).
+            raise RaftQError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"offset {offset} is beyond the end of {replica.partition.name}: valid "
+                f"offsets are {log_start} to {log_end} (the end: wait for new messages)",
+            )
+        start, end = max(offset, log_start), min(offset + max_messages, log_end)
         return self._read(replica, start, end) if start < end else []
 
     def checksum(

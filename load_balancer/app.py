@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from load_balancer.config import LoadBalancerConfig
 from load_balancer.forwarder import Forwarder, IncomingRequest
 from load_balancer.leader_tracker import LeaderTracker
-from runtime.http_api import App, json_response, text_response
+from protocol.access import Action
+from protocol.openapi import Node, api_document
+from runtime.http_api import App, add_document_route, json_response, text_response
 from runtime.http_server import HttpRequest, HttpResponse
 from runtime.metrics import Metrics
 
@@ -35,6 +37,7 @@ def create_app(config: LoadBalancerConfig) -> App:
     metrics.gauge("leader_known", lambda: {(): 0.0 if tracker.leader_url is None else 1.0})
     app = App("load_balancer", config.limits)
     _add_own_routes(app, tracker, metrics)
+    add_document_route(app, api_document(Node.LOAD_BALANCER))
     _add_forwarding(app, forwarder)
     app.on_close(LoadBalancerState(tracker, forwarder).close)
     tracker.start()
@@ -42,13 +45,13 @@ def create_app(config: LoadBalancerConfig) -> App:
 
 
 def _add_own_routes(app: App, tracker: LeaderTracker, metrics: Metrics) -> None:
-    @app.get("/")
+    @app.get("/", Action.OPEN)
     def health(_http: HttpRequest) -> HttpResponse:
         return json_response(
             {"status": "ok", "role": "load_balancer", "leader_address": tracker.leader_url}
         )
 
-    @app.get("/raft_status")
+    @app.get("/raft_status", Action.OPEN)
     def raft_status(_http: HttpRequest) -> HttpResponse:
         return json_response(
             {
@@ -57,7 +60,7 @@ def _add_own_routes(app: App, tracker: LeaderTracker, metrics: Metrics) -> None:
             }
         )
 
-    @app.get("/metrics")
+    @app.get("/metrics", Action.OPEN)
     def metrics_text(_http: HttpRequest) -> HttpResponse:
         return text_response(metrics.render())
 

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from manager.api import brokers, cluster, consumers, logs, partitions, producers, status, topics
+from manager.api import (
+    brokers,
+    cluster,
+    consumers,
+    keys,
+    logs,
+    partitions,
+    producers,
+    status,
+    topics,
+)
 from manager.broker_client import BrokerClient, BrokerRefusalError
 from manager.broker_monitor import BrokerMonitor
 from manager.cluster import ClusterView
@@ -13,12 +23,21 @@ from manager.leader_duties import LeaderDuties
 from manager.log_router import LogRouter
 from manager.raft import ManagerRaft
 from manager.service import ManagerService
+from protocol.access import node_token
 from protocol.errors import ErrorCode, RaftQError
-from runtime.http_api import App, json_response
+from protocol.openapi import Node, api_document
+from runtime.http_api import App, add_document_route, json_response
+from runtime.http_auth import authenticator
 from runtime.http_server import HttpRequest, HttpResponse
 from runtime.metrics import Metrics
 
-_ANY_MANAGER = {("GET", "/"), ("GET", "/raft_status"), ("GET", "/metrics"), ("GET", "/cluster")}
+_ANY_MANAGER = {
+    ("GET", "/"),
+    ("GET", "/raft_status"),
+    ("GET", "/metrics"),
+    ("GET", "/cluster"),
+    ("GET", "/openapi.json"),
+}
 """Requests a manager answers whether or not it leads; every other one needs the leader,
 whose registry is the only one known to be up to date."""
 
@@ -27,7 +46,8 @@ def create_app(config: ManagerConfig) -> App:
     limits = config.limits
     raft = ManagerRaft(config)
     monitor = BrokerMonitor(limits.broker_dead_after_s)
-    broker_client = BrokerClient(limits)
+    token = node_token(config.secret)
+    broker_client = BrokerClient(limits, token)
     request_executor = ThreadPoolExecutor(limits.manager_http_threads_max, "broker-call")
     poll_executor = ThreadPoolExecutor(limits.manager_http_threads_max, "broker-poll")
     service = ManagerService(limits, raft, broker_client, monitor, request_executor)
@@ -35,17 +55,19 @@ def create_app(config: ManagerConfig) -> App:
     view = ClusterView(config, raft, service, request_executor)
     metrics = _metrics(raft)
 
-    app = App("manager", limits)
+    app = App("manager", limits, authenticator(token, service.grant))
     _install_leader_gate(app, raft, view)
     _install_refusal_passthrough(app)
     _install_request_metrics(app, metrics)
     status.add_routes(app, config.manager_id, view, metrics)
+    add_document_route(app, api_document(Node.MANAGER))
     cluster.add_routes(app, view)
     topics.add_routes(app, service, limits)
     partitions.add_routes(app, service, limits)
     producers.add_routes(app, service, limits)
     consumers.add_routes(app, service, limits)
     brokers.add_routes(app, service, limits)
+    keys.add_routes(app, service, limits)
     logs.add_routes(app, router, limits)
 
     LeaderDuties(limits, raft, service, broker_client, monitor, poll_executor).start()

@@ -23,13 +23,15 @@ class BrokerRefusalError(Exception):
 class BrokerClient:
     """Thread-safe; one per manager process."""
 
-    def __init__(self, limits: Limits) -> None:
-        self._http = JsonHttpClient(limits)
+    def __init__(self, limits: Limits, node_token: str) -> None:
+        self._http = JsonHttpClient(limits, node_token=node_token)
         # A poll is its own retry (the next one comes within broker_poll_period_s), so one
         # attempt with a short read timeout: a paused broker must not hold up the others.
         self._poll_timeout_s = max(limits.broker_poll_period_s, limits.http_connect_timeout_s)
         self._poll_http = JsonHttpClient(
-            replace(limits, http_retries_max=1), timeout_s=self._poll_timeout_s
+            replace(limits, http_retries_max=1),
+            node_token=node_token,
+            timeout_s=self._poll_timeout_s,
         )
 
     def host_replica(self, address: str, spec: ReplicaSpec) -> None:

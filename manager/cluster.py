@@ -11,6 +11,7 @@ from importlib import metadata
 from manager.config import ManagerConfig, Peer
 from manager.replicated import ReplicatedRegistry
 from manager.service import ManagerService
+from protocol.access import node_token
 from protocol.errors import RaftQError
 from runtime.http_client import JsonHttpClient
 
@@ -20,6 +21,10 @@ def _version() -> str:
         return metadata.version("raftq")
     except metadata.PackageNotFoundError:
         return "unknown"
+
+
+PUBLIC_RAFT_STATUS = ("id", "is_leader", "state", "leader_address", "term")
+"""Who leads, for anyone (the load balancer and ``raftq cluster status`` need it)."""
 
 
 class ClusterView:
@@ -38,7 +43,9 @@ class ClusterView:
         self._started_s = time.monotonic()
         limits = config.limits
         self._peer_http = JsonHttpClient(
-            replace(limits, http_retries_max=1), timeout_s=limits.http_connect_timeout_s
+            replace(limits, http_retries_max=1),
+            node_token=node_token(config.secret),
+            timeout_s=limits.http_connect_timeout_s,
         )
 
     def leader_http_url(self) -> str | None:
@@ -47,6 +54,7 @@ class ClusterView:
         return None if peer is None else peer.http_url
 
     def raft_status(self) -> dict[str, object]:
+        """Everything (for nodes); ``PUBLIC_RAFT_STATUS`` names what anyone may see."""
         status = self._raft.status()
         return {
             "id": self._config.manager_id,

@@ -21,7 +21,13 @@ from concurrent.futures import Executor
 
 from manager.broker_client import BrokerClient, BrokerRefusalError
 from manager.broker_monitor import BrokerMonitor
-from manager.log_routing import PartitionGroup, broker_order, group_messages, pop_order
+from manager.log_routing import (
+    PartitionGroup,
+    broker_order,
+    group_messages,
+    pop_order,
+    routing_count,
+)
 from manager.registry.brokers import BrokerRecord
 from manager.registry.topics import PartitionRecord, TopicRecord
 from manager.replicated import ReplicatedRegistry
@@ -154,6 +160,11 @@ class LogRouter:
         return [int(o) for o in offsets], ack
 
     # --- consume -----------------------------------------------------------------------------
+    def consumer_topic(self, consumer_id: str) -> str | None:
+        """The topic a registered consumer reads (what its pops are checked against)."""
+        consumer = self._raft.read(lambda s: s.clients.consumer(consumer_id))
+        return None if consumer is None else consumer.topic
+
     def pop(self, request: Pop, deadline: Deadline | None = None) -> dict[str, object]:
         consumer = self._raft.read(lambda s: s.clients.consumer(request.consumer_id))
         if consumer is None:
@@ -271,22 +282,6 @@ class LogRouter:
         if topic is None or not topic.is_active:
             raise RaftQError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {name!r}")
         return topic
-
-
-def routing_count(topic: TopicRecord, requested: int | None) -> int:
-    """The partition count to route over: the request's (fixed by its first attempt, so a
-    retry reaches the same partitions) or else the topic's active count. Partitions are only
-    ever added, so a smaller count is still valid; a larger one comes from a view this
-    manager has not caught up with yet, and nothing is done."""
-    if requested is None:
-        return topic.active_count
-    if requested > topic.active_count:
-        raise RaftQError(
-            ErrorCode.REFUSED,
-            f"{topic.name!r} has {topic.active_count} active partitions here, the request "
-            f"was routed for {requested}: retry",
-        )
-    return requested
 
 
 def _produce_failure(failures: list[Exception], stored_groups: int) -> Exception:

@@ -1,4 +1,5 @@
-"""Which replica's broker to try first. Pure: leaders and liveness come in as arguments.
+"""Which replica's broker to try first, and how many partitions a request routes over.
+Pure: leaders, liveness and topics come in as arguments.
 
 Which partition each produced message goes to and which partitions a pop visits are in
 ``protocol.routing`` (one copy, shared with the client library's direct path); they are
@@ -8,11 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from manager.registry.topics import PartitionRecord
+from manager.registry.topics import PartitionRecord, TopicRecord
+from protocol.errors import ErrorCode, RaftQError
 from protocol.routing import PartitionGroup, group_messages, pop_order
 from protocol.types import BrokerId
 
-__all__ = ["PartitionGroup", "broker_order", "group_messages", "pop_order"]
+__all__ = [
+    "PartitionGroup",
+    "broker_order",
+    "group_messages",
+    "pop_order",
+    "routing_count",
+]
 
 
 def broker_order(
@@ -31,3 +39,19 @@ def broker_order(
         ordered.insert(0, leader)
     ordered = ordered or replicas
     return [b for b in ordered if b not in silent] + [b for b in ordered if b in silent]
+
+
+def routing_count(topic: TopicRecord, requested: int | None) -> int:
+    """The partition count to route over: the request's (fixed by its first attempt, so a
+    retry reaches the same partitions) or else the topic's active count. Partitions are only
+    ever added, so a smaller count is still valid; a larger one comes from a view this
+    manager has not caught up with yet, and nothing is done."""
+    if requested is None:
+        return topic.active_count
+    if requested > topic.active_count:
+        raise RaftQError(
+            ErrorCode.REFUSED,
+            f"{topic.name!r} has {topic.active_count} active partitions here, the request "
+            f"was routed for {requested}: retry",
+        )
+    return requested

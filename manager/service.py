@@ -9,25 +9,31 @@ place replicas on the same ports or finish each other's partitions early.
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Executor
+from typing import TypeVar
 
 from manager.broker_client import BrokerClient
 from manager.broker_monitor import BrokerMonitor
+from manager.log_routing import routing_count
 from manager.placement import place_partitions
 from manager.registry import commands
 from manager.registry.brokers import BrokerRecord
+from manager.registry.clients import ConsumerRecord, ProducerRecord
 from manager.registry.outcome import Outcome
 from manager.registry.state import EXPIRED_PER_SWEEP_MAX, ManagerState
 from manager.registry.topics import TopicRecord
 from manager.replicated import ReplicatedRegistry
 from manager.views import broker_summary, partition_detail, topic_created, topic_summary
+from protocol.access import KEY_ID_CHARS, Grant, key_hash, make_key, parse_key, same_secret
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 from protocol.requests import (
+    CreateKeyRequest,
     CreateTopic,
     RegisterBroker,
     RegisterConsumer,
@@ -37,6 +43,7 @@ from protocol.requests import (
 from protocol.types import BrokerId, ReplicaAddress, ReplicaSpec
 
 _log = logging.getLogger(__name__)
+R = TypeVar("R", ProducerRecord, ConsumerRecord)
 
 _ERRORS = {
     Outcome.EXISTS: ErrorCode.TOPIC_EXISTS,
@@ -51,11 +58,15 @@ _ERRORS = {
 }
 
 
-def check_outcome(outcome: Outcome, what: str) -> Outcome:
-    """Return a successful outcome; raise the error a failed one maps to."""
+def check_outcome(
+    outcome: Outcome, what: str, exists: ErrorCode = ErrorCode.TOPIC_EXISTS
+) -> Outcome:
+    """Return a successful outcome; raise the error a failed one maps to (``exists``: what
+    ``Outcome.EXISTS`` means for ``what``)."""
     if outcome.ok:
         return outcome
-    raise RaftQError(_ERRORS.get(outcome, ErrorCode.INTERNAL), f"{what}: {outcome.value}")
+    code = exists if outcome is Outcome.EXISTS else _ERRORS.get(outcome, ErrorCode.INTERNAL)
+    raise RaftQError(code, f"{what}: {outcome.value}")
 
 
 class ManagerService:
@@ -208,6 +219,54 @@ class ManagerService:
         partition = topic.partitions[partition_id]
         return partition_detail(topic.name, partition, brokers, self._monitor.leader_of)
 
+    # --- API keys ----------------------------------------------------------------------------
+    def create_key(self, request: CreateKeyRequest) -> dict[str, object]:
+        """Make a key and record its hash; the answer is the only place the key appears."""
+        key_id = secrets.token_hex(KEY_ID_CHARS // 2)
+        key = make_key(key_id, secrets.token_urlsafe(32))
+        outcome = self._raft.propose(
+            commands.CreateKey(
+                key_id,
+                key_hash(key),
+                request.role.value,
+                request.topics,
+                request.name,
+                self._clock_ms(),
+                self._limits.registry_keys_max,
+            )
+        )
+        check_outcome(outcome, "key")
+        record = self._raft.read(lambda s: s.keys.get(key_id))
+        if record is None:  # revoked between the propose and the read: say so
+            raise RaftQError(ErrorCode.NOT_FOUND, f"key {key_id} was revoked at once")
+        return {"key": key, **record.to_json()}
+
+    def keys(self) -> dict[str, object]:
+        return {"keys": self._raft.read(lambda s: [r.to_json() for r in s.keys.records()])}
+
+    def revoke_key(self, key_id: str) -> dict[str, object]:
+        if self._raft.read(lambda s: s.keys.get(key_id)) is None:
+            raise RaftQError(ErrorCode.NOT_FOUND, f"no key {key_id} (or it is revoked already)")
+        check_outcome(self._raft.propose(commands.RevokeKey(key_id)), "key")
+        return {"key_id": key_id, "revoked": True}
+
+    def grant(self, key: str) -> Grant | None:
+        """The grant of an issued, unrevoked key (``None`` for any other string)."""
+        key_id = parse_key(key)
+        if key_id is None:
+            return None
+        record = self._raft.read(lambda s: s.keys.get(key_id))
+        if record is None or not same_secret(key_hash(key), record.key_hash):
+            return None
+        return record.grant
+
+    def verify_key(self, key_id: str, hashed: str) -> dict[str, object]:
+        """For a broker: the grant of the key whose hash it sends, else 404."""
+        record = self._raft.read(lambda s: s.keys.get(key_id))
+        if record is None or not same_secret(hashed, record.key_hash):
+            raise RaftQError(ErrorCode.NOT_FOUND, "unknown or revoked API key")
+        return record.to_json()
+
     # --- brokers -----------------------------------------------------------------------------
     def register_broker(self, request: RegisterBroker) -> tuple[dict[str, object], int]:
         """201 when registered or updated, 200 when it was already registered as is (and then
@@ -235,22 +294,34 @@ class ManagerService:
 
     # --- producers and consumers -------------------------------------------------------------
     def register_producer(self, request: RegisterProducer) -> tuple[dict[str, object], bool]:
-        """Register a producer; True when it is new (a known id with the same topic is not)."""
-        self._topic(request.topic)
+        """Register a producer; True when it is new (a known id with the same topic is not).
+        The answer carries the producer's pinned ``partition_count``, if it has one."""
+        topic = self._topic(request.topic)
+        count = request.partition_count
+        if count is not None:
+            routing_count(topic, count)  # refuses a count above the active partitions
         # Chosen by the proposer (or the client): apply stays deterministic.
         producer_id = request.producer_id or uuid.uuid4().hex
+        now_ms = self._clock_ms()
+        known = self._held(lambda s: s.clients.producer(producer_id), now_ms)
+        if known is not None and known.topic != request.topic:
+            raise _id_taken(f"producer {producer_id!r}", f"topic {known.topic!r}")
         outcome = self._raft.propose(
             commands.RegisterProducer(
                 producer_id,
                 request.topic,
                 self._limits.registry_clients_max,
-                self._clock_ms(),
+                now_ms,
                 self._idle_expiry_ms,
+                count,
             )
         )
-        check_outcome(outcome, "producer")
-        body = {"producer_id": producer_id, **self._lease()}
-        return body, outcome is not Outcome.UNCHANGED
+        check_outcome(outcome, f"producer {producer_id!r}", ErrorCode.ID_TAKEN)
+        body: dict[str, object] = {"producer_id": producer_id, **self._lease()}
+        record = self._raft.read(lambda state: state.clients.producer(producer_id))
+        if record is not None and record.partition_count is not None:
+            body["partition_count"] = record.partition_count
+        return body, outcome is Outcome.CREATED
 
     def register_consumer(self, request: RegisterConsumer) -> dict[str, object]:
         topic = self._topic(request.topic)
@@ -260,17 +331,25 @@ class ManagerService:
                 f"topic {topic.name!r} has no partition {request.partition_id}",
             )
         consumer_id = request.consumer_id or uuid.uuid4().hex
+        now_ms = self._clock_ms()
+        known = self._held(lambda s: s.clients.consumer(consumer_id), now_ms)
+        if known is not None and (known.topic, known.partition_id) != (
+            request.topic,
+            request.partition_id,
+        ):
+            partitions = "all" if known.partition_id is None else f"partition {known.partition_id}"
+            raise _id_taken(f"consumer {consumer_id!r}", f"topic {known.topic!r} ({partitions})")
         outcome = self._raft.propose(
             commands.RegisterConsumer(
                 consumer_id,
                 request.topic,
                 request.partition_id,
                 self._limits.registry_clients_max,
-                self._clock_ms(),
+                now_ms,
                 self._idle_expiry_ms,
             )
         )
-        check_outcome(outcome, "consumer")
+        check_outcome(outcome, f"consumer {consumer_id!r}", ErrorCode.ID_TAKEN)
         return {"consumer_id": consumer_id, **self._lease()}
 
     def expire_idle_clients(self) -> int:
@@ -286,9 +365,28 @@ class ManagerService:
             check_outcome(outcome, "expiring idle clients")
         return self._raft.read(lambda s: len(s.clients))
 
+    def _held(self, find: Callable[[ManagerState], R | None], now_ms: int) -> R | None:
+        """The registration ``find`` reads, if it keeps its id through a registration at
+        ``now_ms``. A registration for another topic (or partition) is refused here, before
+        proposing: apply would refuse it too, but only after moving registry time and
+        forgetting idle clients, so its 409 would not prove that nothing was done. (An id
+        whose lease ran out is left to apply, which forgets it and registers it anew.)"""
+
+        def held(state: ManagerState) -> R | None:
+            record = find(state)
+            if record is None or not state.clients.holds_id(record, now_ms, self._idle_expiry_ms):
+                return None
+            return record
+
+        return self._raft.read(held)
+
     def _lease(self) -> dict[str, object]:
         # Tells the client how often to renew (raftq renews every third of it while active).
         return {"idle_expiry_s": self._limits.client_idle_expiry_s}
+
+
+def _id_taken(client: str, registered_for: str) -> RaftQError:
+    return RaftQError(ErrorCode.ID_TAKEN, f"{client} is registered for {registered_for}")
 
 
 def _broker_summaries(state: ManagerState) -> list[dict[str, object]]:

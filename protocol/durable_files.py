@@ -53,6 +53,7 @@ def write_atomically(path: str | os.PathLike[str], data: bytes, mode: int = 0o64
     temporary = target.with_name(f".{target.name}.tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
+        os.fchmod(fd, mode)  # a temporary left by a crash keeps its old mode otherwise
         write_all(fd, data)
         os.fsync(fd)
     finally:

@@ -13,6 +13,10 @@ class ErrorCode(Enum):
 
     MALFORMED_REQUEST = 40001
     INVALID_FIELD = 40002
+    UNAUTHENTICATED = 40101
+    """No credentials, or ones nobody issued (or since revoked)."""
+    FORBIDDEN = 40301
+    """Valid credentials without the right to this."""
     UNKNOWN_TOPIC = 40401
     UNKNOWN_PARTITION = 40402
     UNKNOWN_CONSUMER = 40403
@@ -24,7 +28,11 @@ class ErrorCode(Enum):
     TOPIC_EXISTS = 40901
     SEQUENCE_OUT_OF_ORDER = 40902
     TOO_MANY = 40903
+    ID_TAKEN = 40904
+    """A producer or consumer id is registered for another topic (or partition)."""
     TOO_LARGE = 41301
+    OFFSET_OUT_OF_RANGE = 41601
+    """A fetch beyond the partition's end offset (the message names the valid range)."""
     BACKPRESSURE = 42901
     HEADERS_TOO_LARGE = 43101
     INTERNAL = 50001

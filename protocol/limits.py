@@ -196,6 +196,13 @@ class Limits:
     """Most producers plus consumers the managers remember."""
     registry_brokers_max: int = 1_000
     """Most brokers the managers remember."""
+    registry_keys_max: int = 10_000
+    """Most API keys the managers remember."""
+    key_cache_s: float = 5.0
+    """How long a broker trusts what the manager leader said about an API key (also that it
+    is unknown): a revoked key still works on the direct path for up to this long."""
+    key_cache_entries_max: int = 10_000
+    """Keys a broker remembers; when full it forgets them all (each is asked again)."""
     manager_http_threads_max: int = 16
     """Threads a manager uses for parallel calls to brokers (polls, produce groups)."""
     retry_after_s: int = 1

@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from protocol.access import KEY_ID_CHARS, Role, check_topic_patterns
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits, PartitionLimits
 from protocol.types import (
@@ -29,6 +30,8 @@ from protocol.types import (
 
 Params = Mapping[str, object]
 
+KEY_NAME_CHARS_MAX = 100
+"""A key's name: a label for people (``raftq key list``)."""
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 _MISSING = object()
 
@@ -132,12 +135,16 @@ class TopicRef:
 
 @dataclass(frozen=True, slots=True)
 class RegisterProducer:
-    """``POST /producers {"topic", "producer_id"?}``. A client-chosen ``producer_id`` (like
-    Kafka's ``transactional.id``) registers idempotently, so a retried Spark task or a
-    restarted job keeps its id and its sequences."""
+    """``POST /producers {"topic", "producer_id"?, "partition_count"?}``. A client-chosen
+    ``producer_id`` (like Kafka's ``transactional.id``) registers idempotently, so a retried
+    Spark task or a restarted job keeps its id and its sequences. ``partition_count`` pins
+    the count the producer's batches are cut with: the first registration of the id that
+    carries one records it, and every later registration answers the recorded count, so a
+    replay after a partition was added reaches the partitions its first attempt did."""
 
     topic: str
     producer_id: ProducerId | None
+    partition_count: int | None = None
 
     @classmethod
     def parse(cls, params: Params, limits: Limits) -> RegisterProducer:
@@ -145,6 +152,9 @@ class RegisterProducer:
         return cls(
             topic=topic_name(params, limits),
             producer_id=None if producer is None else ProducerId(producer),
+            partition_count=get_optional_int(
+                params, "partition_count", minimum=1, maximum=limits.topic_partitions_max
+            ),
         )
 
 
@@ -268,6 +278,15 @@ class Produce:
             durability=_durability(params),
         )
 
+    @classmethod
+    def parse_one_partition(cls, params: Params, limits: Limits) -> tuple[Produce, PartitionId]:
+        """``POST /logs`` at a broker: one partition's messages, so ``partition_id`` is
+        required (and returned beside the request, as set)."""
+        request = cls.parse(params, limits)
+        if request.partition_id is None:
+            raise invalid("a broker needs 'partition_id'")
+        return request, request.partition_id
+
     def to_json(self) -> dict[str, object]:
         body: dict[str, object] = {
             "topic": self.topic,
@@ -362,6 +381,40 @@ def partition_ref(params: Params, limits: Limits) -> tuple[str, PartitionId]:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplicaConsumer:
+    """``POST /consumers`` at a broker: is the consumer's partition hosted here? (Its offset
+    is created at its first pop.)"""
+
+    topic: str
+    partition_id: PartitionId
+    consumer_id: ConsumerId
+
+    @classmethod
+    def parse(cls, params: Params, limits: Limits) -> ReplicaConsumer:
+        topic, partition_id = partition_ref(params, limits)
+        consumer_id = ConsumerId(require_str(params, "consumer_id", limits.id_chars_max))
+        return cls(topic, partition_id, consumer_id)
+
+
+@dataclass(frozen=True, slots=True)
+class ChecksumRange:
+    """``GET /checksum?topic&partition_id&start&end``: a replica's database rows in
+    ``[start, end)``; ``start`` defaults to 0."""
+
+    topic: str
+    partition_id: PartitionId
+    start: Offset
+    end: Offset
+
+    @classmethod
+    def parse(cls, params: Params, limits: Limits) -> ChecksumRange:
+        topic, partition_id = partition_ref(params, limits)
+        start = get_int(params, "start", minimum=0, maximum=_INT_MAX, default=0)
+        end = get_int(params, "end", minimum=start, maximum=_INT_MAX)
+        return cls(topic, partition_id, Offset(start), Offset(end))
+
+
+@dataclass(frozen=True, slots=True)
 class RegisterBroker:
     """``POST /brokers``: a broker announces itself (idempotent)."""
 
@@ -414,7 +467,7 @@ def parse_replica_spec(params: Params, limits: Limits) -> ReplicaSpec:
                 replica_id=ReplicaId(get_int(item, "replica_id", minimum=index, maximum=index)),
                 broker_id=BrokerId(get_int(item, "broker_id", minimum=0, maximum=1_000_000)),
                 address=require_str(item, "address", 300).rstrip("/"),
-                raft_address=require_str(item, "raft_address", 300),
+                raft_address=_raft_address(item, index),
             )
         )
     if replica_id >= len(replicas):
@@ -430,6 +483,20 @@ def parse_replica_spec(params: Params, limits: Limits) -> ReplicaSpec:
     )
 
 
+_PORT = re.compile(r"[0-9]{1,5}")
+
+
+def _raft_address(item: Params, index: int) -> str:
+    """``host:port``, as pysyncobj splits it (at the last ':'). Checked here because the
+    broker records a spec before it builds the replica, and pysyncobj raises on anything
+    else: a 500, and a replica that fails again at every start."""
+    address = require_str(item, "raft_address", 300)
+    host, _, port = address.rpartition(":")
+    if not host or not _PORT.fullmatch(port) or not 1 <= int(port) <= 65535:
+        raise invalid(f"replicas[{index}].raft_address must be host:port, got {address!r}")
+    return address
+
+
 def _partition_limits(body: object) -> PartitionLimits | None:
     if body is None:
         return None
@@ -437,3 +504,66 @@ def _partition_limits(body: object) -> PartitionLimits | None:
         return PartitionLimits.from_json(body)
     except ValueError as exc:
         raise invalid(f"field 'limits': {exc}") from None
+
+
+# --- API keys ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CreateKeyRequest:
+    """``POST /keys {"role", "topics"?, "name"?}``: ``topics`` (names, prefixes ending in
+    ``*``, or ``*``) is required for a producer or consumer key and ignored for an admin."""
+
+    role: Role
+    topics: tuple[str, ...]
+    name: str
+
+    @classmethod
+    def parse(cls, params: Params, limits: Limits) -> CreateKeyRequest:
+        raw_role = require_str(params, "role", 20)
+        try:
+            role = Role(raw_role)
+        except ValueError:
+            choices = ", ".join(r.value for r in Role)
+            raise invalid(f"field 'role' must be one of {choices}, got {raw_role!r}") from None
+        raw_topics = params.get("topics", [])
+        if not isinstance(raw_topics, list):
+            raise invalid("field 'topics' must be a list of topic names or patterns")
+        try:
+            topics = check_topic_patterns(raw_topics, limits.topic_name_chars_max)
+        except ValueError as exc:
+            raise invalid(f"field 'topics': {exc}") from None
+        if role is not Role.ADMIN and not topics:
+            raise invalid(f"a {role.value} key needs 'topics' (names, 'prefix*' or '*')")
+        name = get_str(params, "name", KEY_NAME_CHARS_MAX, required=False) or ""
+        return cls(role, () if role is Role.ADMIN else topics, name)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRef:
+    """``POST /keys/revoke {"key_id"}``."""
+
+    key_id: str
+
+    @classmethod
+    def parse(cls, params: Params, limits: Limits) -> KeyRef:
+        return cls(_key_id(params))
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyKey:
+    """``POST /keys/verify {"key_id", "key_hash"}``: a broker asks about a client's key."""
+
+    key_id: str
+    key_hash: str
+
+    @classmethod
+    def parse(cls, params: Params, limits: Limits) -> VerifyKey:
+        return cls(_key_id(params), require_str(params, "key_hash", 64))
+
+
+def _key_id(params: Params) -> str:
+    key_id = require_str(params, "key_id", KEY_ID_CHARS)
+    if not re.fullmatch(r"[0-9a-f]+", key_id) or len(key_id) != KEY_ID_CHARS:
+        raise invalid(f"field 'key_id' must be {KEY_ID_CHARS} hex digits")
+    return key_id

@@ -18,6 +18,8 @@ from raftq.errors import (
 from raftq.producer import Producer
 from raftq.records import (
     BrokerInfo,
+    KeyInfo,
+    NewKey,
     PartitionAssignment,
     PartitionInfo,
     PartitionOffset,
@@ -34,6 +36,8 @@ __all__ = [
     "BufferFullError",
     "ClientLimits",
     "Consumer",
+    "KeyInfo",
+    "NewKey",
     "PartitionAssignment",
     "PartitionInfo",
     "PartitionOffset",

@@ -12,11 +12,15 @@ from raftq.errors import ApiError, ProtocolError, RaftQClientError, UnavailableE
 from raftq.http import HttpTransport
 from raftq.records import (
     BrokerInfo,
+    KeyInfo,
+    NewKey,
     PartitionAssignment,
     PartitionInfo,
     Topic,
     TopicSummary,
     parse_brokers,
+    parse_keys,
+    parse_new_key,
     parse_partition,
     parse_partitions,
     parse_topic,
@@ -27,9 +31,12 @@ from raftq.records import (
 class Admin:
     """Not thread-safe; cheap to create, one per thread. Close it (or use ``with``)."""
 
-    def __init__(self, url: str, *, limits: ClientLimits | None = None) -> None:
+    def __init__(
+        self, url: str, *, limits: ClientLimits | None = None, api_key: str | None = None
+    ) -> None:
+        """``api_key``: sent with every request (``Authorization: Bearer``)."""
         self._limits = (limits or ClientLimits()).validate()
-        self._http = HttpTransport(url, self._limits)
+        self._http = HttpTransport(url, self._limits, api_key=api_key)
 
     def close(self) -> None:
         self._http.close()
@@ -65,6 +72,26 @@ class Admin:
         body = self._http.call("POST", "/partitions", body={"topic": topic}, idempotent=False)
         return parse_partition(body, "POST /partitions")
 
+    def create_key(self, role: str, topics: Sequence[str] = (), name: str = "") -> NewKey:
+        """A new API key (``admin``, ``producer`` or ``consumer``; the latter two for
+        ``topics``: names, ``prefix*`` or ``*``). Not retried once sent: a repeat would
+        make a second key (the first, never seen, can be revoked from ``list_keys``)."""
+        body = {"role": role, "topics": list(topics), "name": name}
+        return parse_new_key(self._http.call("POST", "/keys", body=body, idempotent=False))
+
+    def list_keys(self) -> list[KeyInfo]:
+        return parse_keys(self._http.call("GET", "/keys", idempotent=True))
+
+    def revoke_key(self, key_id: str) -> None:
+        """Revoke a key: the load balancer path refuses it at once, brokers within
+        ``key_cache_s``. ``ApiError`` 404 if no such key is known."""
+        try:
+            self._http.call("POST", "/keys/revoke", body={"key_id": key_id}, idempotent=True)
+        except ApiError as exc:
+            # A retry after an unknown outcome may find the key its first try revoked.
+            if not (exc.code is ErrorCode.NOT_FOUND and exc.after_unknown_outcome):
+                raise
+
     def brokers(self) -> list[BrokerInfo]:
         return parse_brokers(self._http.call("GET", "/brokers", idempotent=True))
 
@@ -94,7 +121,7 @@ class Admin:
         must not fail the call while other replicas can say the end offset."""
         # Few attempts: another replica answers for a dead broker.
         limits = replace(self._limits, attempts_max=min(2, self._limits.attempts_max))
-        transport = HttpTransport(address, limits)
+        transport = HttpTransport(address, limits, api_key=self._http.api_key)
         try:
             body = transport.call("GET", "/partitions", idempotent=True)
         except RaftQClientError:

@@ -6,9 +6,14 @@
     raftq produce --topic T [--key K] [--partition P] [--no-direct] [MESSAGE ...]
                                                   (else one message per stdin line)
     raftq consume --topic T [--partition P] [--max-messages N] [--consumer-id C] [--no-direct]
+    raftq key create --role admin|producer|consumer [--topic T ...] [--name N]
+    raftq key list
+    raftq key revoke KEY_ID
 
 The service URL: ``--url``, else ``--dir``'s cluster.json, else ``$RAFTQ_URL``, else
-``.cluster/cluster.json``.
+``.cluster/cluster.json``. The API key: ``--api-key-file``, else ``$RAFTQ_API_KEY``, else the
+admin key in that cluster.json (a key is never taken on the command line itself: it would
+show in the process list).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import TextIO
 from raftq.admin import Admin
 from raftq.client_limits import ClientLimits
 from raftq.cluster import ClusterError, ClusterStatus, LocalCluster
-from raftq.cluster_layout import CLUSTER_FILE, LayoutError
+from raftq.cluster_layout import CLUSTER_FILE, LayoutError, admin_key_of
 from raftq.consumer import Consumer
 from raftq.errors import RaftQClientError
 from raftq.producer import Producer
@@ -46,6 +51,7 @@ class Context:
     """What ``main`` read once from the environment."""
 
     env_url: str | None
+    env_api_key: str | None
     stdin: TextIO
     stdout: TextIO
     stderr: TextIO
@@ -73,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     where = target.add_mutually_exclusive_group()
     where.add_argument("--url", help="load balancer URL, e.g. http://127.0.0.1:17100")
     where.add_argument("--dir", help=f"local cluster directory (default {DEFAULT_DIR})")
+    target.add_argument("--api-key-file", help="file holding the API key to use")
     data = argparse.ArgumentParser(add_help=False)
     data.add_argument(
         "--direct",
@@ -101,6 +108,22 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument("--partition", type=int)
     consume.add_argument("--max-messages", type=_positive, default=100)
     consume.add_argument("--consumer-id", help="resume this consumer instead of registering one")
+
+    key = commands.add_parser("key", help="create, list and revoke API keys (admin)")
+    key_commands = key.add_subparsers(dest="key_command", required=True, metavar="ACTION")
+    make = key_commands.add_parser("create", parents=[target], help="create an API key")
+    make.add_argument("--role", required=True, choices=["admin", "producer", "consumer"])
+    make.add_argument(
+        "--topic",
+        action="append",
+        default=[],
+        dest="topics",
+        help="a topic, 'prefix*' or '*' the key may use (repeatable; not for admin)",
+    )
+    make.add_argument("--name", default="", help="a label shown by 'key list'")
+    key_commands.add_parser("list", parents=[target], help="list API keys (never the keys)")
+    revoke = key_commands.add_parser("revoke", parents=[target], help="revoke an API key")
+    revoke.add_argument("key_id")
     return parser
 
 
@@ -128,6 +151,34 @@ def resolve_url(url: str | None, directory: str | None, env_url: str | None) -> 
         return url.rstrip("/")
     if directory is None and env_url:
         return env_url.rstrip("/")
+    found = _cluster_file(directory).get("load_balancer_url")
+    if not isinstance(found, str):
+        raise UsageError(
+            f"{Path(directory or DEFAULT_DIR) / CLUSTER_FILE} has no load_balancer_url"
+        )
+    return found
+
+
+def resolve_api_key(args: argparse.Namespace, context: Context) -> str:
+    """``--api-key-file``, else ``$RAFTQ_API_KEY``, else the cluster.json's admin key."""
+    if args.api_key_file:
+        try:
+            key = Path(args.api_key_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise UsageError(f"cannot read --api-key-file: {exc}") from exc
+        if not key:
+            raise UsageError(f"{args.api_key_file} is empty")
+        return key
+    if context.env_api_key:
+        return context.env_api_key
+    if args.url is None:
+        found = admin_key_of(_cluster_file(args.dir))
+        if found is not None:
+            return found
+    raise UsageError("no API key: give --api-key-file FILE or set RAFTQ_API_KEY")
+
+
+def _cluster_file(directory: str | None) -> dict[str, object]:
     path = Path(directory or DEFAULT_DIR) / CLUSTER_FILE
     try:
         body = json.loads(path.read_text())
@@ -135,12 +186,11 @@ def resolve_url(url: str | None, directory: str | None, env_url: str | None) -> 
         raise UsageError(
             f"no {path}: give --url URL, --dir DIR of a cluster, or set RAFTQ_URL"
         ) from None
-    except ValueError as exc:
-        raise UsageError(f"{path} is not valid JSON: {exc}") from exc
-    found = body.get("load_balancer_url") if isinstance(body, dict) else None
-    if not isinstance(found, str):
-        raise UsageError(f"{path} has no load_balancer_url")
-    return found
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read {path}: {exc}") from exc
+    if not isinstance(body, dict):
+        raise UsageError(f"{path} is not a JSON object")
+    return body
 
 
 def _print_json_lines(items: Iterable[object], out: TextIO) -> None:
@@ -156,7 +206,7 @@ def _stdin_messages(stdin: TextIO) -> Iterator[str]:
 
 def cmd_topic(args: argparse.Namespace, context: Context) -> int:
     url = resolve_url(args.url, args.dir, context.env_url)
-    with Admin(url) as admin:
+    with Admin(url, api_key=resolve_api_key(args, context)) as admin:
         if args.topic_command == "create":
             topic = admin.create_topic(args.name, args.partitions, args.replication_factor)
             for part in topic.partitions:
@@ -175,7 +225,12 @@ def cmd_produce(args: argparse.Namespace, context: Context) -> int:
     limits = ClientLimits()
     source = iter(args.messages) if args.messages else _stdin_messages(context.stdin)
     with Producer(
-        url, args.topic, partition_id=args.partition, limits=limits, direct=args.direct
+        url,
+        args.topic,
+        partition_id=args.partition,
+        limits=limits,
+        direct=args.direct,
+        api_key=resolve_api_key(args, context),
     ) as producer:
         # Bounded chunks: stdin may be endless, and each chunk's offsets print as it lands.
         while chunk := list(islice(source, limits.batch_messages_max)):
@@ -190,7 +245,12 @@ def cmd_produce(args: argparse.Namespace, context: Context) -> int:
 def cmd_consume(args: argparse.Namespace, context: Context) -> int:
     url = resolve_url(args.url, args.dir, context.env_url)
     with Consumer(
-        url, args.topic, args.partition, consumer_id=args.consumer_id, direct=args.direct
+        url,
+        args.topic,
+        args.partition,
+        consumer_id=args.consumer_id,
+        direct=args.direct,
+        api_key=resolve_api_key(args, context),
     ) as consumer:
         context.stderr.write(f"consumer_id {consumer.consumer_id}\n")
         records = consumer.poll(args.max_messages)
@@ -208,6 +268,25 @@ def cmd_consume(args: argparse.Namespace, context: Context) -> int:
             ),
             context.stdout,
         )
+    return 0
+
+
+def cmd_key(args: argparse.Namespace, context: Context) -> int:
+    url = resolve_url(args.url, args.dir, context.env_url)
+    with Admin(url, api_key=resolve_api_key(args, context)) as admin:
+        if args.key_command == "create":
+            made = admin.create_key(args.role, args.topics, args.name)
+            context.stderr.write(
+                f"key {made.info.key_id} ({made.info.role}); shown once, keep it secret:\n"
+            )
+            context.stdout.write(made.key + "\n")
+        elif args.key_command == "list":
+            for info in admin.list_keys():
+                topics = ",".join(info.topics) or "-"
+                context.stdout.write(f"{info.key_id}\t{info.role}\t{topics}\t{info.name}\n")
+        else:
+            admin.revoke_key(args.key_id)
+            context.stdout.write(f"key {args.key_id} revoked\n")
     return 0
 
 
@@ -274,12 +353,19 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Context], int]] = {
     "topic": cmd_topic,
     "produce": cmd_produce,
     "consume": cmd_consume,
+    "key": cmd_key,
 }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    context = Context(os.environ.get("RAFTQ_URL"), sys.stdin, sys.stdout, sys.stderr)
+    context = Context(
+        os.environ.get("RAFTQ_URL"),
+        os.environ.get("RAFTQ_API_KEY"),
+        sys.stdin,
+        sys.stdout,
+        sys.stderr,
+    )
     return run(args, context)
 
 

@@ -24,12 +24,14 @@ from pathlib import Path
 
 import requests
 
+from protocol.access import NODE_HEADER, node_token
 from protocol.durable_files import create_if_missing, make_directories, write_atomically
 from raftq.cluster_layout import (
     CLUSTER_FILE,
     NODES_PER_ROLE,
     ClusterSettings,
     NodeSpec,
+    admin_key_of,
     cluster_json,
     parse_cluster_json,
     plan_nodes,
@@ -41,6 +43,7 @@ HTTP_PROBE_TIMEOUT_S = 1.0
 READY_POLL_PERIOD_S = 0.5
 PROGRESS_PERIOD_S = 5.0
 LOG_TAIL_LINES = 30
+ADMIN_KEY_REQUEST_TIMEOUT_S = 10.0
 LOG_TAIL_BYTES_MAX = 64 * 1024
 
 
@@ -103,6 +106,7 @@ class LocalCluster:
         if limits is not None:
             given["limits"] = tuple(sorted(limits.items()))
         self._settings, self._pids = _open_settings(root, given)
+        self._admin_key = _read_admin_key(root / CLUSTER_FILE)
         self._nodes = {node.name: node for node in plan_nodes(self._settings, python)}
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._code_dir = code_dir
@@ -121,6 +125,11 @@ class LocalCluster:
     @property
     def lb_url(self) -> str:
         return self._settings.lb_url
+
+    @property
+    def admin_key(self) -> str | None:
+        """The admin API key ``up`` made (kept in ``cluster.json``, mode 0600)."""
+        return self._admin_key
 
     @property
     def node_names(self) -> tuple[str, ...]:
@@ -158,7 +167,12 @@ class LocalCluster:
                 self._progress(f"{name} already running (pid {self._pids[name]})")
             else:
                 self._progress(f"starting {name} (pid {self.start_node(name)})")
+        deadline_s = time.monotonic() + timeout_s
         self.wait_ready(timeout_s)
+        if self._admin_key is None:
+            self._admin_key = self._create_admin_key(deadline_s)
+            self.save()
+            self._progress(f"admin API key written to {self.directory / CLUSTER_FILE}")
 
     def ensure_secret(self) -> Path:
         """Create the cluster secret (64 hex characters, mode 0600) unless it exists; on disk
@@ -236,10 +250,41 @@ class LocalCluster:
     def save(self) -> None:
         """Write ``cluster.json`` atomically and durably (``cluster up`` after a power cut
         reads it to find the cluster's settings)."""
-        body = cluster_json(self._settings, tuple(self._nodes.values()), self._pids)
+        body = cluster_json(
+            self._settings, tuple(self._nodes.values()), self._pids, self._admin_key
+        )
         make_directories(self.directory)
         text = json.dumps(body, indent=2) + "\n"
-        write_atomically(self.directory / CLUSTER_FILE, text.encode())
+        write_atomically(self.directory / CLUSTER_FILE, text.encode(), 0o600)
+
+    def node_headers(self) -> dict[str, str]:
+        """What a node sends to another (``X-RaftQ-Node``): for tools that read internals
+        (``/raft_status`` details, ``/checksum``) with the cluster's own secret."""
+        secret = self._settings.secret_file.read_text(encoding="utf-8").strip()
+        return {NODE_HEADER: node_token(secret)}
+
+    def _create_admin_key(self, deadline_s: float) -> str:
+        """Ask the managers for an admin key, as a node. Retried until the deadline: a
+        retry after a lost answer makes a second key whose secret nobody ever saw."""
+        last = "no attempt"
+        with requests.Session() as session:
+            while time.monotonic() < deadline_s:
+                try:
+                    response = session.post(
+                        self.lb_url + "/keys",
+                        json={"role": "admin", "name": "cluster up"},
+                        headers=self.node_headers(),
+                        timeout=ADMIN_KEY_REQUEST_TIMEOUT_S,
+                    )
+                except requests.RequestException as exc:
+                    last = repr(exc)
+                else:
+                    body = response.json() if response.status_code == 201 else None
+                    if isinstance(body, dict) and isinstance(body.get("key"), str):
+                        return str(body["key"])
+                    last = f"{response.status_code} {response.text[:200]}"
+                time.sleep(READY_POLL_PERIOD_S)
+        raise ClusterError(f"could not create the admin API key: {last}")
 
     # --- readiness and status --------------------------------------------------------------
 
@@ -250,6 +295,7 @@ class LocalCluster:
         next_progress_s = time.monotonic() + PROGRESS_PERIOD_S
         ready_before = False
         with requests.Session() as session:
+            session.headers.update(self.node_headers())  # GET /brokers is not for everyone
             while True:
                 self._fail_if_exited()
                 waiting_for, culprit = self._readiness(session)
@@ -363,6 +409,13 @@ class LocalCluster:
             if reply is not None and isinstance(reply[1], dict) and reply[1].get("is_leader"):
                 return node.http_address
         return None
+
+
+def _read_admin_key(path: Path) -> str | None:
+    try:
+        return admin_key_of(json.loads(path.read_text()))
+    except (FileNotFoundError, ValueError):
+        return None  # _open_settings reports a broken file
 
 
 def _open_settings(

@@ -185,9 +185,13 @@ def plan_nodes(settings: ClusterSettings, python: str) -> tuple[NodeSpec, ...]:
 
 
 def cluster_json(
-    settings: ClusterSettings, nodes: tuple[NodeSpec, ...], pids: Mapping[str, int | None]
+    settings: ClusterSettings,
+    nodes: tuple[NodeSpec, ...],
+    pids: Mapping[str, int | None],
+    admin_key: str | None = None,
 ) -> dict[str, object]:
-    return {
+    """``admin_key``: the admin API key ``cluster up`` made (the file is then mode 0600)."""
+    body: dict[str, object] = {
         "load_balancer_url": settings.lb_url,
         "secret_file": str(settings.secret_file),
         "base_port": settings.base_port,
@@ -196,6 +200,15 @@ def cluster_json(
         "limits": dict(settings.limits),
         "nodes": [node.to_json(pids.get(node.name)) for node in nodes],
     }
+    if admin_key is not None:
+        body["admin_key"] = admin_key
+    return body
+
+
+def admin_key_of(body: object) -> str | None:
+    """The admin API key a ``cluster.json`` holds, if any."""
+    key = body.get("admin_key") if isinstance(body, dict) else None
+    return key if isinstance(key, str) and key else None
 
 
 def parse_cluster_json(directory: Path, body: object) -> tuple[ClusterSettings, dict[str, int]]:

@@ -60,13 +60,15 @@ class Consumer:
         consumer_id: str | None = None,
         limits: ClientLimits | None = None,
         direct: bool = True,
+        api_key: str | None = None,
     ) -> None:
         """``direct``: read straight from the partition leaders' brokers (falling back to the
-        load balancer); ``False`` reads everything through the load balancer."""
+        load balancer); ``False`` reads everything through the load balancer. ``api_key``:
+        a consumer (or admin) key, sent with every request."""
         self.topic = topic
         self.partition_id = partition_id
         limits = (limits or ClientLimits()).validate()
-        self._http = HttpTransport(url, limits)
+        self._http = HttpTransport(url, limits, api_key=api_key)
         self.direct_path = DirectPath(self._http, limits) if direct else None
         self._maps = (
             self.direct_path.maps

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import requests
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
+from protocol.access import AUTHORIZATION_HEADER
 from protocol.deadline import HEADER as DEADLINE_HEADER
 from protocol.errors import proves_nothing_done
 from raftq.client_limits import ClientLimits
@@ -88,12 +89,16 @@ class HttpTransport:
         *,
         rng: random.Random | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        api_key: str | None = None,
     ) -> None:
+        """``api_key`` goes with every request as ``Authorization: Bearer``."""
         self.url = url.rstrip("/")
         self._limits = limits
         self._rng = rng or random.Random()
         self._sleep = sleep
         self._session = requests.Session()
+        self.api_key = api_key
+        self._auth = {} if api_key is None else {AUTHORIZATION_HEADER: f"Bearer {api_key}"}
 
     def close(self) -> None:
         self._session.close()
@@ -190,7 +195,7 @@ class HttpTransport:
                 base_url.rstrip("/") + path,
                 json=body,
                 params=params,
-                headers={DEADLINE_HEADER: _budget_ms(read_s, self._limits)},
+                headers={DEADLINE_HEADER: _budget_ms(read_s, self._limits), **self._auth},
                 timeout=(self._limits.connect_timeout_s, read_s),
             ) as response:
                 return Reply(

@@ -99,6 +99,7 @@ class Producer:
         direct: bool = True,
         partition_count: int | None = None,
         durability: Durability | str = Durability.FSYNC,
+        api_key: str | None = None,
     ) -> None:
         """``producer_id`` reuses a client-chosen id (registered idempotently, like Kafka's
         ``transactional.id``); its batches must then start above every sequence it used
@@ -107,9 +108,13 @@ class Producer:
         the load balancer); ``False`` sends everything through the load balancer.
         ``partition_count`` fixes the count every batch is cut with instead of the map's at
         its first send: a job whose tasks may be retried in another process (Spark) fixes it
-        once, so a replayed batch reaches the same partitions and is recognised there.
+        once, so a replayed batch reaches the same partitions and is recognised there. The
+        manager records it with the producer id at its first registration and answers that
+        count to every later one (a restarted job that now sees more partitions still cuts
+        its replays as the first attempt did), until the id's lease expires.
         ``durability`` is what each acknowledgement waits for (README, "What an
-        acknowledgement means"): ``replicated``, ``fsync`` (the default) or ``flushed``."""
+        acknowledgement means"): ``replicated``, ``fsync`` (the default) or ``flushed``.
+        ``api_key``: a producer (or admin) key, sent with every request."""
         limits = (limits or ClientLimits()).validate()
         self.durability = Durability(durability)  # ValueError for an unknown level
         self.topic = topic
@@ -120,7 +125,7 @@ class Producer:
         )
         self._batch_bytes_max = limits.batch_bytes_max
         self._buffer_messages_max = limits.buffer_messages_max
-        self._http = HttpTransport(url, limits)
+        self._http = HttpTransport(url, limits, api_key=api_key)
         self.direct_path = DirectPath(self._http, limits) if direct else None
         self._maps = (
             self.direct_path.maps
@@ -317,9 +322,17 @@ class Producer:
         request: dict[str, object] = {"topic": self.topic}
         if producer_id is not None:
             request["producer_id"] = producer_id
+        if self._fixed_partition_count is not None:
+            request["partition_count"] = self._fixed_partition_count
         body = self._http.call("POST", "/producers", body=request, idempotent=True)
         if not isinstance(body, dict) or not isinstance(body.get("producer_id"), str):
             raise ProtocolError("POST /producers: expected {'producer_id': str}")
+        pinned = body.get("partition_count")
+        if pinned is not None:
+            if not isinstance(pinned, int) or isinstance(pinned, bool) or pinned < 1:
+                raise ProtocolError("POST /producers: 'partition_count' is not a count")
+            # The count this id was first registered with wins: a replay routes as before.
+            self._fixed_partition_count = pinned
         self._lease.renewed(body)
         registered: str = body["producer_id"]
         return registered

@@ -83,6 +83,49 @@ class BrokerInfo:
 # --- parsing -------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class KeyInfo:
+    """An API key as the managers describe it (never the key itself)."""
+
+    key_id: str
+    role: str
+    topics: tuple[str, ...]
+    name: str
+    created_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class NewKey:
+    """A key just made: ``key`` is shown only this once."""
+
+    key: str
+    info: KeyInfo
+
+
+def parse_key_info(body: object, where: str) -> KeyInfo:
+    obj = _obj(body, where)
+    topics = _list(obj, "topics", where)
+    if not all(isinstance(t, str) for t in topics):
+        raise ProtocolError(f"{where}: 'topics' must be strings")
+    return KeyInfo(
+        _str(obj, "key_id", where),
+        _str(obj, "role", where),
+        tuple(str(t) for t in topics),
+        str(obj.get("name") or ""),
+        _int(obj, "created_ms", where),
+    )
+
+
+def parse_new_key(body: object) -> NewKey:
+    where = "POST /keys"
+    return NewKey(_str(_obj(body, where), "key", where), parse_key_info(body, where))
+
+
+def parse_keys(body: object) -> list[KeyInfo]:
+    where = "GET /keys"
+    return [parse_key_info(item, where) for item in _list(_obj(body, where), "keys", where)]
+
+
 def _obj(value: object, where: str) -> Mapping[str, object]:
     if not isinstance(value, dict):
         raise ProtocolError(f"{where}: expected a JSON object")

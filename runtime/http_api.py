@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 import orjson
 
+from protocol.access import Action, Principal, require
 from protocol.deadline import HEADER as DEADLINE_HEADER
 from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
@@ -24,6 +25,7 @@ from runtime.http_server import HttpRequest, HttpResponse, ServerLimits
 _log = logging.getLogger(__name__)
 
 Handler = Callable[[HttpRequest], HttpResponse]
+Authenticator = Callable[[HttpRequest], Principal | None]
 _JSON = (("Content-Type", "application/json"),)
 _TEXT = (("Content-Type", "text/plain; version=0.0.4"),)
 E = TypeVar("E", bound=Exception)
@@ -71,7 +73,20 @@ def error_response(error: RaftQError, limits: Limits) -> HttpResponse:
             response.body,
             (*response.headers, ("Retry-After", str(limits.retry_after_s))),
         )
+    if error.status == 401:  # RFC 9110 section 11.6.1: a 401 names the scheme to use
+        return HttpResponse(
+            response.status, response.body, (*response.headers, ("WWW-Authenticate", "Bearer"))
+        )
     return response
+
+
+def add_document_route(app: App, document: Mapping[str, object]) -> None:
+    """``GET /openapi.json``: the node's API document (``protocol.openapi``), encoded once."""
+    body = orjson.dumps(document)
+
+    @app.get("/openapi.json", Action.OPEN)
+    def api_document(_http: HttpRequest) -> HttpResponse:
+        return HttpResponse(200, body, _JSON)
 
 
 def server_limits(limits: Limits) -> ServerLimits:
@@ -92,10 +107,17 @@ class App:
     connection thread at once.
     """
 
-    def __init__(self, name: str, limits: Limits) -> None:
+    def __init__(
+        self, name: str, limits: Limits, authenticate: Authenticator | None = None
+    ) -> None:
+        """``authenticate`` says who sent a request (``None``: nobody), or raises 401 for
+        credentials nobody issued; without it every caller is nobody (the load balancer's
+        own routes are all open)."""
         self.name = name
         self._limits = limits
+        self._authenticate = authenticate
         self._routes: dict[tuple[str, str], Handler] = {}
+        self._actions: dict[tuple[str, str], Action] = {}
         self._paths: set[str] = set()
         self._fallback: Handler | None = None
         self._before: list[Callable[[HttpRequest], None]] = []
@@ -103,19 +125,31 @@ class App:
         self._errors: list[tuple[type[Exception], Callable[[Exception], HttpResponse]]] = []
         self._closers: list[Callable[[], None]] = []
 
-    def route(self, method: str, path: str) -> Callable[[Handler], Handler]:
+    def route(self, method: str, path: str, action: Action) -> Callable[[Handler], Handler]:
+        """Every route says what it does (``protocol.access.Action``): the caller's role is
+        checked against it before the handler runs; the handler checks the topic."""
+
         def add(handler: Handler) -> Handler:
             self._routes[(method, path)] = handler
+            self._actions[(method, path)] = action
             self._paths.add(path)
             return handler
 
         return add
 
-    def get(self, path: str) -> Callable[[Handler], Handler]:
-        return self.route("GET", path)
+    def get(self, path: str, action: Action) -> Callable[[Handler], Handler]:
+        return self.route("GET", path, action)
 
-    def post(self, path: str) -> Callable[[Handler], Handler]:
-        return self.route("POST", path)
+    def post(self, path: str, action: Action) -> Callable[[Handler], Handler]:
+        return self.route("POST", path, action)
+
+    def action(self, method: str, path: str) -> Action:
+        """What a route declared it does (``KeyError`` for no such route)."""
+        return self._actions[(method, path)]
+
+    def routes(self) -> list[tuple[str, str]]:
+        """Every ``(method, path)`` routed here (the API document's test compares them)."""
+        return sorted(self._routes)
 
     def fallback(self, handler: Handler) -> Handler:
         """Answers every request no route takes (the load balancer forwards them)."""
@@ -123,7 +157,8 @@ class App:
         return handler
 
     def before_request(self, hook: Callable[[HttpRequest], None]) -> None:
-        """Runs before the handler of a routed request; may raise to answer instead."""
+        """Runs before the access check and the handler of a routed request; may raise to
+        answer instead (it must not reveal anything: the caller is not known yet)."""
         self._before.append(hook)
 
     def after_request(self, hook: Callable[[HttpRequest, HttpResponse, str | None], None]) -> None:
@@ -152,14 +187,24 @@ class App:
             if handler is None:
                 handler = self._unrouted(request)
             else:
+                # Hooks first: a manager that does not lead refuses with NOT_LEADER (retry
+                # elsewhere) before its possibly older registry could call a new key unknown.
                 for hook in self._before:
                     hook(request)
+                self._check_access(request, self._actions[(request.method, request.path)])
             response = handler(request)
         except Exception as exc:
             response = self._error_answer(exc)
         for after in self._after:
             after(request, response, route)
         return response
+
+    def _check_access(self, request: HttpRequest, action: Action) -> None:
+        # Also for an open route: it may show a node more (``/raft_status``), and wrong
+        # credentials are refused wherever they are sent.
+        if self._authenticate is not None:
+            request.principal = self._authenticate(request)
+        require(request.principal, action)
 
     def _unrouted(self, request: HttpRequest) -> Handler:
         if self._fallback is not None:

@@ -17,6 +17,7 @@ from urllib.parse import urlencode, urlsplit
 
 import orjson
 
+from protocol.access import NODE_HEADER
 from protocol.deadline import HEADER as DEADLINE_HEADER
 from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
@@ -59,10 +60,13 @@ def connections(limits: Limits) -> HttpConnections:
 class JsonHttpClient:
     """One per component; thread-safe."""
 
-    def __init__(self, limits: Limits, timeout_s: float | None = None) -> None:
+    def __init__(self, limits: Limits, *, node_token: str, timeout_s: float | None = None) -> None:
+        """Every call carries ``node_token`` (``protocol.access.node_token`` of the cluster
+        secret): the peers' internal endpoints answer only nodes."""
         self._limits = limits
         self._timeout_s = limits.http_timeout_s if timeout_s is None else timeout_s
         self._connections = connections(limits)
+        self._node_header = (NODE_HEADER, node_token)
 
     def call(
         self,
@@ -86,7 +90,7 @@ class JsonHttpClient:
         last_error: NoAnswerFromPeerError | None = None
         for attempt in range(attempts):
             now_s = time.monotonic()
-            headers = [_JSON_HEADER] if data is not None else []
+            headers = [self._node_header, _JSON_HEADER] if data is not None else [self._node_header]
             if deadline is not None:
                 if deadline.expired(now_s):
                     raise NoAnswerError(

@@ -35,6 +35,7 @@ from urllib.parse import parse_qsl, unquote
 
 import orjson
 
+from protocol.access import Principal
 from protocol.errors import ErrorCode, RaftQError
 
 _log = logging.getLogger(__name__)
@@ -68,6 +69,8 @@ class HttpRequest:
     client_address: str | None = None
     path: str = field(init=False)
     query_string: str = field(init=False)
+    principal: Principal | None = field(default=None, init=False)
+    """Who sent it, once the app authenticated it (``protocol.access``); ``None``: nobody."""
 
     def __post_init__(self) -> None:
         path, _, self.query_string = self.target.partition("?")

@@ -12,6 +12,7 @@ planning but not the session start.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -24,6 +25,7 @@ from pyspark.sql import functions as sf
 from raftq import Admin
 from raftq.cluster import LocalCluster
 from spark_jobs import bulk_consume, bulk_produce
+from spark_jobs.options import Endpoint, add_api_key_option, api_key_from
 from spark_jobs.session import build_session
 
 DEFAULT_BASE_PORT = 19500
@@ -37,14 +39,14 @@ def make_input(spark: SparkSession, rows: int, path: Path, partitions: int) -> N
     frame.write.mode("overwrite").parquet(str(path))
 
 
-def measure(spark: SparkSession, url: str, args: argparse.Namespace, work: Path) -> None:
+def measure(spark: SparkSession, endpoint: Endpoint, args: argparse.Namespace, work: Path) -> None:
     topic = f"bench-{int(time.time())}"
-    with Admin(url) as admin:
+    with Admin(endpoint.url, api_key=endpoint.api_key) as admin:
         admin.create_topic(topic, partitions=args.partitions)
     make_input(spark, args.rows, work / "input", args.tasks)
     frame = bulk_produce.load(spark, str(work / "input"), "parquet", "value", "key")
     produced = bulk_produce.run(
-        spark, url, topic, frame, batch_messages_max=args.batch_messages_max
+        spark, endpoint, topic, frame, batch_messages_max=args.batch_messages_max
     )
     print(
         f"bulk_produce: {produced.rows:,} rows in {produced.seconds:.1f} s = "
@@ -52,7 +54,7 @@ def measure(spark: SparkSession, url: str, args: argparse.Namespace, work: Path)
         flush=True,
     )
     started = time.monotonic()
-    plan = bulk_consume.consume(spark, url, topic, work / "output")
+    plan = bulk_consume.consume(spark, endpoint, topic, work / "output")
     elapsed_s = time.monotonic() - started
     rows = 0 if plan is None else plan.rows
     print(
@@ -65,6 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="spark_jobs.benchmark", description=__doc__)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--url", default=None, help="a running cluster (default: start one)")
+    add_api_key_option(parser)
     parser.add_argument("--base-port", type=int, default=DEFAULT_BASE_PORT)
     parser.add_argument("--partitions", type=int, default=3, help="of the topic")
     parser.add_argument("--tasks", type=int, default=4, help="Spark partitions of the input")
@@ -74,12 +77,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="raftq-bench-") as scratch:
         work = Path(scratch)
         cluster = None
+        endpoint = Endpoint(args.url or "", api_key_from(args, os.environ))
         if args.url is None:
             cluster = LocalCluster(work / "cluster", base_port=args.base_port)
             cluster.up()
+            endpoint = Endpoint(cluster.lb_url, cluster.admin_key)
         spark = build_session("raftq-benchmark", args.master)
         try:
-            measure(spark, args.url or (cluster.lb_url if cluster else ""), args, work)
+            measure(spark, endpoint, args, work)
         finally:
             spark.stop()
             if cluster is not None:

@@ -33,17 +33,18 @@ from spark_jobs.offsets import (
     parse_offset_spec,
     resolve,
 )
+from spark_jobs.options import Endpoint, add_api_key_option, api_key_from, endpoint_options
 from spark_jobs.session import build_session, default_master
 
 
 def plan_range(
-    url: str, topic: str, committed: TopicOffsets | None, starting: str, ending: str
+    endpoint: Endpoint, topic: str, committed: TopicOffsets | None, starting: str, ending: str
 ) -> tuple[TopicOffsets, TopicOffsets]:
     """The next range: from the committed offsets (``starting`` before the first run) to
     ``ending``, both resolved against the topic's partitions now. A partition added since
     the last run starts at the log start."""
-    ids = cluster_io.partition_ids(url, [topic])
-    ends = cluster_io.end_offsets(url, [topic])
+    ids = cluster_io.partition_ids(endpoint, [topic])
+    ends = cluster_io.end_offsets(endpoint, [topic])
     if committed is None:
         spec = parse_offset_spec(starting, "--starting-offsets")
         start = resolve(spec, ids, ends, missing=EARLIEST)
@@ -56,11 +57,11 @@ def plan_range(
     return start, end
 
 
-def write_staging(spark: SparkSession, url: str, topic: str, plan: RunPlan) -> None:
+def write_staging(spark: SparkSession, endpoint: Endpoint, topic: str, plan: RunPlan) -> None:
     """The run's range, read through the data source, written as Parquet to staging."""
     frame = (
         spark.read.format("raftq")
-        .option("raftq.url", url)
+        .options(**endpoint_options(endpoint))
         .option("subscribe", topic)
         .option("startingOffsets", offsets_to_json(plan.start) if plan.start else "earliest")
         .option("endingOffsets", offsets_to_json(plan.end))
@@ -71,7 +72,7 @@ def write_staging(spark: SparkSession, url: str, topic: str, plan: RunPlan) -> N
 
 def consume(
     spark: SparkSession,
-    url: str,
+    endpoint: Endpoint,
     topic: str,
     output: Path,
     *,
@@ -83,8 +84,8 @@ def consume(
 
     return run_once(
         Layout(output),
-        lambda committed: plan_range(url, topic, committed, starting, ending),
-        lambda plan: write_staging(spark, url, topic, plan),
+        lambda committed: plan_range(endpoint, topic, committed, starting, ending),
+        lambda plan: write_staging(spark, endpoint, topic, plan),
         hook,
     )
 
@@ -92,6 +93,7 @@ def consume(
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bulk_consume", description=__doc__.split("\n")[0])
     parser.add_argument("--url", required=True, help="the load balancer's URL")
+    add_api_key_option(parser)
     parser.add_argument("--topic", required=True)
     parser.add_argument("--output", required=True, type=Path, help="local or shared POSIX path")
     parser.add_argument("--starting-offsets", default="earliest", help="first run only")
@@ -108,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         plan = consume(
             spark,
-            args.url,
+            Endpoint(args.url, api_key_from(args, os.environ)),
             args.topic,
             args.output.resolve(),
             starting=args.starting_offsets,

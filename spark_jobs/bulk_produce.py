@@ -13,6 +13,7 @@ crashed job write nothing twice (within the bounds in ``cluster_io.write_batches
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 import time
@@ -23,6 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
 from spark_jobs import cluster_io
+from spark_jobs.options import Endpoint, add_api_key_option, api_key_from, endpoint_options
 from spark_jobs.session import build_session, default_master
 
 FORMATS = {".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
@@ -59,11 +61,11 @@ def load(spark: SparkSession, path: str, fmt: str, value: str, key: str | None) 
 
 
 def produce(
-    frame: DataFrame, url: str, topic: str, *, job_id: str | None, batch_messages_max: int
+    frame: DataFrame, endpoint: Endpoint, topic: str, *, job_id: str | None, batch_messages_max: int
 ) -> None:
     writer = (
         frame.write.format("raftq")
-        .option("raftq.url", url)
+        .options(**endpoint_options(endpoint))
         .option("topic", topic)
         .option("raftq.batchMessagesMax", str(batch_messages_max))
         .mode("append")
@@ -78,15 +80,15 @@ class ProgressReporter:
     sum of its end offsets), from a daemon thread of the driver. Runs on its own thread;
     ``stop`` joins it (bounded by one period plus one end-offset call)."""
 
-    def __init__(self, url: str, topic: str, period_s: float) -> None:
-        self._url, self._topic, self._period_s = url, topic, period_s
+    def __init__(self, endpoint: Endpoint, topic: str, period_s: float) -> None:
+        self._endpoint, self._topic, self._period_s = endpoint, topic, period_s
         self._stop = threading.Event()
         self._base = self.total()
         self._started = time.monotonic()
         self._thread = threading.Thread(target=self._loop, name="progress", daemon=True)
 
     def total(self) -> int:
-        return sum(cluster_io.end_offsets(self._url, [self._topic])[self._topic].values())
+        return sum(cluster_io.end_offsets(self._endpoint, [self._topic])[self._topic].values())
 
     def start(self) -> None:
         self._thread.start()
@@ -113,7 +115,7 @@ class ProgressReporter:
 
 def run(
     spark: SparkSession,
-    url: str,
+    endpoint: Endpoint,
     topic: str,
     frame: DataFrame,
     *,
@@ -121,11 +123,11 @@ def run(
     batch_messages_max: int = 1_000,
     progress_period_s: float = 5.0,
 ) -> ProduceReport:
-    reporter = ProgressReporter(url, topic, progress_period_s)
+    reporter = ProgressReporter(endpoint, topic, progress_period_s)
     started = time.monotonic()
     reporter.start()
     try:
-        produce(frame, url, topic, job_id=job_id, batch_messages_max=batch_messages_max)
+        produce(frame, endpoint, topic, job_id=job_id, batch_messages_max=batch_messages_max)
     finally:
         added = reporter.stop()
     return ProduceReport(added, time.monotonic() - started)
@@ -134,6 +136,7 @@ def run(
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bulk_produce", description=__doc__.split("\n")[0])
     parser.add_argument("--url", required=True, help="the load balancer's URL")
+    add_api_key_option(parser)
     parser.add_argument("--topic", required=True)
     parser.add_argument("--input", required=True, help="a file or directory of files")
     parser.add_argument("--format", choices=sorted(set(FORMATS.values())), default=None)
@@ -150,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         frame = load(spark, args.input, fmt, args.value_column, args.key_column)
         report = run(
             spark,
-            args.url,
+            Endpoint(args.url, api_key_from(args, os.environ)),
             args.topic,
             frame,
             job_id=args.job_id,

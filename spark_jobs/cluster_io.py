@@ -21,6 +21,7 @@ from raftq.errors import ApiError, ProduceError
 from raftq.producer import Producer
 from raftq.records import Record
 from spark_jobs.offsets import DataLossError, TopicOffsets
+from spark_jobs.options import Endpoint
 from spark_jobs.planning import OffsetRange
 from spark_jobs.rows import TopicBatch
 
@@ -32,18 +33,22 @@ and never uses a consumer id."""
 SHORT_FETCH_PAUSE_S_MAX = 1.0
 
 
-def partition_ids(url: str, topics: Sequence[str]) -> dict[str, list[int]]:
-    with Admin(url) as admin:
+def _admin(endpoint: Endpoint, limits: ClientLimits | None = None) -> Admin:
+    return Admin(endpoint.url, limits=limits, api_key=endpoint.api_key)
+
+
+def partition_ids(endpoint: Endpoint, topics: Sequence[str]) -> dict[str, list[int]]:
+    with _admin(endpoint) as admin:
         return {t: sorted(p.partition_id for p in admin.partitions(t)) for t in topics}
 
 
-def end_offsets(url: str, topics: Sequence[str]) -> TopicOffsets:
-    with Admin(url) as admin:
+def end_offsets(endpoint: Endpoint, topics: Sequence[str]) -> TopicOffsets:
+    with _admin(endpoint) as admin:
         return {t: admin.end_offsets(t) for t in topics}
 
 
 def fetch_range(
-    url: str,
+    endpoint: Endpoint,
     r: OffsetRange,
     page_messages_max: int,
     *,
@@ -57,7 +62,13 @@ def fetch_range(
     a row. A gap in the offsets is data loss. ``direct``: pages come from the partition
     leader's broker, or through the load balancer when it does not answer."""
     offset, short_in_a_row = r.start, 0
-    with Consumer(url, r.topic, consumer_id=FETCH_ONLY_CONSUMER, direct=direct) as consumer:
+    with Consumer(
+        endpoint.url,
+        r.topic,
+        consumer_id=FETCH_ONLY_CONSUMER,
+        direct=direct,
+        api_key=endpoint.api_key,
+    ) as consumer:
         while offset < r.end:
             wanted = min(page_messages_max, r.end - offset)
             page = consumer.fetch(r.topic, r.partition_id, offset, wanted)
@@ -122,10 +133,10 @@ def producer_id(job_id: str, partition_id: int, topic: str | None) -> str:
     return named if len(named) <= 200 else f"{base}-{hashlib.sha256(topic.encode()).hexdigest()}"
 
 
-def active_partition_count(url: str, topic: str, limits: ClientLimits) -> int:
+def active_partition_count(endpoint: Endpoint, topic: str, limits: ClientLimits) -> int:
     """The topic's active partitions now (the prefix that takes messages), read once by the
     driver to fix the routing of a whole write."""
-    with Admin(url, limits=limits) as admin:
+    with _admin(endpoint, limits) as admin:
         partitions = sorted(admin.partitions(topic), key=lambda p: p.partition_id)
     count = len(list(itertools.takewhile(lambda p: p.active, partitions)))
     if count == 0:
@@ -133,10 +144,10 @@ def active_partition_count(url: str, topic: str, limits: ClientLimits) -> int:
     return count
 
 
-def active_partition_counts(url: str, limits: ClientLimits) -> dict[str, int]:
+def active_partition_counts(endpoint: Endpoint, limits: ClientLimits) -> dict[str, int]:
     """Every topic's active partition count now (one ``GET /topics``), read once by the
     driver of a write to a ``topic`` column; topics still being created are left out."""
-    with Admin(url, limits=limits) as admin:
+    with _admin(endpoint, limits) as admin:
         return {
             t.name: t.active_partition_count
             for t in admin.list_topics()
@@ -145,7 +156,7 @@ def active_partition_counts(url: str, limits: ClientLimits) -> dict[str, int]:
 
 
 def write_batches(
-    url: str,
+    endpoint: Endpoint,
     batches: Iterable[TopicBatch],
     producer_ids: Callable[[str], str],
     limits: ClientLimits,
@@ -164,10 +175,12 @@ def write_batches(
     acknowledged, batch *i* was then fully written, so it is skipped. Bounds: a partition
     remembers at most ``partition_producers_max`` (10,000) producers, least recently used
     forgotten; a producer forgotten there starts afresh and its replay would append again.
-    ``partition_counts`` fixes, per topic, the partition count batches are cut with (the
-    driver's), so a retry after a partition was added still reaches the same partitions; a
-    topic without one (created after the driver read them) is cut with the count its
-    producer sees first.
+    ``partition_counts`` proposes, per topic, the partition count batches are cut with (the
+    driver's; a topic without one, created after the driver read them, gets its active
+    count now). The manager pins it to the producer id at the id's first registration and
+    answers the pinned count to every later one (``Producer``), so a retry or a replayed
+    micro-batch after a partition was added still reaches the same partitions, whatever
+    its driver read.
     """
     producers: dict[str, Producer] = {}
     rows = sent = skipped = 0
@@ -176,12 +189,14 @@ def write_batches(
             producer = producers.get(batch.topic)
             if producer is None:
                 producer = Producer(
-                    url,
+                    endpoint.url,
                     batch.topic,
                     producer_id=producer_ids(batch.topic),
                     limits=limits,
                     direct=direct,
-                    partition_count=(partition_counts or {}).get(batch.topic),
+                    partition_count=(partition_counts or {}).get(batch.topic)
+                    or active_partition_count(endpoint, batch.topic, limits),
+                    api_key=endpoint.api_key,
                 )
                 producers[batch.topic] = producer
             written = _send_once(producer, batch)

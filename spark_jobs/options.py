@@ -8,9 +8,11 @@ Kafka source where one exists (``subscribe``, ``startingOffsets``, ``endingOffse
 
 from __future__ import annotations
 
+import argparse
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from protocol.limits import Limits
 from spark_jobs.offsets import OffsetSpec, parse_offset_spec
@@ -56,8 +58,16 @@ class OptionError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class ReadOptions:
+class Endpoint:
+    """Where the cluster is and the API key to show it (never in a repr or a log line)."""
+
     url: str
+    api_key: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    endpoint: Endpoint
     topics: tuple[str, ...]
     starting_offsets: OffsetSpec
     """Default: earliest for a batch read, latest for a stream (as Kafka's source)."""
@@ -75,7 +85,7 @@ class ReadOptions:
 
 @dataclass(frozen=True, slots=True)
 class WriteOptions:
-    url: str
+    endpoint: Endpoint
     topic: str | None
     """``None``: each row's ``topic`` column names its topic."""
     batch_messages_max: int = 1_000
@@ -87,10 +97,11 @@ class WriteOptions:
     """Send each batch's partition groups to the leaders' brokers (falling back to the LB)."""
     partition_counts: Mapping[str, int] | None = None
     """Each topic's active partition count when the driver planned the write (the ``topic``'s,
-    or with a ``topic`` column every topic's): every attempt of every task cuts its batches
-    over it, so a retried task reaches the partitions that remember its batches even if one
-    was added. A topic created after the write started is cut with the count its producer
-    sees first."""
+    or with a ``topic`` column every topic's), proposed by each task's producer at its first
+    registration; the manager keeps the count a producer id first registered with, so every
+    attempt of a task (also a micro-batch replayed by a restarted query) cuts its batches
+    the same way and reaches the partitions that remember them. A topic created after the
+    write started gets its active count when a task first writes to it."""
 
 
 def normalize(options: Mapping[str, str]) -> dict[str, str]:
@@ -120,7 +131,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
     if ending == "earliest":
         raise OptionError("endingOffsets may not be 'earliest' (as in Spark's Kafka source)")
     return ReadOptions(
-        url=_url(given),
+        endpoint=_endpoint(given),
         topics=topics,
         starting_offsets=starting,
         ending_offsets=ending,
@@ -139,7 +150,7 @@ def parse_write_options(options: Mapping[str, str], *, default_job_id: str = "")
     if topic is not None and not topic.strip():
         raise OptionError("topic must not be empty")
     return WriteOptions(
-        url=_url(given),
+        endpoint=_endpoint(given),
         topic=topic,
         batch_messages_max=_int(
             given, BATCH_MESSAGES_MAX, 1, _SERVER.request_messages_max, default=1_000
@@ -161,10 +172,6 @@ def _known(options: Mapping[str, str], allowed: frozenset[str]) -> dict[str, str
     )
     if refused:
         raise OptionError(f"unsupported option(s) {refused}; known: {sorted(allowed)}")
-    if given.get(API_KEY):
-        # The cluster has no API keys yet (ARCHITECTURE.md, "Not done yet"); refusing the
-        # option is better than silently sending requests without the key the user meant.
-        raise OptionError("raftq.api_key: this RaftQ cluster version has no API keys yet")
     return given
 
 
@@ -175,11 +182,12 @@ def _required(given: Mapping[str, str], name: str) -> str:
     return value
 
 
-def _url(given: Mapping[str, str]) -> str:
+def _endpoint(given: Mapping[str, str]) -> Endpoint:
     url = _required(given, URL)
     if not url.startswith(("http://", "https://")):
         raise OptionError(f"raftq.url must be an http(s) URL of the load balancer, not {url!r}")
-    return url.rstrip("/")
+    key = given.get(API_KEY, "").strip()
+    return Endpoint(url.rstrip("/"), key or None)
 
 
 def _bool(given: Mapping[str, str], name: str, *, default: bool) -> bool:
@@ -211,3 +219,26 @@ def _int_or_none(given: Mapping[str, str], name: str, low: int, high: int) -> in
     if not low <= parsed <= high:
         raise OptionError(f"option {name!r} must be in [{low}, {high}], not {parsed}")
     return parsed
+
+
+def endpoint_options(endpoint: Endpoint) -> dict[str, str]:
+    """The data source options that name ``endpoint`` (for the bulk jobs' reads and writes)."""
+    options = {URL: endpoint.url}
+    if endpoint.api_key is not None:
+        options[API_KEY] = endpoint.api_key
+    return options
+
+
+def add_api_key_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--api-key-file",
+        help="file holding the API key (else $RAFTQ_API_KEY; a key on the command line "
+        "would show in the process list)",
+    )
+
+
+def api_key_from(args: argparse.Namespace, environ: Mapping[str, str]) -> str | None:
+    """The bulk jobs' key: ``--api-key-file``, else ``$RAFTQ_API_KEY`` (read in ``main``)."""
+    if args.api_key_file:
+        return Path(args.api_key_file).read_text(encoding="utf-8").strip() or None
+    return environ.get("RAFTQ_API_KEY") or None

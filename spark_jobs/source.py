@@ -107,15 +107,19 @@ class RaftQDataSource(DataSource):
 
 
 def _pin_routing(options: WriteOptions) -> WriteOptions:
-    """On the driver: fix the partition count of every topic the write may reach
-    (``WriteOptions.partition_counts``). A streaming query fixes them when it starts; a
-    restart reads them again."""
+    """On the driver: the partition count of every topic the write may reach
+    (``WriteOptions.partition_counts``), proposed by each task's producer at its first
+    registration. A streaming query reads them when it starts; a micro-batch replayed after
+    a restart still routes as its first attempt did, because the manager answers each
+    producer id the count it first registered with (``cluster_io.write_batches``)."""
     limits = ClientLimits()
     if options.topic is None:
-        counts = cluster_io.active_partition_counts(options.url, limits)
+        counts = cluster_io.active_partition_counts(options.endpoint, limits)
     else:
         counts = {
-            options.topic: cluster_io.active_partition_count(options.url, options.topic, limits)
+            options.topic: cluster_io.active_partition_count(
+                options.endpoint, options.topic, limits
+            )
         }
     return replace(options, partition_counts=counts)
 
@@ -134,8 +138,8 @@ def _write_options(options: Mapping[str, str], schema: StructType, overwrite: bo
 
 def plan_batch(options: ReadOptions) -> list[OffsetRange]:
     """Resolve ``startingOffsets``/``endingOffsets`` against the cluster and plan the tasks."""
-    ids = cluster_io.partition_ids(options.url, options.topics)
-    ends = cluster_io.end_offsets(options.url, options.topics)
+    ids = cluster_io.partition_ids(options.endpoint, options.topics)
+    ends = cluster_io.end_offsets(options.endpoint, options.topics)
     start = resolve(options.starting_offsets, ids, ends, missing=EARLIEST)
     start, warnings = check_start(start, ends, fail_on_data_loss=options.fail_on_data_loss)
     for warning in warnings:
@@ -161,7 +165,7 @@ def read_range(options: ReadOptions, value: object) -> Iterator[pa.RecordBatch]:
     if not isinstance(value, OffsetRange):
         raise TypeError(f"expected an OffsetRange partition, got {type(value).__name__}")
     pages = cluster_io.fetch_range(
-        options.url,
+        options.endpoint,
         value,
         options.fetch_messages_max,
         retries_max=options.fetch_retries_max,
@@ -193,8 +197,8 @@ class RaftQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now_target: TopicOffsets | None = None
 
     def initialOffset(self) -> dict[str, dict[str, int]]:
-        ids = cluster_io.partition_ids(self.options.url, self.options.topics)
-        ends = cluster_io.end_offsets(self.options.url, self.options.topics)
+        ids = cluster_io.partition_ids(self.options.endpoint, self.options.topics)
+        ends = cluster_io.end_offsets(self.options.endpoint, self.options.topics)
         return to_stream_dict(resolve(self.options.starting_offsets, ids, ends, missing=LATEST))
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -203,10 +207,12 @@ class RaftQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         # AvailableNow reads what exists now and stops, however many batches that takes.
-        self._available_now_target = cluster_io.end_offsets(self.options.url, self.options.topics)
+        self._available_now_target = cluster_io.end_offsets(
+            self.options.endpoint, self.options.topics
+        )
 
     def latestOffset(self, start: dict[str, object], limit: ReadLimit) -> dict[str, dict[str, int]]:
-        ends = cluster_io.end_offsets(self.options.url, self.options.topics)
+        ends = cluster_io.end_offsets(self.options.endpoint, self.options.topics)
         begin, warnings = check_start(
             offsets_from_json(start), ends, fail_on_data_loss=self.options.fail_on_data_loss
         )
@@ -218,7 +224,7 @@ class RaftQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return to_stream_dict(latest)
 
     def reportLatestOffset(self) -> dict[str, dict[str, int]]:
-        return to_stream_dict(cluster_io.end_offsets(self.options.url, self.options.topics))
+        return to_stream_dict(cluster_io.end_offsets(self.options.endpoint, self.options.topics))
 
     def partitions(
         self, start: dict[str, object], end: dict[str, object]
@@ -272,7 +278,7 @@ def write_task(
             first_row += batch.num_rows
 
     summary = cluster_io.write_batches(
-        options.url,
+        options.endpoint,
         cut_batches(messages(), limits.batch_messages_max, limits.batch_bytes_max),
         lambda topic: cluster_io.producer_id(
             job_id, partition_id, None if options.topic else topic

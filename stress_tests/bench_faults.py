@@ -4,7 +4,8 @@ replica that comes back to a large backlog (memory while it grows, time to catch
 Both reuse the stress tests' tools: ``FaultInjector`` kills the leader (found by asking the
 brokers themselves) and measures failover with its probe producer; ``LocalCluster`` signals
 and restarts nodes; ``cluster_view`` reads each replica's end and flushed offsets. Runs on the
-caller's thread; every wait is bounded.
+caller's thread; every wait is bounded. The calls here (the replicas' status included) carry
+the cluster's admin API key; ``FaultInjector`` finds leaders as a node and probes with the key.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from stress_tests.bench_load import Exhausted, MakeStep, Step, run_load
 from stress_tests.bench_memory import MemorySampler
 from stress_tests.bench_report import RAFTQ, Row, median
 from stress_tests.cluster_view import replica_status
+from stress_tests.credentials import client_session, require_admin_key
 from stress_tests.faults import FaultInjector
 from stress_tests.history import Recorder
 from stress_tests.polling import poll_until
@@ -82,9 +84,9 @@ class _Budget:
             self._left += count
 
 
-def _backlog_step(lb: str, topic: str, budget: _Budget) -> MakeStep:
+def _backlog_step(lb: str, api_key: str, topic: str, budget: _Budget) -> MakeStep:
     def make(opened: contextlib.ExitStack) -> Step:
-        session = opened.enter_context(requests.Session())
+        session = opened.enter_context(client_session(api_key))
         producer = post(session, f"{lb}/producers", {"topic": topic})["producer_id"]
 
         def step() -> int:
@@ -119,21 +121,23 @@ def backlog_rows(
     (phase "backlog"), restart it and time until its flushed offset reaches the end offset
     (phase "catch-up"). Two rows: the backlog's produce rate, and the catch-up."""
     lb, topic = cluster.lb_url, f"backlog-{new_id()[:6]}"
-    with requests.Session() as session:
+    api_key = require_admin_key(cluster)
+    with client_session(api_key) as session:
         create_topic(session, lb, topic, 1)
         victim, replica_id = _a_follower(cluster, session, topic)
     log(f"  backlog: kill -9 {victim}, produce {messages:,} messages ...")
     sampler.set_phase("backlog")
     cluster.signal_node(victim, signal.SIGKILL)
     poll_until(lambda: not cluster.is_running(victim), STOP_WAIT_S, f"{victim} to die")
-    tally = run_load(BACKLOG_THREADS, timeout_s, _backlog_step(lb, topic, _Budget(messages)))
+    backlog = _backlog_step(lb, api_key, topic, _Budget(messages))
+    tally = run_load(BACKLOG_THREADS, timeout_s, backlog)
     scenario = f"produce {messages:,} backlog, 1000/req, 1 of 3 replicas down, 4 threads"
     short = tally.messages < messages
     note = f"only {tally.messages:,} within {timeout_s:g} s (--backlog-timeout)" if short else ""
     produced = tally.row(RAFTQ, scenario, note=note)
     log(f"  backlog: restart {victim}, wait for it to catch up ...")
     sampler.set_phase("catch-up")
-    return [produced, _catch_up_row(cluster, victim, topic, replica_id, timeout_s)]
+    return [produced, _catch_up_row(cluster, api_key, victim, topic, replica_id, timeout_s)]
 
 
 def _a_follower(cluster: LocalCluster, session: requests.Session, topic: str) -> tuple[str, int]:
@@ -149,10 +153,15 @@ def _a_follower(cluster: LocalCluster, session: requests.Session, topic: str) ->
 
 
 def _catch_up_row(
-    cluster: LocalCluster, victim: str, topic: str, replica_id: int, timeout_s: float
+    cluster: LocalCluster,
+    api_key: str,
+    victim: str,
+    topic: str,
+    replica_id: int,
+    timeout_s: float,
 ) -> Row:
     name = "catch-up: restarted replica flushes the backlog"
-    with requests.Session() as session:
+    with client_session(api_key) as session:
         target = end_offset(session, cluster.lb_url, topic, 0)
         started_s = time.monotonic()
         try:

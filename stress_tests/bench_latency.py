@@ -4,7 +4,8 @@ polls the partition by offset sees it.
 Two threads: the producer sends one message every ``SEND_PERIOD_S`` (paced, so the figure is
 latency, not queueing behind our own load) and notes when each send started; the consumer
 fetches from the next offset in a tight loop and notes when each message arrives. Both use
-the same monotonic clock (one process).
+the same monotonic clock (one process). Every request carries the API key ``measure`` is
+given.
 """
 
 from __future__ import annotations
@@ -13,10 +14,9 @@ import contextlib
 import threading
 import time
 
-import requests
-
 from stress_tests.bench_http import LightClient, end_offset, new_id, post
 from stress_tests.bench_report import RAFTQ, Row, percentile
+from stress_tests.credentials import bearer, client_session
 
 SEND_PERIOD_S = 0.02
 POLL_PAUSE_S = 0.001
@@ -39,15 +39,17 @@ class _Probe:
         self.producer_done = threading.Event()
 
 
-def measure(lb: str, topic: str, seconds: float) -> Row:
+def measure(lb: str, api_key: str, topic: str, seconds: float) -> Row:
     """The end-to-end row for ``topic``'s partition 0 (p50/p99 of the per-message latency)."""
-    with requests.Session() as session:
+    with client_session(api_key) as session:
         start = end_offset(session, lb, topic, 0)
         producer = post(session, f"{lb}/producers", {"topic": topic})["producer_id"]
     probe, tag = _Probe(), f"e2e-{new_id()[:8]}-"
-    consumer = threading.Thread(target=_consume, args=(lb, topic, start, tag, probe, seconds))
+    consumer = threading.Thread(
+        target=_consume, args=(lb, api_key, topic, start, tag, probe, seconds)
+    )
     consumer.start()
-    _produce(lb, topic, producer, tag, probe, seconds)
+    _produce(lb, api_key, topic, producer, tag, probe, seconds)
     probe.producer_done.set()
     consumer.join(seconds + DRAIN_GRACE_S + 30.0)
     with probe.lock:
@@ -64,9 +66,11 @@ def _ms(value_s: float | None) -> float | None:
     return None if value_s is None else value_s * 1000
 
 
-def _produce(lb: str, topic: str, producer: str, tag: str, probe: _Probe, seconds: float) -> None:
+def _produce(
+    lb: str, api_key: str, topic: str, producer: str, tag: str, probe: _Probe, seconds: float
+) -> None:
     deadline_s = time.monotonic() + seconds
-    with contextlib.closing(LightClient()) as client:
+    with contextlib.closing(LightClient(bearer(api_key))) as client:
         for number in range(MESSAGES_MAX):
             started_s = time.monotonic()
             if started_s >= deadline_s:
@@ -87,9 +91,11 @@ def _produce(lb: str, topic: str, producer: str, tag: str, probe: _Probe, second
                 time.sleep(pause_s)  # pacing, not waiting for a condition
 
 
-def _consume(lb: str, topic: str, offset: int, tag: str, probe: _Probe, seconds: float) -> None:
+def _consume(
+    lb: str, api_key: str, topic: str, offset: int, tag: str, probe: _Probe, seconds: float
+) -> None:
     deadline_s = time.monotonic() + seconds + DRAIN_GRACE_S
-    with contextlib.closing(LightClient()) as client:
+    with contextlib.closing(LightClient(bearer(api_key))) as client:
         while time.monotonic() < deadline_s:
             params: dict[str, str | int] = {
                 "topic": topic,

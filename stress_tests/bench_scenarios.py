@@ -5,17 +5,16 @@ when the previous one is answered, for ``seconds``. Produce scenarios write 100-
 without a sequence (plain produce), except "several producers", which registers one producer
 per thread and numbers its batches, as an idempotent client does. Every produce asks for the
 default durability (``fsync``) except the rows that name another: their ratio to the same
-row at ``fsync`` is the cost of each durability level.
+row at ``fsync`` is the cost of each durability level. Every request carries the API key
+each function is given (``api_key``), through the load balancer and straight to a broker.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-
-import requests
 
 from stress_tests.bench_http import (
     VALUE,
@@ -27,6 +26,7 @@ from stress_tests.bench_http import (
 )
 from stress_tests.bench_load import Exhausted, MakeStep, Step, run_load
 from stress_tests.bench_report import RAFTQ, Row
+from stress_tests.credentials import bearer, client_session
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,23 +39,28 @@ class Topics:
     """3 partitions: batches, several producers, pop."""
 
 
-def make_topics(lb: str) -> Topics:
+def make_topics(lb: str, api_key: str) -> Topics:
     suffix = new_id()[:6]
     topics = Topics(f"bench1-{suffix}", f"bench3-{suffix}")
-    with requests.Session() as session:
+    with client_session(api_key) as session:
         create_topic(session, lb, topics.one, 1)
         create_topic(session, lb, topics.three, 3)
     return topics
 
 
 def produce_via_lb(
-    lb: str, topic: str, batch: int, sequences: bool = False, durability: str = "fsync"
+    lb: str,
+    credentials: Mapping[str, str],
+    topic: str,
+    batch: int,
+    sequences: bool = False,
+    durability: str = "fsync",
 ) -> MakeStep:
     """A step per thread: its own session and registered producer; ``sequences`` numbers the
     batches (idempotent produce)."""
 
     def make(opened: contextlib.ExitStack) -> Step:
-        client = opened.enter_context(contextlib.closing(LightClient()))
+        client = opened.enter_context(contextlib.closing(LightClient(credentials)))
         producer = client.post(f"{lb}/producers", {"topic": topic})["producer_id"]
         counter = itertools.count(1)
 
@@ -77,14 +82,14 @@ def produce_via_lb(
     return make
 
 
-def produce_direct(broker: str | None, topic: str, partition_id: int) -> MakeStep:
+def produce_direct(broker: str | None, api_key: str, topic: str, partition_id: int) -> MakeStep:
     """1 message per request straight to the partition leader's broker (no LB, no manager);
     ``broker`` None (no leader known) fails the scenario, not the benchmark."""
 
     def make(opened: contextlib.ExitStack) -> Step:
         if broker is None:
             raise RuntimeError(f"the managers know no leader for {topic}/{partition_id}")
-        client = opened.enter_context(contextlib.closing(LightClient()))
+        client = opened.enter_context(contextlib.closing(LightClient(bearer(api_key))))
         body = {
             "topic": topic,
             "partition_id": partition_id,
@@ -100,12 +105,12 @@ def produce_direct(broker: str | None, topic: str, partition_id: int) -> MakeSte
     return make
 
 
-def pop(lb: str, topic: str, batch: int) -> MakeStep:
+def pop(lb: str, api_key: str, topic: str, batch: int) -> MakeStep:
     """Each thread its own consumer (each reads the whole topic); a retry-safe request id per
     pop. An empty answer means the topic is drained: the thread stops."""
 
     def make(opened: contextlib.ExitStack) -> Step:
-        client = opened.enter_context(contextlib.closing(LightClient()))
+        client = opened.enter_context(contextlib.closing(LightClient(bearer(api_key))))
         consumer = client.post(f"{lb}/consumers", {"topic": topic})["consumer_id"]
 
         def step() -> int:
@@ -124,11 +129,11 @@ def pop(lb: str, topic: str, batch: int) -> MakeStep:
     return make
 
 
-def fetch(lb: str, topic: str, batch: int, end: int) -> MakeStep:
+def fetch(lb: str, api_key: str, topic: str, batch: int, end: int) -> MakeStep:
     """Fetch by offset through the LB, walking ``[0, end)`` and wrapping around."""
 
     def make(opened: contextlib.ExitStack) -> Step:
-        client = opened.enter_context(contextlib.closing(LightClient()))
+        client = opened.enter_context(contextlib.closing(LightClient(bearer(api_key))))
         offsets = itertools.count(0, batch)
 
         def step() -> int:
@@ -156,21 +161,31 @@ class Scenario:
     to it."""
 
 
-def produce_plan(lb: str, topics: Topics, leader: str | None) -> list[Scenario]:
+def produce_plan(
+    lb: str, api_key: str, topics: Topics, leader: str | None, node: Mapping[str, str]
+) -> list[Scenario]:
+    """``node``: a node's credentials, for the row without a key check (the cost of
+    authentication is its ratio to the row above it)."""
     one, three = topics.one, topics.three
-    direct = produce_direct(leader, one, 0)
+    direct = produce_direct(leader, api_key, one, 0)
     return [
         Scenario(
             "produce 1/req via LB, 1 thread",
             "produce 1/req, 1 client",
             1,
-            produce_via_lb(lb, one, 1),
+            produce_via_lb(lb, bearer(api_key), one, 1),
+        ),
+        Scenario(
+            "produce 1/req via LB, 1 thread, as a node (no API key check)",
+            None,
+            1,
+            produce_via_lb(lb, node, one, 1),
         ),
         Scenario(
             "produce 1/req via LB, 8 threads",
             "produce 1/req, 8 clients",
             8,
-            produce_via_lb(lb, one, 1),
+            produce_via_lb(lb, bearer(api_key), one, 1),
         ),
         Scenario("produce 1/req to leader broker, 1 thread", "produce 1/req, 1 client", 1, direct),
         Scenario(
@@ -180,32 +195,32 @@ def produce_plan(lb: str, topics: Topics, leader: str | None) -> list[Scenario]:
             "produce 100/req via LB, 3 partitions, 4 threads",
             "produce 100/req, 4 clients",
             4,
-            produce_via_lb(lb, three, 100),
+            produce_via_lb(lb, bearer(api_key), three, 100),
         ),
         Scenario(
             "produce 1000/req via LB, 3 partitions, 4 threads",
             "produce 1000/req, 4 clients",
             4,
-            produce_via_lb(lb, three, 1000),
+            produce_via_lb(lb, bearer(api_key), three, 1000),
         ),
         Scenario(
             "4 producers with sequences, 100/req, 4 threads",
             None,
             4,
-            produce_via_lb(lb, three, 100, sequences=True),
+            produce_via_lb(lb, bearer(api_key), three, 100, sequences=True),
         ),
-        *durability_plan(lb, topics),
+        *durability_plan(lb, api_key, topics),
     ]
 
 
-def durability_plan(lb: str, topics: Topics) -> list[Scenario]:
+def durability_plan(lb: str, api_key: str, topics: Topics) -> list[Scenario]:
     """The other two durability levels, each beside a default (``fsync``) row above."""
     return [
         Scenario(
             f"{where}, durability {level}",
             None,
             threads,
-            produce_via_lb(lb, topic, batch, durability=level),
+            produce_via_lb(lb, bearer(api_key), topic, batch, durability=level),
         )
         for level in ("replicated", "flushed")
         for where, batch, threads, topic in (
@@ -216,26 +231,31 @@ def durability_plan(lb: str, topics: Topics) -> list[Scenario]:
 
 
 def throughput_rows(
-    lb: str, topics: Topics, seconds: float, log: Callable[[str], None]
+    lb: str,
+    api_key: str,
+    node: Mapping[str, str],
+    topics: Topics,
+    seconds: float,
+    log: Callable[[str], None],
 ) -> list[Row]:
     """Every throughput scenario in order: produce first, so pop and fetch find data."""
-    with requests.Session() as session:
+    with client_session(api_key) as session:
         leader = leader_address(session, lb, topics.one, 0)
-    rows = [_measure(s, seconds, log) for s in produce_plan(lb, topics, leader)]
+    rows = [_measure(s, seconds, log) for s in produce_plan(lb, api_key, topics, leader, node)]
     pop_1000 = Scenario(
         "pop 1000/req via LB, 3 partitions, 1 thread",
         "consume 1000/req, 1 client",
         1,
-        pop(lb, topics.three, 1000),
+        pop(lb, api_key, topics.three, 1000),
     )
     rows.append(_measure(pop_1000, seconds, log))
-    with requests.Session() as session:
+    with client_session(api_key) as session:
         end = end_offset(session, lb, topics.one, 0)
     fetch_1000 = Scenario(
         "fetch 1000/req by offset via LB, 1 partition, 2 threads",
         None,
         2,
-        fetch(lb, topics.one, 1000, end),
+        fetch(lb, api_key, topics.one, 1000, end),
     )
     rows.append(_measure(fetch_1000, seconds, log))
     return rows

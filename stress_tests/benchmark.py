@@ -8,7 +8,8 @@ replica's catch-up after a backlog, resident memory of every process in each pha
 RaftQ's ratio to each peer per comparable scenario. All figures come from the same run on
 the same machine; across runs the machine's noise dominates, so compare within one table.
 Progress goes to stderr, the table to stdout. Everything started is stopped at the end, also
-on Ctrl-C, SIGTERM or an error.
+on Ctrl-C, SIGTERM or an error. RaftQ's clients use the admin API key ``up`` makes, so every
+measured request pays for its check, as a real client's does.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from raftq.cluster import LocalCluster
 from stress_tests import bench_faults, bench_latency, bench_scenarios
 from stress_tests.bench_memory import MemorySampler
 from stress_tests.bench_report import RAFTQ, MemoryRow, Row, render
+from stress_tests.credentials import require_admin_key
 from stress_tests.peers.run import run_peers
 from stress_tests.polling import poll_until
 
@@ -96,16 +98,17 @@ def run_raftq(
 def raftq_rows(
     cluster: LocalCluster, sampler: MemorySampler, args: argparse.Namespace, log: Log
 ) -> list[Row]:
-    lb = cluster.lb_url
-    topics = bench_scenarios.make_topics(lb)
+    lb, api_key = cluster.lb_url, require_admin_key(cluster)
+    topics = bench_scenarios.make_topics(lb, api_key)
     poll_until(lambda: sampler.count("idle") >= IDLE_SAMPLES, 30.0, "idle memory samples")
     sampler.set_phase("load")
     log("RaftQ scenarios:")
-    rows = bench_scenarios.throughput_rows(lb, topics, args.seconds, log)
-    log(f"  {bench_latency.SCENARIO} ...")
-    rows += guarded(
-        bench_latency.SCENARIO, lambda: [bench_latency.measure(lb, topics.one, args.seconds)]
+    rows = bench_scenarios.throughput_rows(
+        lb, api_key, cluster.node_headers(), topics, args.seconds, log
     )
+    log(f"  {bench_latency.SCENARIO} ...")
+    latency = functools.partial(bench_latency.measure, lb, api_key, topics.one, args.seconds)
+    rows += guarded(bench_latency.SCENARIO, lambda: [latency()])
     if args.failovers > 0:
         rows.append(bench_faults.failover_row(cluster, topics.one, args.failovers, log))
     backlog = functools.partial(

@@ -1,7 +1,9 @@
 """Who leads what, asked of the nodes themselves (not of the managers' possibly stale view).
 
 Functions of a ``LocalCluster`` and a ``requests.Session``; every call has a short timeout, so
-a paused node makes an answer ``None``, never a hang.
+a paused node makes an answer ``None``, never a hang. The session carries the credentials
+(``credentials.py``): the node token or an API key both serve every call here (a broker's
+``GET /partitions`` is for any key; a manager's ``/raft_status`` shows ``is_leader`` to all).
 """
 
 from __future__ import annotations
@@ -17,10 +19,16 @@ BROKER_NAMES = ("broker-1", "broker-2", "broker-3")
 MANAGER_NAMES = ("manager-1", "manager-2", "manager-3")
 
 
-def get_json(session: requests.Session, url: str, timeout_s: float = PROBE_TIMEOUT_S) -> Any:
-    """The JSON body of a 200 answer, or None (no answer, other status, not JSON)."""
+def get_json(
+    session: requests.Session,
+    url: str,
+    timeout_s: float = PROBE_TIMEOUT_S,
+    headers: dict[str, str] | None = None,
+) -> Any:
+    """The JSON body of a 200 answer, or None (no answer, other status, not JSON).
+    ``headers`` go with this request on top of the session's."""
     try:
-        with session.get(url, timeout=timeout_s) as response:
+        with session.get(url, timeout=timeout_s, headers=headers) as response:
             return response.json() if response.status_code == 200 else None
     except (requests.RequestException, ValueError):
         return None

@@ -5,6 +5,9 @@ acknowledged through the load balancer.
 Runs on the runner's main thread only. Every wait is bounded; ``restore`` brings the cluster
 back whole (resume paused nodes, heal the network, start stopped nodes) and is safe to call
 at any time, also after an exception half way through a fault.
+
+Credentials: leaders are asked of the nodes with the node token (``node_session``); the probe
+producers write with the cluster's admin API key, as a client does.
 """
 
 from __future__ import annotations
@@ -13,11 +16,10 @@ import signal
 import time
 from collections.abc import Callable
 
-import requests
-
 from raftq import ClientLimits
 from raftq.cluster import ClusterError, LocalCluster
 from stress_tests.cluster_view import BROKER_NAMES, MANAGER_NAMES, manager_leader, partition_leader
+from stress_tests.credentials import node_session, require_admin_key
 from stress_tests.history import FaultRecord, Recorder
 from stress_tests.network_partition import NetworkPartitioner
 from stress_tests.scheduler import FaultKind, FaultStep
@@ -52,7 +54,8 @@ class FaultInjector:
         self._probe_name = probe_name
         self._network = network
         self._log = log
-        self._session = requests.Session()
+        self._api_key = require_admin_key(cluster)
+        self._session = node_session(cluster)
         self._probes: dict[int, ProducerWorker] = {}
         self.probe_timeouts = 0
 
@@ -169,6 +172,7 @@ class FaultInjector:
                 self._cluster.lb_url,
                 self._topic,
                 self._recorder,
+                api_key=self._api_key,
                 batch_messages=1,
                 limits=PROBE_LIMITS,
                 give_up_s=PROBE_DEADLINE_S * 4,

@@ -1,6 +1,10 @@
 """The final full read: every partition through every broker, directly (not through the
 managers), once the replicas have caught up and flushed. Produces the ``FinalRead`` the
 checker compares with the history.
+
+Reads as a node (``node_session``). The database checksums (``/checksum``) are for nodes
+only, so those calls send the node token themselves, whatever the caller's session carries
+(a session with an API key also serves ``wait_converged`` and ``read_replica``).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import requests
 
 from raftq.cluster import LocalCluster
 from stress_tests.cluster_view import BROKER_NAMES, get_json, replica_status
+from stress_tests.credentials import node_session
 from stress_tests.history import Entry, FinalRead, RangeSum, ReplicaLog
 
 FETCH_PAGE_MESSAGES = 10_000
@@ -48,7 +53,8 @@ def _flushed(
     cluster: LocalCluster, session: requests.Session, broker: str, topic: str, partition_id: int
 ) -> int | None:
     url = cluster.node(broker).http_address + "/checksum"
-    body = get_json(session, f"{url}?topic={topic}&partition_id={partition_id}&start=0&end=0")
+    query = f"topic={topic}&partition_id={partition_id}&start=0&end=0"
+    body = get_json(session, f"{url}?{query}", headers=cluster.node_headers())
     return int(body["flushed_offset"]) if isinstance(body, dict) else None
 
 
@@ -86,6 +92,7 @@ def database_sums(
     end: int,
 ) -> tuple[RangeSum, ...]:
     url = cluster.node(broker).http_address + "/checksum"
+    headers = cluster.node_headers()
     sums = []
     for start in range(0, end, CHECKSUM_RANGE_MESSAGES):
         stop = min(end, start + CHECKSUM_RANGE_MESSAGES)
@@ -95,7 +102,7 @@ def database_sums(
             "start": start,
             "end": stop,
         }
-        with session.get(url, params=params, timeout=READ_TIMEOUT_S) as response:
+        with session.get(url, params=params, headers=headers, timeout=READ_TIMEOUT_S) as response:
             response.raise_for_status()
             body = response.json()
         sums.append(
@@ -108,7 +115,7 @@ def final_read(cluster: LocalCluster, topic: str, partition_count: int) -> tuple
     """(every replica's log and database sums, whether all partitions converged in time)."""
     replicas = []
     converged = True
-    with requests.Session() as session:
+    with node_session(cluster) as session:
         for partition_id in range(partition_count):
             end = wait_converged(cluster, session, topic, partition_id)
             converged = converged and end is not None

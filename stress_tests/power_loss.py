@@ -15,6 +15,8 @@ continuous produce (through the load balancer and on the client's direct path) a
 and cuts at seeded moments: at random, right after a burst of acknowledgements, and right
 after a Raft log compaction (small ``raft_log_compaction_bytes_min``); then healing, a drain,
 a final read of every replica and the checker (``checker.py``). Exits 1 when anything is off.
+The clients use the admin API key ``cluster up`` wrote to ``cluster.json`` (one key for the
+whole run, across every cut); the final read reads as a node.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from raftq import Admin, ClientLimits
 from raftq.cluster import LocalCluster
 from raftq.cluster_layout import CLUSTER_FILE
 from stress_tests.checker import Verdict, check
+from stress_tests.credentials import require_admin_key
 from stress_tests.final_read import final_read
 from stress_tests.history import FaultRecord, Recorder
 from stress_tests.polling import WaitTimeoutError, poll_until
@@ -270,7 +273,7 @@ class PowerLossRun:
         self.producers: list[ProducerWorker] = []
         self.consumers: list[ConsumerWorker] = []
 
-    def _make_workers(self, url: str) -> None:
+    def _make_workers(self, url: str, api_key: str) -> None:
         config = self.config
         tag = f"{config.topic}-{int(time.time())}"
         self.producers = [
@@ -279,6 +282,7 @@ class PowerLossRun:
                 url,
                 config.topic,
                 self.recorder,
+                api_key=api_key,
                 batch_messages=config.batch_messages,
                 limits=WORKER_LIMITS,
                 give_up_s=config.give_up_s,
@@ -292,6 +296,7 @@ class PowerLossRun:
                 url,
                 config.topic,
                 self.recorder,
+                api_key=api_key,
                 limits=WORKER_LIMITS,
                 poll_messages=200,
                 direct=i % 2 == 1,
@@ -305,8 +310,11 @@ class PowerLossRun:
         self.log(f"power loss seed={self.config.seed}: cuts {', '.join(m.value for m in moments)}")
         with power_cut_cluster(self.backing_dir, self.base_port, limits) as (disk, directory):
             cluster = LocalCluster(directory)
-            self._make_workers(cluster.lb_url)
-            Admin(cluster.lb_url).create_topic(self.config.topic, self.config.partitions)
+            api_key = require_admin_key(cluster)
+            self._make_workers(cluster.lb_url, api_key)
+            Admin(cluster.lb_url, api_key=api_key).create_topic(
+                self.config.topic, self.config.partitions
+            )
             threads = self._start_workers()
             try:
                 for cycle, moment in enumerate(moments):
@@ -316,7 +324,7 @@ class PowerLossRun:
                 self.stop.set()  # also when a cut or a restart failed: no worker left running
             for thread in threads:
                 thread.join(JOIN_S)
-            self._drain(cluster.lb_url)
+            self._drain(cluster.lb_url, api_key)
             final, converged = final_read(cluster, self.config.topic, self.config.partitions)
         verdict = check(self.recorder.snapshot(), final)
         return self._report(moments, verdict, converged)
@@ -406,7 +414,7 @@ class PowerLossRun:
 
         return seen
 
-    def _drain(self, url: str) -> None:
+    def _drain(self, url: str, api_key: str) -> None:
         """Resend pending batches, write to every partition (so each has a leader that has
         committed an entry of its term: everything before is applied), pop until empty."""
         deadline_s = time.monotonic() + DRAIN_S
@@ -417,6 +425,7 @@ class PowerLossRun:
                 url,
                 self.config.topic,
                 self.recorder,
+                api_key=api_key,
                 batch_messages=1,
                 limits=WORKER_LIMITS,
                 give_up_s=self.config.give_up_s,

@@ -4,6 +4,8 @@ final read of every replica and the checker's verdict.
 A run is invalid (and fails) when it acknowledged fewer than ``min_acked`` messages or
 injected fewer faults than planned: a run that proves nothing must not pass. Runs on the
 caller's thread; the workload runs on its own threads (one per worker, or one for all).
+Every client call (topic creation, the workers, the fault probes) carries the cluster's admin
+API key; the final read reads as a node.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from raftq import Admin, ClientLimits
 from raftq.cluster import LocalCluster
 from stress_tests.checker import Verdict, check
+from stress_tests.credentials import require_admin_key
 from stress_tests.faults import FaultInjector
 from stress_tests.final_read import final_read
 from stress_tests.history import FaultRecord, History, Recorder
@@ -111,12 +114,14 @@ class Run:
         self.errors: list[BaseException] = []
         tag = f"{config.topic}-{int(time.time())}"
         url, topic = cluster.lb_url, config.topic
+        self.api_key = require_admin_key(cluster)
         self.producers = [
             ProducerWorker(
                 f"{tag}-p{i}",
                 url,
                 topic,
                 self.recorder,
+                api_key=self.api_key,
                 batch_messages=config.batch_messages,
                 limits=WORKER_LIMITS,
                 give_up_s=config.give_up_s,
@@ -130,6 +135,7 @@ class Run:
                 url,
                 topic,
                 self.recorder,
+                api_key=self.api_key,
                 limits=WORKER_LIMITS,
                 poll_messages=500,
                 direct=i % 2 == 1,
@@ -147,7 +153,7 @@ class Run:
         self.log(f"run {self.config.topic} seed={self.config.seed}; schedule:")
         for step in steps:
             self.log(f"  {step.describe()}")
-        Admin(self.cluster.lb_url).create_topic(
+        Admin(self.cluster.lb_url, api_key=self.api_key).create_topic(
             self.config.topic, partitions=self.config.plan.partition_count
         )
         threads = self._start_workload(started_s)

@@ -3,7 +3,8 @@
 Each worker is a step machine (``step()`` does one request cycle), so the same workers run
 one per thread (``stress_threaded``) or all in turn on one thread (``stress``). A worker is
 used by one thread at a time. Every value is unique (``<run>/<worker>/<n>``), so the checker
-can tell each message apart.
+can tell each message apart. Each worker's ``Producer`` or ``Consumer`` carries the API key
+it is given (``api_key``) on every request, through the load balancer and on the direct path.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class ProducerWorker:
         topic: str,
         recorder: Recorder,
         *,
+        api_key: str,
         batch_messages: int,
         limits: ClientLimits,
         give_up_s: float,
@@ -55,6 +57,7 @@ class ProducerWorker:
         self.name = name
         self._direct = direct
         self._url, self._topic, self._recorder = url, topic, recorder
+        self._api_key = api_key
         self._batch_messages, self._limits, self._give_up_s = batch_messages, limits, give_up_s
         self._partition_id = partition_id
         self._producer: Producer | None = None
@@ -120,6 +123,7 @@ class ProducerWorker:
                     producer_id=self.name,
                     first_sequence=self._sequence + 1,
                     direct=self._direct,
+                    api_key=self._api_key,
                 )
             except RaftQClientError:
                 return None
@@ -166,6 +170,7 @@ class ConsumerWorker:
         topic: str,
         recorder: Recorder,
         *,
+        api_key: str,
         limits: ClientLimits,
         poll_messages: int,
         direct: bool = True,
@@ -173,6 +178,7 @@ class ConsumerWorker:
         self.name = name
         self._direct = direct
         self._url, self._topic, self._recorder, self._limits = url, topic, recorder, limits
+        self._api_key = api_key
         self._poll_messages = poll_messages
         self._consumer: Consumer | None = None
         self.errors = 0
@@ -182,7 +188,11 @@ class ConsumerWorker:
         try:
             if self._consumer is None:
                 self._consumer = Consumer(
-                    self._url, self._topic, limits=self._limits, direct=self._direct
+                    self._url,
+                    self._topic,
+                    limits=self._limits,
+                    direct=self._direct,
+                    api_key=self._api_key,
                 )
             records = self._consumer.poll(self._poll_messages)
         except RaftQClientError:

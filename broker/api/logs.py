@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from broker.service import BrokerService
-from protocol.errors import ErrorCode, RaftQError
+from protocol.access import Action, require_topic
 from protocol.limits import Limits
 from protocol.requests import Fetch, Pop, Produce, partition_ref
 from protocol.types import PartitionId, StoredMessage
@@ -12,27 +12,27 @@ from runtime.http_server import HttpRequest, HttpResponse
 
 
 def add_log_routes(api: App, service: BrokerService, limits: Limits) -> None:
-    @api.post("/logs")
+    @api.post("/logs", Action.PRODUCE)
     def produce(http: HttpRequest) -> HttpResponse:
-        request = Produce.parse(request_params(http), limits)
-        if request.partition_id is None:
-            raise RaftQError(ErrorCode.INVALID_FIELD, "a broker needs 'partition_id'")
+        request, partition_id = Produce.parse_one_partition(request_params(http), limits)
+        require_topic(http.principal, Action.PRODUCE, request.topic)
         offsets, ack = service.produce(
             request.topic,
-            request.partition_id,
+            partition_id,
             request.messages,
             request.producer_id,
             request.sequence,
             request_deadline(http, limits),
             request.durability,
         )
-        body = {"partition_id": request.partition_id, "offsets": offsets, "ack": ack.to_json()}
+        body = {"partition_id": partition_id, "offsets": offsets, "ack": ack.to_json()}
         return json_response(body, 201)
 
-    @api.get("/logs")
+    @api.get("/logs", Action.CONSUME)
     def read(http: HttpRequest) -> HttpResponse:
         params = request_params(http)
         topic, partition_id = partition_ref(params, limits)
+        require_topic(http.principal, Action.CONSUME, topic)
         if params.get("consumer_id") is not None:
             pop = Pop.parse(params, limits)
             messages = service.pop(

@@ -3,44 +3,45 @@
 from __future__ import annotations
 
 from broker.service import BrokerService
+from protocol.access import Action, require_topic
 from protocol.limits import Limits
-from protocol.requests import get_int, parse_replica_spec, partition_ref, require_str
+from protocol.requests import ChecksumRange, ReplicaConsumer, parse_replica_spec
 from runtime.http_api import App, json_response, request_params
 from runtime.http_server import HttpRequest, HttpResponse
 
-_OFFSET_MAX = 2**63 - 1
-
 
 def add_partition_routes(api: App, service: BrokerService, broker_id: int, limits: Limits) -> None:
-    @api.get("/partitions")
+    @api.get("/partitions", Action.DESCRIBE)
     def list_partitions(http: HttpRequest) -> HttpResponse:
         statuses = [status.to_json() for status in service.statuses()]
         return json_response({"broker_id": broker_id, "partitions": statuses})
 
-    @api.post("/partitions")
+    @api.post("/partitions", Action.NODE)
     def host(http: HttpRequest) -> HttpResponse:
         spec = parse_replica_spec(request_params(http), limits)
         created = service.host(spec)
         return json_response(spec.to_json(), 201 if created else 200)
 
-    @api.post("/consumers")
+    @api.post("/consumers", Action.CONSUME)
     def register_consumer(http: HttpRequest) -> HttpResponse:
         # Offsets are created at a consumer's first pop, at the log start offset (Kafka's
         # auto.offset.reset=earliest); registering only checks the partition is here.
-        params = request_params(http)
-        topic, partition_id = partition_ref(params, limits)
-        consumer_id = require_str(params, "consumer_id", limits.id_chars_max)
-        service.check_hosted(topic, partition_id)
-        body = {"topic": topic, "partition_id": partition_id, "consumer_id": consumer_id}
+        request = ReplicaConsumer.parse(request_params(http), limits)
+        require_topic(http.principal, Action.CONSUME, request.topic)
+        service.check_hosted(request.topic, request.partition_id)
+        body = {
+            "topic": request.topic,
+            "partition_id": request.partition_id,
+            "consumer_id": request.consumer_id,
+        }
         return json_response(body, 201)
 
-    @api.get("/checksum")
+    @api.get("/checksum", Action.NODE)
     def checksum(http: HttpRequest) -> HttpResponse:
-        params = request_params(http)
-        topic, partition_id = partition_ref(params, limits)
-        start = get_int(params, "start", minimum=0, maximum=_OFFSET_MAX, default=0)
-        end = get_int(params, "end", minimum=start, maximum=_OFFSET_MAX)
-        result, flushed = service.checksum(topic, partition_id, start, end)
+        request = ChecksumRange.parse(request_params(http), limits)
+        result, flushed = service.checksum(
+            request.topic, request.partition_id, request.start, request.end
+        )
         return json_response(
             {
                 "start": result.start,

@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 from broker.service import BrokerService
+from protocol.access import Action
 from runtime.http_api import App, json_response, text_response
 from runtime.http_server import HttpRequest, HttpResponse
 from runtime.metrics import Metrics
 
 
 def add_status_routes(api: App, service: BrokerService, broker_id: int, metrics: Metrics) -> None:
-    @api.get("/")
+    @api.get("/", Action.OPEN)
     def health(_http: HttpRequest) -> HttpResponse:
         return json_response({"status": "ok", "role": "broker", "broker_id": broker_id})
 
-    @api.get("/raft_status")
+    @api.get("/raft_status", Action.NODE)
     def raft_status(_http: HttpRequest) -> HttpResponse:
         return json_response({"broker_id": broker_id, "replicas": service.raft_statuses()})
 
-    @api.get("/metrics")
+    @api.get("/metrics", Action.OPEN)
     def prometheus(_http: HttpRequest) -> HttpResponse:
         return text_response(metrics.render())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from manager.service import ManagerService
+from protocol.access import Action
 from protocol.limits import Limits
 from protocol.requests import RegisterBroker
 from runtime.http_api import App, json_response, request_params
@@ -10,11 +11,11 @@ from runtime.http_server import HttpRequest, HttpResponse
 
 
 def add_routes(api: App, service: ManagerService, limits: Limits) -> None:
-    @api.post("/brokers")
+    @api.post("/brokers", Action.NODE)
     def register_broker(http: HttpRequest) -> HttpResponse:
         body, status = service.register_broker(RegisterBroker.parse(request_params(http), limits))
         return json_response(body, status)
 
-    @api.get("/brokers")
+    @api.get("/brokers", Action.DESCRIBE)
     def list_brokers(http: HttpRequest) -> HttpResponse:
         return json_response(service.brokers())

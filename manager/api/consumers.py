@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from manager.service import ManagerService
+from protocol.access import Action, require_topic
 from protocol.limits import Limits
 from protocol.requests import RegisterConsumer
 from runtime.http_api import App, json_response, request_params
@@ -10,7 +11,8 @@ from runtime.http_server import HttpRequest, HttpResponse
 
 
 def add_routes(api: App, service: ManagerService, limits: Limits) -> None:
-    @api.post("/consumers")
+    @api.post("/consumers", Action.CONSUME)
     def register_consumer(http: HttpRequest) -> HttpResponse:
         request = RegisterConsumer.parse(request_params(http), limits)
+        require_topic(http.principal, Action.CONSUME, request.topic)
         return json_response(service.register_consumer(request), 201)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from manager.log_router import LogRouter
+from protocol.access import Action, require_topic
 from protocol.limits import Limits
 from protocol.requests import Fetch, Pop, Produce
 from runtime.http_api import App, json_response, request_deadline, request_params
@@ -11,15 +12,22 @@ from runtime.http_server import HttpRequest, HttpResponse
 
 
 def add_routes(api: App, router: LogRouter, limits: Limits) -> None:
-    @api.post("/logs")
+    @api.post("/logs", Action.PRODUCE)
     def produce(http: HttpRequest) -> HttpResponse:
         request = Produce.parse(request_params(http), limits)
+        require_topic(http.principal, Action.PRODUCE, request.topic)
         return json_response(router.produce(request, request_deadline(http, limits)), 201)
 
-    @api.get("/logs")
+    @api.get("/logs", Action.CONSUME)
     def consume(http: HttpRequest) -> HttpResponse:
         params = request_params(http)
         deadline = request_deadline(http, limits)
         if params.get("consumer_id") is not None:
-            return json_response(router.pop(Pop.parse(params, limits), deadline))
-        return json_response(router.fetch(Fetch.parse(params, limits), deadline))
+            pop = Pop.parse(params, limits)
+            topic = router.consumer_topic(pop.consumer_id)
+            if topic is not None:  # an unknown consumer gets its 404 from the router
+                require_topic(http.principal, Action.CONSUME, topic)
+            return json_response(router.pop(pop, deadline))
+        fetch = Fetch.parse(params, limits)
+        require_topic(http.principal, Action.CONSUME, fetch.topic)
+        return json_response(router.fetch(fetch, deadline))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from manager.service import ManagerService
+from protocol.access import Action
 from protocol.limits import Limits
 from protocol.requests import TopicRef
 from runtime.http_api import App, json_response, request_params
@@ -10,11 +11,11 @@ from runtime.http_server import HttpRequest, HttpResponse
 
 
 def add_routes(api: App, service: ManagerService, limits: Limits) -> None:
-    @api.get("/partitions")
+    @api.get("/partitions", Action.DESCRIBE)
     def list_partitions(http: HttpRequest) -> HttpResponse:
         return json_response(service.partitions(TopicRef.parse(request_params(http), limits)))
 
-    @api.post("/partitions")
+    @api.post("/partitions", Action.ADMIN)
     def add_partition(http: HttpRequest) -> HttpResponse:
         request = TopicRef.parse(request_params(http), limits)
         return json_response(service.add_partition(request), 201)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from manager.service import ManagerService
+from protocol.access import Action, require_topic
 from protocol.limits import Limits
 from protocol.requests import RegisterProducer
 from runtime.http_api import App, json_response, request_params
@@ -10,8 +11,9 @@ from runtime.http_server import HttpRequest, HttpResponse
 
 
 def add_routes(api: App, service: ManagerService, limits: Limits) -> None:
-    @api.post("/producers")
+    @api.post("/producers", Action.PRODUCE)
     def register_producer(http: HttpRequest) -> HttpResponse:
         request = RegisterProducer.parse(request_params(http), limits)
+        require_topic(http.principal, Action.PRODUCE, request.topic)
         body, created = service.register_producer(request)
         return json_response(body, 201 if created else 200)

@@ -15,6 +15,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from manager.registry.outcome import Outcome
+from protocol import snapshot_fields
 from protocol.types import ConsumerId, PartitionId, ProducerId
 
 
@@ -23,6 +24,15 @@ class ProducerRecord:
     producer_id: ProducerId
     topic: str
     version: int
+    partition_count: int | None = None
+    """Pinned by the first registration that asked (``RegisterProducer``); ``None``: the
+    producer routes by its partition map."""
+
+    def __getstate__(self) -> list[object]:
+        return snapshot_fields.state_of(self)
+
+    def __setstate__(self, state: list[object]) -> None:
+        snapshot_fields.restore(self, state)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +97,18 @@ class ClientRegistry:
         """Registry time of the least recently renewed registration (None when empty)."""
         return next(iter(self._last_seen_ms.values()), None)
 
+    def holds_id(
+        self, record: ProducerRecord | ConsumerRecord, now_ms: int, expiry_ms: int
+    ) -> bool:
+        """True when ``record`` keeps its id through a registration stamped ``now_ms``: its
+        lease has not run out, so that registration's expiry (``advance``) cannot forget it."""
+        if isinstance(record, ProducerRecord):
+            key = (_PRODUCER, str(record.producer_id))
+        else:
+            key = (_CONSUMER, str(record.consumer_id))
+        seen_ms = self._last_seen_ms.get(key)
+        return seen_ms is not None and seen_ms >= max(self._clock_ms, now_ms) - expiry_ms
+
     def _renew(self, kind: str, client_id: str) -> None:
         key = (kind, client_id)
         self._last_seen_ms[key] = self._clock_ms
@@ -102,21 +124,34 @@ class ClientRegistry:
         return len(self._producers) + len(self._consumers)
 
     def add_producer(
-        self, producer_id: str, topic: str, *, clients_max: int, version: int
+        self,
+        producer_id: str,
+        topic: str,
+        *,
+        clients_max: int,
+        version: int,
+        partition_count: int | None = None,
     ) -> Outcome:
+        """Register (CREATED) or renew (UNCHANGED) a producer. A pinned partition count is
+        never replaced: a registration that brings one for a producer without one pins it
+        (UPDATED); any other count it brings is ignored, so a replay routes as before."""
         if not (isinstance(producer_id, str) and producer_id and isinstance(topic, str)):
             return Outcome.INVALID
-        known = self._producers.get(ProducerId(producer_id))
+        key = ProducerId(producer_id)
+        known = self._producers.get(key)
         if known is not None and known.topic != topic:
             return Outcome.EXISTS
         if known is None and len(self) >= clients_max:
             return Outcome.TOO_MANY
+        outcome = Outcome.UNCHANGED
         if known is None:
-            self._producers[ProducerId(producer_id)] = ProducerRecord(
-                ProducerId(producer_id), topic, version
-            )
+            self._producers[key] = ProducerRecord(key, topic, version, partition_count)
+            outcome = Outcome.CREATED
+        elif known.partition_count is None and partition_count is not None:
+            self._producers[key] = ProducerRecord(key, topic, version, partition_count)
+            outcome = Outcome.UPDATED
         self._renew(_PRODUCER, producer_id)
-        return Outcome.UNCHANGED if known is not None else Outcome.CREATED
+        return outcome
 
     def add_consumer(
         self,

@@ -13,7 +13,7 @@ lease (``expiry_ms``), so every manager applies it the same way.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 
 from manager.registry.topics import Assignment
 from protocol.limits import PartitionLimits
@@ -70,6 +70,9 @@ class RegisterProducer:
     clients_max: int
     now_ms: int
     expiry_ms: int
+    partition_count: int | None = None
+    """The partition count to pin for this producer (``None``: pin nothing). Added later:
+    commands journaled before it have no such field."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +94,25 @@ class ExpireIdleClients:
     count_max: int
 
 
+@dataclass(frozen=True, slots=True)
+class CreateKey:
+    """An API key: its hash only (the key is shown once, to whoever asked for it)."""
+
+    key_id: str
+    key_hash: str
+    role: str
+    """A ``protocol.access.Role`` value (the journal holds plain data)."""
+    topics: tuple[str, ...]
+    name: str
+    created_ms: int
+    keys_max: int
+
+
+@dataclass(frozen=True, slots=True)
+class RevokeKey:
+    key_id: str
+
+
 RegistryCommand = (
     BeginTopic
     | BeginPartition
@@ -100,6 +122,8 @@ RegistryCommand = (
     | RegisterProducer
     | RegisterConsumer
     | ExpireIdleClients
+    | CreateKey
+    | RevokeKey
 )
 
 _TAGS: dict[str, type[RegistryCommand]] = {
@@ -111,6 +135,8 @@ _TAGS: dict[str, type[RegistryCommand]] = {
     "register_producer": RegisterProducer,
     "register_consumer": RegisterConsumer,
     "expire_idle_clients": ExpireIdleClients,
+    "create_key": CreateKey,
+    "revoke_key": RevokeKey,
 }
 """The wire tag of each command: part of the journal format, never renamed."""
 _TAG_OF = {kind: tag for tag, kind in _TAGS.items()}
@@ -132,7 +158,7 @@ def from_wire(wire: object) -> RegistryCommand | None:
     if not isinstance(wire, tuple) or not wire or not isinstance(wire[0], str):
         return None
     kind = _TAGS.get(wire[0])
-    if kind is None or len(wire) - 1 != len(fields(kind)):
+    if kind is None or not _arity_ok(kind, len(wire) - 1):
         return None
     values = list(wire[1:])
     if kind is BeginTopic:
@@ -141,6 +167,14 @@ def from_wire(wire: object) -> RegistryCommand | None:
         except ValueError:
             return None
     return kind(*values)
+
+
+def _arity_ok(kind: type[RegistryCommand], count: int) -> bool:
+    """All fields, or (a command journaled before trailing fields with defaults were added)
+    at least every field without a default; the missing ones take their defaults."""
+    specs = fields(kind)
+    required = sum(1 for s in specs if s.default is MISSING and s.default_factory is MISSING)
+    return required <= count <= len(specs)
 
 
 def _plain(value: object) -> object:

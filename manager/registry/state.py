@@ -13,16 +13,20 @@ from manager.registry.clients import ClientRegistry
 from manager.registry.commands import (
     BeginPartition,
     BeginTopic,
+    CreateKey,
     ExpireIdleClients,
     FinishPartitions,
     RegisterBroker,
     RegisterConsumer,
     RegisterProducer,
     RegistryCommand,
+    RevokeKey,
     SetBrokerAlive,
 )
+from manager.registry.keys import KeyRecord, KeyRegistry
 from manager.registry.outcome import Outcome
 from manager.registry.topics import Assignment, TopicRegistry
+from protocol.access import Role
 from protocol.limits import PartitionLimits
 from protocol.types import BrokerId
 
@@ -40,8 +44,15 @@ class ManagerState:
         self.topics = TopicRegistry()
         self.brokers = BrokerRegistry()
         self.clients = ClientRegistry()
+        self.keys = KeyRegistry()
         self.revision = 0
         """Revision of the last change; every record's ``version`` is one of these."""
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        """A dump from before API keys has none."""
+        self.__dict__.update(state)
+        if "keys" not in state:
+            self.keys = KeyRegistry()
 
     def apply(self, command: RegistryCommand | None) -> Outcome:
         """Run one replicated command (``None``: a malformed one, which changes nothing)."""
@@ -60,14 +71,20 @@ class ManagerState:
                 return self.register_broker(broker_id, address, host, low, high, brokers_max)
             case SetBrokerAlive(broker_id, alive):
                 return self.set_broker_alive(broker_id, alive)
-            case RegisterProducer(producer_id, topic, clients_max, now_ms, expiry_ms):
-                return self.register_producer(producer_id, topic, clients_max, now_ms, expiry_ms)
+            case RegisterProducer(producer_id, topic, clients_max, now_ms, expiry_ms, count):
+                return self.register_producer(
+                    producer_id, topic, clients_max, now_ms, expiry_ms, count
+                )
             case RegisterConsumer(consumer_id, topic, partition_id, clients_max, now, expiry):
                 return self.register_consumer(
                     consumer_id, topic, partition_id, clients_max, now, expiry
                 )
             case ExpireIdleClients(now_ms, expiry_ms, count_max):
                 return self.expire_idle_clients(now_ms, expiry_ms, count_max)
+            case CreateKey(key_id, key_hash, role, topics, name, created_ms, keys_max):
+                return self.create_key(key_id, key_hash, role, topics, name, created_ms, keys_max)
+            case RevokeKey(key_id):
+                return self._stamp(self.keys.revoke(key_id))
         return Outcome.INVALID
 
     def _stamp(self, outcome: Outcome) -> Outcome:
@@ -176,15 +193,26 @@ class ManagerState:
         clients_max: int,
         now_ms: int | None = None,
         expiry_ms: int | None = None,
+        partition_count: int | None = None,
     ) -> Outcome:
-        """Register, or renew the lease of, a producer."""
-        if not isinstance(topic, str) or self.topics.get(topic) is None:
+        """Register, or renew the lease of, a producer; pin ``partition_count`` for it
+        unless one is pinned already (``ClientRegistry.add_producer``)."""
+        record = self.topics.get(topic) if isinstance(topic, str) else None
+        if record is None:
             return Outcome.UNKNOWN_TOPIC
+        if partition_count is not None and not (
+            _positive_int(partition_count) and partition_count <= len(record.partitions)
+        ):
+            return Outcome.INVALID
         if not self._advance_clients(now_ms, expiry_ms):
             return Outcome.INVALID
         return self._stamp(
             self.clients.add_producer(
-                producer_id, topic, clients_max=clients_max, version=self.revision + 1
+                producer_id,
+                topic,
+                clients_max=clients_max,
+                version=self.revision + 1,
+                partition_count=partition_count,
             )
         )
 
@@ -216,6 +244,23 @@ class ManagerState:
                 version=self.revision + 1,
             )
         )
+
+    def create_key(
+        self,
+        key_id: str,
+        key_hash: str,
+        role: str,
+        topics: tuple[str, ...],
+        name: str,
+        created_ms: int,
+        keys_max: int,
+    ) -> Outcome:
+        try:
+            parsed = Role(role)
+        except ValueError:
+            return Outcome.INVALID
+        record = KeyRecord(key_id, key_hash, parsed, topics, name, created_ms, self.revision + 1)
+        return self._stamp(self.keys.add(record, keys_max))
 
 
 def _positive_int(value: object) -> bool:

@@ -81,6 +81,11 @@ def test_produce_then_fetch_keeps_offsets_keys_and_values_in_place(service: Brok
     assert (ack.durability, ack.raft_index, ack.replicas_synced) == (Durability.FSYNC, 1, 1)
     fetched = service.fetch("orders", P0, 0, 10)
     assert [(m.offset, m.key, m.value) for m in fetched] == [(0, "k0", "v0"), (1, None, "v1")]
+    assert service.fetch("orders", P0, 2, 10) == []  # at the end: nothing new yet
+    with pytest.raises(RaftQError) as beyond:
+        service.fetch("orders", P0, 3, 10)
+    assert beyond.value.code is ErrorCode.OFFSET_OUT_OF_RANGE and beyond.value.status == 416
+    assert "0 to 2" in beyond.value.message
 
 
 def test_a_retried_sequence_and_a_retried_pop_return_the_same_answers(

@@ -126,7 +126,7 @@ def checksums(
     """broker id → (row count, sha256, flushed offset) of its database for ``[0, end)``."""
     result = {}
     for broker_id in partition_brokers(cluster, topic)[partition_id]:
-        body = cluster.http.get(
+        body = cluster.internal.get(
             f"{cluster.broker_url(broker_id)}/checksum",
             params={
                 "topic": topic,

@@ -38,6 +38,9 @@ class Cluster:
         self.limits = limits or {}
         self.info: dict[str, Any] = {}
         self.http = requests.Session()
+        """Calls the client API with the admin key ``cluster up`` made."""
+        self.internal = requests.Session()
+        """Calls nodes' internal endpoints with the cluster secret's node token."""
 
     # --- lifecycle through the CLI ----------------------------------------------------------
 
@@ -51,6 +54,8 @@ class Cluster:
         self._cli(*args)
         self.info = json.loads((self.directory / "cluster.json").read_text())
         self.local = LocalCluster(self.directory)  # the same cluster, for node operations
+        self.http.headers["Authorization"] = f"Bearer {self.admin_key}"
+        self.internal.headers.update(self.local.node_headers())
 
     def down(self) -> None:
         self._cli("cluster", "down", "--dir", str(self.directory))
@@ -65,6 +70,7 @@ class Cluster:
             self.down()
         finally:
             self.http.close()
+            self.internal.close()
 
     def _cli(self, *args: str) -> str:
         done = subprocess.run(
@@ -83,6 +89,10 @@ class Cluster:
     @property
     def lb_url(self) -> str:
         return str(self.info["load_balancer_url"])
+
+    @property
+    def admin_key(self) -> str:
+        return str(self.info["admin_key"])
 
     def node(self, name: str) -> dict[str, Any]:
         for node in self.info["nodes"]:

@@ -41,8 +41,8 @@ class ActiveClients:
     """A producer and a consumer that keep working while the others idle."""
 
     def __init__(self, cluster: Cluster) -> None:
-        self.producer = Producer(cluster.lb_url, TOPIC, partition_id=0)
-        self.consumer = Consumer(cluster.lb_url, TOPIC, 0)
+        self.producer = Producer(cluster.lb_url, TOPIC, partition_id=0, api_key=cluster.admin_key)
+        self.consumer = Consumer(cluster.lb_url, TOPIC, 0, api_key=cluster.admin_key)
         self.acked: list[str] = []
         self.popped: list[tuple[int, str]] = []
 
@@ -67,7 +67,7 @@ def test_idle_clients_expire_and_active_ones_lose_nothing(cluster: Cluster) -> N
         idle = _register_consumer(cluster)
         assert len(pop(cluster, idle, 1, f"idle-{number}")) == 1
     idle_since_s = time.monotonic()
-    newcomer = Consumer(cluster.lb_url, TOPIC, 0)
+    newcomer = Consumer(cluster.lb_url, TOPIC, 0, api_key=cluster.admin_key)
     with pytest.raises(ApiError) as refused:
         newcomer.poll(100)
     assert refused.value.code is ErrorCode.TOO_MANY

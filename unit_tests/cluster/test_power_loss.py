@@ -118,6 +118,7 @@ def powered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PoweredCluster
         yield PoweredCluster(disk, cluster, backing / "node-logs")
     finally:
         cluster.http.close()
+        cluster.internal.close()
         stop_everything(directory, disk)
 
 
@@ -129,9 +130,11 @@ class Clients:
         self.http_producer = _register(cluster, "producer")
         self.http_sequence = 0
         self.last_http_batch: tuple[int, list[tuple[str | None, str]], list[Position]] | None = None
-        self.producer = Producer(cluster.lb_url, TOPIC, producer_id="lib-producer")
+        self.producer = Producer(
+            cluster.lb_url, TOPIC, producer_id="lib-producer", api_key=cluster.admin_key
+        )
         self.producer_sequence = 0  # the Producer numbers its batches from 0, one per call
-        self.consumer = Consumer(cluster.lb_url, TOPIC)
+        self.consumer = Consumer(cluster.lb_url, TOPIC, api_key=cluster.admin_key)
         self.http_consumer = _register(cluster, "consumer")
         self.probe_producer = _register(cluster, "producer")
         self.probe_sequence = 0
@@ -220,7 +223,7 @@ def test_every_ack_and_consumer_offset_survives_power_cuts(powered: PoweredClust
         clients.round()
         clients.round()
         for partition_id in range(PARTITIONS):
-            assert wait_converged(cluster.local, cluster.http, TOPIC, partition_id) is not None
+            assert wait_converged(cluster.local, cluster.internal, TOPIC, partition_id) is not None
         powered.cut_and_restore()
         check_first_reads_are_not_stale(cluster, ledger)
         clients.write_to_every_partition()
@@ -280,7 +283,7 @@ def _burst_batch(name: str, number: int) -> list[tuple[str | None, str]]:
 
 
 def _burst_with_library(cluster: Cluster, ledger: Ledger, name: str) -> None:
-    with Producer(cluster.lb_url, TOPIC, producer_id=name) as producer:
+    with Producer(cluster.lb_url, TOPIC, producer_id=name, api_key=cluster.admin_key) as producer:
         for number in range(BURST_BATCHES):
             batch = _burst_batch(name, number)
             offsets = producer.produce_batch((value, key) for key, value in batch)
@@ -305,7 +308,9 @@ def check_first_reads_are_not_stale(cluster: Cluster, ledger: Ledger) -> None:
         for position in send.positions:
             end = acked_ends.get(position.partition_id, 0)
             acked_ends[position.partition_id] = max(end, position.offset + 1)
-    with Consumer(cluster.lb_url, TOPIC, consumer_id="stale-read-probe") as reader:
+    with Consumer(
+        cluster.lb_url, TOPIC, consumer_id="stale-read-probe", api_key=cluster.admin_key
+    ) as reader:
         for partition_id, end in acked_ends.items():
             offsets = [r.offset for r in reader.fetch(TOPIC, partition_id, 0, end)]
             assert offsets == list(range(end)), f"partition {partition_id}: stale read {offsets}"
@@ -328,6 +333,7 @@ def check_after_cut(cluster: Cluster, clients: Clients, ledger: Ledger) -> None:
         TOPIC,
         producer_id="lib-producer",
         first_sequence=clients.producer_sequence - 1,
+        api_key=cluster.admin_key,
     ) as replay:
         history = ledger.recorder.snapshot()
         last = max(

@@ -23,6 +23,7 @@ from protocol.types import NewMessage, PartitionId
 from raftq.admin import Admin
 from raftq.client_limits import ClientLimits
 from spark_jobs import cluster_io
+from spark_jobs.options import Endpoint
 from spark_jobs.rows import TopicBatch
 from stress_tests.polling import poll_until
 from unit_tests.cluster.client_ops import end_offset, register_consumer, register_producer
@@ -42,20 +43,20 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def create_topic(cluster: Cluster, name: str, partitions: int) -> None:
-    with Admin(cluster.lb_url) as admin:
+    with Admin(cluster.lb_url, api_key=cluster.admin_key) as admin:
         admin.create_topic(name, partitions)
     wait_active(cluster, name, partitions)
 
 
 def add_partition(cluster: Cluster, name: str, active_after: int) -> None:
-    with Admin(cluster.lb_url) as admin:
+    with Admin(cluster.lb_url, api_key=cluster.admin_key) as admin:
         admin.add_partition(name)
     wait_active(cluster, name, active_after)
 
 
 def wait_active(cluster: Cluster, name: str, count: int) -> None:
     def active() -> bool:
-        with Admin(cluster.lb_url) as admin:
+        with Admin(cluster.lb_url, api_key=cluster.admin_key) as admin:
             found = admin.partitions(name)
         return sum(p.active for p in found) == count
 
@@ -166,12 +167,16 @@ def pop_pinned(
     return poll_until(attempt, ACTIVE_WAIT_S, "the pop to be answered")
 
 
+def endpoint(cluster: Cluster) -> Endpoint:
+    return Endpoint(cluster.lb_url, cluster.admin_key)
+
+
 def test_a_spark_task_retried_after_a_partition_was_added_writes_nothing_twice(
     cluster: Cluster,
 ) -> None:
     create_topic(cluster, "spark", 2)
     limits = ClientLimits()
-    counts = {"spark": cluster_io.active_partition_count(cluster.lb_url, "spark", limits)}
+    counts = {"spark": cluster_io.active_partition_count(endpoint(cluster), "spark", limits)}
     batches = [
         TopicBatch("spark", tuple(NewMessage(value=f"s{b}-{i}", key=f"k{i}") for i in range(20)))
         for b in range(3)
@@ -179,7 +184,7 @@ def test_a_spark_task_retried_after_a_partition_was_added_writes_nothing_twice(
 
     def task_attempt() -> cluster_io.TaskWriteSummary:
         return cluster_io.write_batches(
-            cluster.lb_url, batches, lambda _t: "spark-job-0", limits, partition_counts=counts
+            endpoint(cluster), batches, lambda _t: "spark-job-0", limits, partition_counts=counts
         )
 
     first = task_attempt()
@@ -201,7 +206,7 @@ def test_a_spark_task_writing_to_several_topics_retried_after_partitions_were_ad
     for topic in ("multi-a", "multi-b"):
         create_topic(cluster, topic, 2)
     limits = ClientLimits()
-    counts = cluster_io.active_partition_counts(cluster.lb_url, limits)
+    counts = cluster_io.active_partition_counts(endpoint(cluster), limits)
     assert counts["multi-a"] == counts["multi-b"] == 2
     batches = [
         TopicBatch(
@@ -213,7 +218,11 @@ def test_a_spark_task_writing_to_several_topics_retried_after_partitions_were_ad
 
     def task_attempt() -> cluster_io.TaskWriteSummary:
         return cluster_io.write_batches(
-            cluster.lb_url, batches, lambda t: f"spark-multi-{t}", limits, partition_counts=counts
+            endpoint(cluster),
+            batches,
+            lambda t: f"spark-multi-{t}",
+            limits,
+            partition_counts=counts,
         )
 
     first = task_attempt()

@@ -109,7 +109,7 @@ def _leader(cluster: Cluster) -> int | None:
 
 
 def _raft_status(cluster: Cluster, broker: int) -> dict[str, Any]:
-    body = get_json(cluster.http, f"{cluster.broker_url(broker)}/raft_status", timeout_s=5)
+    body = get_json(cluster.internal, f"{cluster.broker_url(broker)}/raft_status", timeout_s=5)
     assert isinstance(body, dict), f"broker {broker} gave no /raft_status"
     for replica in body["replicas"]:
         if (replica["topic"], replica["partition_id"]) == (TOPIC, 0):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
+from protocol.access import Action
 from protocol.limits import Limits
 from runtime.http_api import App, json_response, request_params, server_limits
 from runtime.http_server import HttpRequest, HttpResponse, HttpServer
@@ -25,7 +26,7 @@ class SharedLogs:
     def append(self, key: Key, body: dict[str, object]) -> list[int]:
         with self.lock:
             dedupe = None
-            if body.get("sequence") is not None:
+            if body.get("sequence", Action.OPEN) is not None:
                 dedupe = (key, str(body["producer_id"]), int(str(body["sequence"])))
                 if dedupe in self.produced:
                     return self.produced[dedupe]
@@ -80,7 +81,7 @@ class FakeBroker:
     def _app(self, limits: Limits) -> App:
         app = App(f"fake-broker-{self.broker_id}", limits)
 
-        @app.get("/partitions")
+        @app.get("/partitions", Action.OPEN)
         def hosted(_http: HttpRequest) -> HttpResponse:
             partitions = [
                 {"topic": t, "partition_id": p, "is_leader": spec["replica_id"] == 0}
@@ -88,7 +89,7 @@ class FakeBroker:
             ]
             return json_response({"broker_id": self.broker_id, "partitions": partitions})
 
-        @app.post("/partitions")
+        @app.post("/partitions", Action.OPEN)
         def host(http: HttpRequest) -> HttpResponse:
             spec = request_params(http)
             key = (str(spec["topic"]), int(str(spec["partition_id"])))
@@ -96,14 +97,14 @@ class FakeBroker:
             self.specs[key] = spec
             return json_response({}, status)
 
-        @app.post("/logs")
+        @app.post("/logs", Action.OPEN)
         def produce(http: HttpRequest) -> HttpResponse:
             body = request_params(http)
             key = (str(body["topic"]), int(str(body["partition_id"])))
             offsets = self.logs.append(key, body)
             return json_response({"partition_id": key[1], "offsets": offsets}, 201)
 
-        @app.get("/logs")
+        @app.get("/logs", Action.OPEN)
         def read(http: HttpRequest) -> HttpResponse:
             args = http.args()
             key = (args["topic"], int(args["partition_id"]))

@@ -5,6 +5,7 @@ from before leases still load. Pure state, then the service over the in-memory t
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -19,7 +20,7 @@ from manager.service import ManagerService
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 from protocol.requests import CreateTopic, Pop, RegisterBroker, RegisterConsumer, RegisterProducer
-from protocol.types import BrokerId, ConsumerId, ProducerId, RequestId
+from protocol.types import BrokerId, ConsumerId, PartitionId, ProducerId, RequestId
 from unit_tests.manager.test_service import StubBrokers
 
 EXPIRY_MS = 1_000
@@ -161,3 +162,46 @@ def test_the_service_renews_expires_and_tells_clients_the_lease() -> None:
         with pytest.raises(RaftQError) as info:
             router.pop(Pop(consumer_id, 1, RequestId("r2")))
         assert info.value.code is ErrorCode.UNKNOWN_CONSUMER
+
+
+def test_a_registration_refused_for_an_id_of_another_topic_changes_nothing() -> None:
+    """409 proves nothing was done: a client id still held under another topic (or
+    partition) is refused before anything is proposed. Apply refuses it too, but only after
+    moving registry time and forgetting idle clients. (Found by the API fuzz test.)"""
+    now_ms = [T0_MS]
+    registry = LocalRegistry()
+    with ThreadPoolExecutor(2) as executor:
+        service = ManagerService(
+            Limits(client_idle_expiry_s=EXPIRY_MS / 1000),
+            registry,
+            StubBrokers(),
+            BrokerMonitor(3.0),
+            executor,
+            clock_ms=lambda: now_ms[0],
+        )
+        for broker_id in (1, 2, 3):
+            broker = RegisterBroker(BrokerId(broker_id), f"http://b{broker_id}", "h", 9000, 9099)
+            service.register_broker(broker)
+        service.create_topic(CreateTopic("t", 2, 3))
+        service.create_topic(CreateTopic("u", 1, 3))
+        service.register_consumer(RegisterConsumer("t", None, ConsumerId("idle")))
+        now_ms[0] += EXPIRY_MS
+        service.register_producer(RegisterProducer("t", ProducerId("p")))
+        service.register_consumer(RegisterConsumer("t", None, ConsumerId("c")))
+        now_ms[0] += 1  # "idle" has run out, "p" and "c" hold their ids
+        before = registry.read(pickle.dumps), list(registry.commands)
+        refusals: list[Callable[[], object]] = [
+            lambda: service.register_producer(RegisterProducer("u", ProducerId("p"))),
+            lambda: service.register_consumer(RegisterConsumer("u", None, ConsumerId("c"))),
+            lambda: service.register_consumer(
+                RegisterConsumer("t", PartitionId(1), ConsumerId("c"))
+            ),
+        ]
+        for refuse in refusals:
+            with pytest.raises(RaftQError) as caught:
+                refuse()
+            assert caught.value.code is ErrorCode.ID_TAKEN
+            assert (registry.read(pickle.dumps), registry.commands) == before
+        # An id whose lease ran out is free: apply forgets it and registers it anew.
+        now_ms[0] += 2 * EXPIRY_MS
+        assert service.register_producer(RegisterProducer("u", ProducerId("p")))[1] is True

@@ -21,6 +21,7 @@ from typing import IO, Any
 import pytest
 import requests
 
+from protocol.access import NODE_HEADER, node_token
 from stress_tests.polling import poll_until
 from unit_tests.manager.fake_broker import FakeBroker, SharedLogs
 
@@ -68,13 +69,18 @@ class Manager:
         self.process, self.log = None, None
 
 
+SECRET = "test-cluster-secret"
+AS_NODE = {NODE_HEADER: node_token(SECRET)}
+"""This module plays the brokers and the operator: it calls as a node (keys: test_access)."""
+
+
 def _get(url: str, timeout_s: float = 2.0) -> tuple[int, Any]:
-    response = requests.get(url, timeout=timeout_s)
+    response = requests.get(url, timeout=timeout_s, headers=AS_NODE)
     return response.status_code, response.json()
 
 
 def _post(url: str, body: dict[str, object], timeout_s: float = 10.0) -> tuple[int, Any]:
-    response = requests.post(url, json=body, timeout=timeout_s)
+    response = requests.post(url, json=body, timeout=timeout_s, headers=AS_NODE)
     return response.status_code, response.json()
 
 
@@ -97,7 +103,7 @@ def _leader(managers: list[Manager], wait_s: float = ELECTION_WAIT_S) -> Manager
 def managers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Manager]]:
     root = tmp_path_factory.mktemp("managers")
     secret = root / "secret"
-    secret.write_text("test-cluster-secret\n")
+    secret.write_text(SECRET + "\n")
     ports = [(_free_port(), _free_port()) for _ in range(3)]
     peers = ",".join(
         f"{i}=http://127.0.0.1:{http}@127.0.0.1:{raft}" for i, (http, raft) in enumerate(ports, 1)

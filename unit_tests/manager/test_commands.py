@@ -25,6 +25,8 @@ EXAMPLES: list[RegistryCommand] = [
     commands.RegisterProducer("p", "t", 10, 1_000, 60_000),
     commands.RegisterConsumer("c", "t", None, 10, 1_000, 60_000),
     commands.ExpireIdleClients(2_000, 60_000, 10),
+    commands.CreateKey("0123456789ab", "f" * 64, "producer", ("t",), "n", 3_000, 10),
+    commands.RevokeKey("0123456789ab"),
 ]
 
 

@@ -35,7 +35,7 @@ LIMITS = Limits()
 
 class StubBrokers(BrokerClient):
     def __init__(self) -> None:
-        super().__init__(LIMITS)
+        super().__init__(LIMITS, node_token="test-node-token")
         self.down: set[str] = set()
         self.hosted: list[tuple[str, ReplicaSpec]] = []
         self.answers: dict[str, HttpAnswer] = {}
@@ -236,7 +236,7 @@ def test_a_client_chosen_producer_id_registers_idempotently(
     assert service.register_producer(RegisterProducer("t", ProducerId("job-7-task-2")))[1] is False
     with pytest.raises(RaftQError) as info:
         service.register_producer(RegisterProducer("u", ProducerId("job-7-task-2")))
-    assert info.value.status == 409
+    assert info.value.code is ErrorCode.ID_TAKEN  # not TOPIC_EXISTS: the id is what clashes
 
 
 def test_a_batch_stored_in_some_partitions_only_is_never_reported_as_not_done(

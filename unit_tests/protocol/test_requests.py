@@ -85,18 +85,40 @@ def test_broker_registration_and_replica_spec() -> None:
     assert refused(RegisterBroker, {**params, "raft_port_max": 5}) == ErrorCode.INVALID_FIELD
     assert refused(RegisterBroker, {**params, "address": "h:1"}) == ErrorCode.INVALID_FIELD
     replicas = [
-        {"replica_id": i, "broker_id": i, "address": f"http://b{i}", "raft_address": f"h:{i}"}
+        {
+            "replica_id": i,
+            "broker_id": i,
+            "address": f"http://b{i}",
+            "raft_address": f"h:{9000 + i}",
+        }
         for i in range(3)
     ]
     spec = parse_replica_spec(
         {"topic": "t", "partition_id": 0, "replica_id": 2, "replicas": replicas}, LIMITS
     )
-    assert spec.partners == ("h:0", "h:1")
+    assert spec.partners == ("h:9000", "h:9001")
     assert parse_replica_spec(spec.to_json(), LIMITS) == spec
     with pytest.raises(RaftQError):
         parse_replica_spec(
             {"topic": "t", "partition_id": 0, "replica_id": 0, "replicas": [replicas[1]]}, LIMITS
         )
+
+
+@pytest.mark.parametrize("raft_address", ["h", "h:", ":9000", "h:x", "h:0", "h:65536", "h:9 0"])
+def test_a_replica_spec_refuses_a_raft_address_that_is_not_host_and_port(
+    raft_address: str,
+) -> None:
+    """pysyncobj raised on such an address when the replica was built, after the broker had
+    recorded the spec: a 500, and a replica that fails again at every start. (Found by the
+    broker's API fuzz test.)"""
+    replica = {"replica_id": 0, "broker_id": 1, "address": "http://b1"}
+    spec = {"topic": "t", "partition_id": 0, "replica_id": 0}
+    with pytest.raises(RaftQError) as caught:
+        parse_replica_spec(
+            {**spec, "replicas": [{**replica, "raft_address": raft_address}]}, LIMITS
+        )
+    assert caught.value.code is ErrorCode.INVALID_FIELD
+    parse_replica_spec({**spec, "replicas": [{**replica, "raft_address": "h:65535"}]}, LIMITS)
 
 
 def test_key_routing_is_stable_and_spread() -> None:

@@ -28,6 +28,7 @@ class Received:
     method: str
     path: str
     params: dict[str, object]
+    authorization: str | None = None
 
 
 class FakeService:
@@ -54,6 +55,10 @@ class FakeService:
     def default(self, method: str, path: str, handler: Handler) -> None:
         self.defaults[(method, path)] = handler
 
+    def authorizations(self) -> set[str | None]:
+        """Every ``Authorization`` header received (``None``: a request without one)."""
+        return {r.authorization for r in self.received}
+
     def calls(self, method: str, path: str) -> list[dict[str, object]]:
         return [r.params for r in self.received if (r.method, r.path) == (method, path)]
 
@@ -67,7 +72,8 @@ class FakeService:
         params.update(request.args.items())
         key = (request.method, "/" + path)
         with self._lock:
-            self.received.append(Received(request.method, "/" + path, params))
+            authorization = request.headers.get("Authorization")
+            self.received.append(Received(request.method, "/" + path, params, authorization))
             queue = self.scripts.get(key)
             reply = queue.popleft() if queue else None
         if reply is None:

@@ -44,6 +44,16 @@ def main() -> None:
             self.end_headers()
             self.wfile.write(body)
 
+        def do_POST(self) -> None:
+            # ``cluster up`` asks for an admin key, as a node (it holds the secret).
+            made = self.path == "/keys" and self.headers.get("X-RaftQ-Node") is not None
+            body = json.dumps({"key": "rq_standin_admin_key"} if made else {}).encode()
+            self.send_response(201 if made else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
         def log_message(self, format: str, *args: object) -> None:
             pass
 

@@ -59,9 +59,13 @@ def test_url_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     assert resolve_url(None, None, None) == "http://dflt"
 
 
+TEST_KEY = "rq_0123456789ab_" + "k" * 43
+
+
 def _run(argv: list[str], stdin: str = "") -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    code = run(build_parser().parse_args(argv), Context(None, io.StringIO(stdin), out, err))
+    context = Context(None, TEST_KEY, io.StringIO(stdin), out, err)
+    code = run(build_parser().parse_args(argv), context)
     return code, out.getvalue(), err.getvalue()
 
 
@@ -110,7 +114,52 @@ def test_topic_commands_and_errors(service: FakeService) -> None:
 def test_main_reads_raftq_url(service: FakeService, monkeypatch: pytest.MonkeyPatch) -> None:
     service.default("GET", "/topics", lambda _p: (200, {"topics": []}))
     monkeypatch.setenv("RAFTQ_URL", service.url)
+    monkeypatch.setenv("RAFTQ_API_KEY", TEST_KEY)
     assert main(["topic", "list"]) == 0
+    assert service.authorizations() == {f"Bearer {TEST_KEY}"}
+
+
+def test_the_api_key_comes_from_a_file_the_environment_or_the_cluster_file(
+    tmp_path: Path, service: FakeService
+) -> None:
+    service.default("GET", "/topics", lambda _p: (200, {"topics": []}))
+    key_file = tmp_path / "key"
+    key_file.write_text("rq_fromfile\n")
+    out, err = io.StringIO(), io.StringIO()
+    args = build_parser().parse_args(
+        ["topic", "list", "--url", service.url, "--api-key-file", str(key_file)]
+    )
+    assert run(args, Context(None, TEST_KEY, io.StringIO(), out, err)) == 0
+    assert (
+        run(
+            build_parser().parse_args(["topic", "list", "--url", service.url]),
+            Context(None, None, io.StringIO(), out, err),
+        )
+        == 2
+    )
+    assert "RAFTQ_API_KEY" in err.getvalue()
+    (tmp_path / "cluster.json").write_text(
+        json.dumps({"load_balancer_url": service.url, "admin_key": "rq_fromdir"})
+    )
+    args = build_parser().parse_args(["topic", "list", "--dir", str(tmp_path)])
+    assert run(args, Context(None, None, io.StringIO(), out, err)) == 0
+    assert service.authorizations() == {"Bearer rq_fromfile", "Bearer rq_fromdir"}
+
+
+def test_key_commands(service: FakeService) -> None:
+    info: dict[str, object] = {"key_id": "0123456789ab", "role": "producer", "topics": ["t"]}
+    info |= {"name": "n", "created_ms": 1}
+    service.default("POST", "/keys", lambda p: (201, {"key": "rq_new", **info}))
+    service.default("GET", "/keys", lambda _p: (200, {"keys": [info]}))
+    service.default("POST", "/keys/revoke", lambda p: (200, {"key_id": p["key_id"]}))
+    code, out, err = _run(
+        ["key", "create", "--url", service.url, "--role", "producer", "--topic", "t", "--name", "n"]
+    )
+    assert code == 0 and out == "rq_new\n" and "shown once" in err
+    assert service.calls("POST", "/keys") == [{"role": "producer", "topics": ["t"], "name": "n"}]
+    assert _run(["key", "list", "--url", service.url])[1] == "0123456789ab\tproducer\tt\tn\n"
+    assert _run(["key", "revoke", "0123456789ab", "--url", service.url])[0] == 0
+    assert service.calls("POST", "/keys/revoke") == [{"key_id": "0123456789ab"}]
 
 
 def test_status_of_a_directory_without_a_cluster(tmp_path: Path) -> None:

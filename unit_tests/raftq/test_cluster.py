@@ -179,6 +179,9 @@ def test_up_status_signal_restart_and_down(open_cluster: Callable[..., LocalClus
     recorded = json.loads((cluster.directory / "cluster.json").read_text())
     pids = {n["name"]: n["pid"] for n in recorded["nodes"]}
     assert pids == {name: cluster.pid(name) for name in cluster.node_names}
+    # The admin key `up` asked for (as a node) is kept where only the owner reads it.
+    assert recorded["admin_key"] == cluster.admin_key == "rq_standin_admin_key"
+    assert (cluster.directory / "cluster.json").stat().st_mode & 0o777 == 0o600
 
     cluster.signal_node("broker-2", signal.SIGSTOP)
     assert not {n.name: n for n in cluster.status().nodes}["broker-2"].http_ok

@@ -373,6 +373,28 @@ def test_direct_false_goes_through_the_lb_with_the_count_of_the_first_attempt(
     assert all(b.calls("POST", "/logs") == b.calls("GET", "/logs") == [] for b in brokers)
 
 
+def test_the_count_the_manager_pinned_for_the_id_wins_over_the_asked_and_the_map(
+    service: FakeService, brokers: list[FakeService]
+) -> None:
+    """A replay after a partition was added: the job asks for 3 (its new view), the map has
+    3, but the id was first registered with 2, so the batch is cut over 2 as before."""
+    serve_map(service, brokers)
+    service.default(
+        "POST",
+        "/producers",
+        lambda p: (200, {"producer_id": p["producer_id"], "partition_count": 2}),
+    )
+    for broker in brokers:
+        broker.default("POST", "/logs", broker_produce)
+    with Producer(
+        service.url, "t", producer_id="job-1", partition_count=3, limits=FAST
+    ) as producer:
+        producer.produce_batch([(f"v{i}", f"k{i}") for i in range(40)])
+    assert service.calls("POST", "/producers")[0]["partition_count"] == 3
+    assert brokers[2].calls("POST", "/logs") == []  # nothing cut to partition 2
+    assert all(len(b.calls("POST", "/logs")) == 1 for b in brokers[:2])
+
+
 # --- consuming -------------------------------------------------------------------------------
 
 
@@ -463,7 +485,7 @@ def test_a_resumed_consumer_registered_for_something_else_is_refused_and_pops_no
     service: FakeService, brokers: list[FakeService]
 ) -> None:
     serve_map(service, brokers)
-    service.script("POST", "/consumers", Scripted(409, {"error_code": 40901, "message": "other"}))
+    service.script("POST", "/consumers", Scripted(409, {"error_code": 40904, "message": "other"}))
     with (
         Consumer(service.url, "t", consumer_id="someone", limits=FAST) as consumer,
         pytest.raises(ApiError) as raised,

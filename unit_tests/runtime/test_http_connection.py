@@ -12,6 +12,7 @@ from dataclasses import replace
 import orjson
 import pytest
 
+from protocol.access import Action
 from protocol.limits import Limits
 from runtime.http_api import App, json_response, request_params, server_limits
 from runtime.http_connection import AnswerLostError, HttpConnections, NotSentError
@@ -26,11 +27,11 @@ LIMITS = replace(Limits(), http_keepalive_idle_s=0.3, http_idle_connection_s_max
 def server() -> Iterator[HttpServer]:
     app = App("echo", LIMITS)
 
-    @app.post("/echo")
+    @app.post("/echo", Action.OPEN)
     def echo(http: HttpRequest) -> HttpResponse:
         return json_response({"params": request_params(http)}, 201)
 
-    @app.get("/sleep")
+    @app.get("/sleep", Action.OPEN)
     def sleep(_http: HttpRequest) -> HttpResponse:
         time.sleep(1.0)
         return json_response({})

@@ -14,6 +14,7 @@ from dataclasses import replace
 import orjson
 import pytest
 
+from protocol.access import Action
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 from runtime.http_api import App, json_response, request_params, server_limits
@@ -37,19 +38,19 @@ LIMITS = replace(
 def build_app() -> App:
     app = App("test", LIMITS)
 
-    @app.post("/echo")
+    @app.post("/echo", Action.OPEN)
     def echo(http: HttpRequest) -> HttpResponse:
         return json_response({"params": request_params(http), "path": http.path}, 201)
 
-    @app.get("/echo")
+    @app.get("/echo", Action.OPEN)
     def echo_get(http: HttpRequest) -> HttpResponse:
         return json_response({"params": request_params(http)})
 
-    @app.get("/busy")
+    @app.get("/busy", Action.OPEN)
     def busy(_http: HttpRequest) -> HttpResponse:
         raise RaftQError(ErrorCode.BACKPRESSURE, "busy")
 
-    @app.get("/bug")
+    @app.get("/bug", Action.OPEN)
     def bug(_http: HttpRequest) -> HttpResponse:
         raise ZeroDivisionError("boom")
 
@@ -232,7 +233,7 @@ def test_shutdown_lets_a_request_in_progress_finish() -> None:
     started, release = threading.Event(), threading.Event()
     app = App("slow", LIMITS)
 
-    @app.get("/slow")
+    @app.get("/slow", Action.OPEN)
     def slow(_http: HttpRequest) -> HttpResponse:
         started.set()
         release.wait(WAIT_S)

@@ -15,7 +15,7 @@ from spark_jobs.offsets import (
     parse_offset_spec,
     resolve,
 )
-from spark_jobs.options import OptionError, parse_read_options, parse_write_options
+from spark_jobs.options import Endpoint, OptionError, parse_read_options, parse_write_options
 from spark_jobs.planning import OffsetRange, offset_ranges, plan, split
 
 URL = "http://127.0.0.1:1"
@@ -25,7 +25,7 @@ def test_read_options_are_case_insensitive_and_default_like_kafka() -> None:
     batch = parse_read_options(
         {"RAFTQ.URL": URL + "/", "Subscribe": "a, b", "path": "ignored"}, streaming=False
     )
-    assert batch.url == URL and batch.topics == ("a", "b")
+    assert batch.endpoint == Endpoint(URL) and batch.topics == ("a", "b")
     assert batch.starting_offsets == "earliest" and batch.ending_offsets == "latest"
     assert batch.fail_on_data_loss and batch.min_partitions is None
     stream = parse_read_options(
@@ -52,7 +52,6 @@ def test_read_options_are_case_insensitive_and_default_like_kafka() -> None:
         ({"raftq.url": URL, "subscribe": "a", "endingOffsets": "latest"}, True, "batch"),
         ({"raftq.url": URL, "subscribe": "a", "maxOffsetsPerTrigger": "9"}, False, "stream"),
         ({"raftq.url": URL, "subscribe": "a", "endingOffsets": "earliest"}, False, "earliest"),
-        ({"raftq.url": URL, "subscribe": "a", "raftq.api_key": "k"}, False, "API keys"),
         ({"raftq.url": URL, "subscribe": "a", "startingOffsets": "{bad"}, False, "JSON"),
         ({"raftq.url": URL, "subscribe": "a", "SUBSCRIBE": "b"}, False, "twice"),
         ({"raftq.url": URL, "subscribe": "a", "raftq.direct": "no"}, False, "true or false"),
@@ -74,6 +73,16 @@ def test_write_options() -> None:
     assert not parse_write_options({"raftq.url": URL, "raftq.direct": "false"}).direct
     with pytest.raises(OptionError, match="batchmessagesmax"):
         parse_write_options({"raftq.url": URL, "raftq.batchMessagesMax": "10001"})
+
+
+def test_the_api_key_goes_with_the_endpoint_and_never_into_a_repr() -> None:
+    keyed = parse_write_options({"raftq.url": URL, "RAFTQ.API_KEY": "rq_secret"})
+    assert keyed.endpoint == Endpoint(URL, "rq_secret")
+    assert "rq_secret" not in repr(keyed)
+    read = parse_read_options(
+        {"raftq.url": URL, "subscribe": "a", "raftq.api_key": " "}, streaming=False
+    )
+    assert read.endpoint.api_key is None  # blank: none
 
 
 def test_kafka_json_offsets_round_trip() -> None:

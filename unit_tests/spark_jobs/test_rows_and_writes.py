@@ -4,6 +4,7 @@ that remembers sequences like a partition does (no Spark)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,7 @@ from raftq.errors import UnavailableError
 from raftq.records import PartitionInfo, Record, Replica
 from spark_jobs.cluster_io import fetch_range, producer_id, write_batches
 from spark_jobs.offsets import DataLossError
+from spark_jobs.options import Endpoint
 from spark_jobs.planning import OffsetRange
 from spark_jobs.rows import (
     RowError,
@@ -136,6 +138,10 @@ def attempt(rows: int, fail_after: int | None) -> Iterator[TopicBatch]:
         yield batch
 
 
+ONE: dict[str, Any] = {"partition_counts": {"t": 1}}
+"""The driver's count for topic "t" (else a task asks the cluster for it)."""
+
+
 @pytest.mark.parametrize("fail_after", [2, 12, 30])
 def test_a_retried_task_writes_nothing_twice(fail_after: int) -> None:
     service, partition = FakeService(), RememberingPartition()
@@ -143,9 +149,13 @@ def test_a_retried_task_writes_nothing_twice(fail_after: int) -> None:
     service.default("POST", "/logs", partition.handle)
     try:
         with pytest.raises(RuntimeError, match="executor lost"):
-            write_batches(service.url, attempt(31, fail_after), lambda _t: "spark-j-0", FAST)
+            write_batches(
+                Endpoint(service.url), attempt(31, fail_after), lambda _t: "spark-j-0", FAST, **ONE
+            )
         assert len(partition.log) == fail_after
-        summary = write_batches(service.url, attempt(31, None), lambda _t: "spark-j-0", FAST)
+        summary = write_batches(
+            Endpoint(service.url), attempt(31, None), lambda _t: "spark-j-0", FAST, **ONE
+        )
     finally:
         service.stop()
     assert partition.log == [str(i) for i in range(31)]
@@ -178,7 +188,12 @@ def test_fetch_range_pages_retries_short_reads_and_detects_gaps() -> None:
     try:
         got = list(
             fetch_range(
-                service.url, r, 2, retries_max=2, fail_on_data_loss=True, sleep=lambda _s: None
+                Endpoint(service.url),
+                r,
+                2,
+                retries_max=2,
+                fail_on_data_loss=True,
+                sleep=lambda _s: None,
             )
         )
         assert [[m.offset for m in page] for page in got] == [[0, 1], [2]]
@@ -186,21 +201,36 @@ def test_fetch_range_pages_retries_short_reads_and_detects_gaps() -> None:
         with pytest.raises(DataLossError, match="not contiguous"):
             list(
                 fetch_range(
-                    service.url, r, 2, retries_max=2, fail_on_data_loss=True, sleep=lambda _s: None
+                    Endpoint(service.url),
+                    r,
+                    2,
+                    retries_max=2,
+                    fail_on_data_loss=True,
+                    sleep=lambda _s: None,
                 )
             )
         pages = iter([])
         with pytest.raises(DataLossError, match="unreadable"):
             list(
                 fetch_range(
-                    service.url, r, 2, retries_max=2, fail_on_data_loss=True, sleep=lambda _s: None
+                    Endpoint(service.url),
+                    r,
+                    2,
+                    retries_max=2,
+                    fail_on_data_loss=True,
+                    sleep=lambda _s: None,
                 )
             )
         pages = iter([])
         assert (
             list(
                 fetch_range(
-                    service.url, r, 2, retries_max=1, fail_on_data_loss=False, sleep=lambda _s: None
+                    Endpoint(service.url),
+                    r,
+                    2,
+                    retries_max=1,
+                    fail_on_data_loss=False,
+                    sleep=lambda _s: None,
                 )
             )
             == []
@@ -249,7 +279,8 @@ def test_fetch_range_reads_from_the_partition_leaders_broker() -> None:
         for direct in (True, False):
             service.default("GET", "/logs", page)
             got = fetch_range(
-                service.url, OffsetRange("t", 0, 0, 3), 2, retries_max=0, fail_on_data_loss=True,
+                Endpoint(service.url), OffsetRange("t", 0, 0, 3), 2, retries_max=0,
+                fail_on_data_loss=True,
                 direct=direct,
             )  # fmt: skip
             assert [[m.offset for m in p] for p in got] == [[0, 1], [2]]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -21,23 +22,33 @@ from raftq import Admin, ClientLimits, Consumer, PartitionOffset, ProduceError, 
 from spark_jobs import bulk_consume, bulk_produce
 from spark_jobs.cluster_io import FETCH_ONLY_CONSUMER
 from spark_jobs.commit_protocol import Layout, committed_offsets
+from spark_jobs.options import Endpoint
 from unit_tests.cluster.harness import Cluster, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 
 
+def on(cluster: Cluster) -> dict[str, str]:
+    """The data source options that reach the module's cluster with its admin key."""
+    return {"raftq.url": cluster.lb_url, "raftq.api_key": cluster.admin_key}
+
+
+def endpoint(cluster: Cluster) -> Endpoint:
+    return Endpoint(cluster.lb_url, cluster.admin_key)
+
+
 def create_topic(cluster: Cluster, name: str, partitions: int) -> None:
-    with Admin(cluster.lb_url) as admin:
+    with Admin(cluster.lb_url, api_key=cluster.admin_key) as admin:
         admin.create_topic(name, partitions=partitions)
 
 
 def total_messages(cluster: Cluster, topic: str) -> int:
-    with Admin(cluster.lb_url) as admin:
+    with Admin(cluster.lb_url, api_key=cluster.admin_key) as admin:
         return sum(admin.end_offsets(topic).values())
 
 
 def read(spark: SparkSession, cluster: Cluster, topic: str, **options: str) -> DataFrame:
-    reader = spark.read.format("raftq").option("raftq.url", cluster.lb_url)
+    reader = spark.read.format("raftq").options(**on(cluster))
     return reader.option("subscribe", topic).options(**options).load()
 
 
@@ -50,9 +61,9 @@ def rows(spark: SparkSession, count: int) -> DataFrame:
 def test_write_100k_rows_and_read_the_same_rows_back(spark: SparkSession, cluster: Cluster) -> None:
     create_topic(cluster, "rows", 3)
     written = rows(spark, 100_000)
-    written.write.format("raftq").option("raftq.url", cluster.lb_url).option(
-        "topic", "rows"
-    ).option("raftq.batchMessagesMax", "5000").mode("append").save()
+    written.write.format("raftq").options(**on(cluster)).option("topic", "rows").option(
+        "raftq.batchMessagesMax", "5000"
+    ).mode("append").save()
     assert total_messages(cluster, "rows") == 100_000
     back = read(spark, cluster, "rows", minPartitions="4").cache()
     assert back.rdd.getNumPartitions() >= 4
@@ -110,7 +121,7 @@ def test_a_retried_task_leaves_no_duplicates(
             yield batch
 
     frame = rows(spark, 40_000).mapInArrow(fail_first_attempt, "value string, key string")
-    frame.write.format("raftq").option("raftq.url", cluster.lb_url).option("topic", "retry").option(
+    frame.write.format("raftq").options(**on(cluster)).option("topic", "retry").option(
         "raftq.batchMessagesMax", "1000"
     ).mode("append").save()
     assert marker.exists()
@@ -123,13 +134,13 @@ def test_available_now_stream_resumes_from_its_checkpoint(
 ) -> None:
     create_topic(cluster, "events", 2)
     create_topic(cluster, "events-copy", 2)
-    with Producer(cluster.lb_url, "events") as producer:
+    with Producer(cluster.lb_url, "events", api_key=cluster.admin_key) as producer:
         producer.produce_batch([(f"e{i}", f"k{i % 5}") for i in range(500)])
 
     def run_to_parquet() -> int:
         stream = (
             spark.readStream.format("raftq")
-            .option("raftq.url", cluster.lb_url)
+            .options(**on(cluster))
             .option("subscribe", "events")
             .option("startingOffsets", "earliest")
             .option("maxOffsetsPerTrigger", "200")
@@ -146,7 +157,7 @@ def test_available_now_stream_resumes_from_its_checkpoint(
         return len([p for p in query.recentProgress if p["numInputRows"] > 0])
 
     assert run_to_parquet() >= 3  # 500 rows, at most 200 per micro-batch
-    with Producer(cluster.lb_url, "events") as producer:
+    with Producer(cluster.lb_url, "events", api_key=cluster.admin_key) as producer:
         producer.produce_batch([(f"f{i}", None) for i in range(300)])
     run_to_parquet()
     out = spark.read.parquet(str(tmp_path / "out"))
@@ -155,13 +166,13 @@ def test_available_now_stream_resumes_from_its_checkpoint(
 
     copy = (
         spark.readStream.format("raftq")
-        .option("raftq.url", cluster.lb_url)
+        .options(**on(cluster))
         .option("subscribe", "events")
         .option("startingOffsets", "earliest")
         .load()
         .select("key", "value")
         .writeStream.format("raftq")
-        .option("raftq.url", cluster.lb_url)
+        .options(**on(cluster))
         .option("topic", "events-copy")
         .option("checkpointLocation", str(tmp_path / "copy-checkpoint"))
         .trigger(availableNow=True)
@@ -171,6 +182,52 @@ def test_available_now_stream_resumes_from_its_checkpoint(
     assert total_messages(cluster, "events-copy") == 800
 
 
+def test_a_micro_batch_replayed_after_a_partition_was_added_writes_nothing_twice(
+    spark: SparkSession, cluster: Cluster, tmp_path: Path
+) -> None:
+    """The driver dies after a micro-batch's write, before Spark records it as committed;
+    meanwhile the output topic gains a partition. The restarted query replays the batch and
+    reads three partitions where its first attempt saw two: its producers must still cut
+    the rows as before, where the partitions recognise them."""
+    create_topic(cluster, "replay-src", 2)
+    create_topic(cluster, "replay-dst", 2)
+    with Producer(cluster.lb_url, "replay-src", api_key=cluster.admin_key) as producer:
+        producer.produce_batch([(f"r{i}", f"k{i % 17}") for i in range(600)])
+    checkpoint = tmp_path / "checkpoint"
+
+    def run() -> int:
+        query = (
+            spark.readStream.format("raftq")
+            .options(**on(cluster))
+            .option("subscribe", "replay-src")
+            .option("startingOffsets", "earliest")
+            .load()
+            .select("key", "value")
+            .writeStream.format("raftq")
+            .options(**on(cluster))
+            .option("topic", "replay-dst")
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert query.awaitTermination(120)
+        return sum(p["numInputRows"] for p in query.recentProgress)
+
+    assert run() == 600
+    assert total_messages(cluster, "replay-dst") == 600
+    commits = checkpoint / "commits"
+    last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+    for name in (str(last), f".{last}.crc"):
+        (commits / name).unlink(missing_ok=True)
+    with Admin(cluster.lb_url, api_key=cluster.admin_key) as admin:
+        assert admin.add_partition("replay-dst").partition_id == 2
+    leader_name(cluster, "replay-dst", 2)
+    assert run() > 0  # the uncommitted batch ran again
+    assert total_messages(cluster, "replay-dst") == 600
+    copied = read(spark, cluster, "replay-dst").select("value")
+    assert copied.distinct().count() == 600
+
+
 def test_bulk_produce_then_bulk_consume_killed_at_each_step(
     spark: SparkSession, cluster: Cluster, tmp_path: Path
 ) -> None:
@@ -178,7 +235,7 @@ def test_bulk_produce_then_bulk_consume_killed_at_each_step(
     source = tmp_path / "input.csv"
     source.write_text("id,body\n" + "".join(f"{i},row {i}\n" for i in range(300)))
     frame = bulk_produce.load(spark, str(source), "csv", "body", "id")
-    report = bulk_produce.run(spark, cluster.lb_url, "bulk", frame, progress_period_s=0.5)
+    report = bulk_produce.run(spark, endpoint(cluster), "bulk", frame, progress_period_s=0.5)
     assert report.rows == 300
 
     expected = sorted(f"row {i}" for i in range(300))
@@ -197,8 +254,8 @@ def test_bulk_produce_then_bulk_consume_killed_at_each_step(
                 raise KeyboardInterrupt(point)  # like a kill: nothing after it runs
 
         with pytest.raises(KeyboardInterrupt):
-            bulk_consume.consume(spark, cluster.lb_url, "bulk", output, hook=crash)
-        finished = bulk_consume.consume(spark, cluster.lb_url, "bulk", output)
+            bulk_consume.consume(spark, endpoint(cluster), "bulk", output, hook=crash)
+        finished = bulk_consume.consume(spark, endpoint(cluster), "bulk", output)
         assert finished is not None and finished.run == 1, point
         published = sorted(p.relative_to(output).parts[0] for p in output.rglob("*.parquet"))
         assert set(published) == {"run=000001"}, point
@@ -206,7 +263,7 @@ def test_bulk_produce_then_bulk_consume_killed_at_each_step(
         assert values == expected, point
         assert sorted(p.name for p in output.iterdir()) == ["_raftq", "run=000001"], point
         assert committed_offsets(Layout(output)) == {"bulk": finished.end["bulk"]}
-        assert bulk_consume.consume(spark, cluster.lb_url, "bulk", output) is None
+        assert bulk_consume.consume(spark, endpoint(cluster), "bulk", output) is None
 
 
 def test_bulk_consume_process_killed_with_sigkill_then_rerun(
@@ -214,19 +271,27 @@ def test_bulk_consume_process_killed_with_sigkill_then_rerun(
 ) -> None:
     """The job as a user runs it, killed for real (SIGKILL) at two steps, then rerun."""
     create_topic(cluster, "killed", 1)
-    with Producer(cluster.lb_url, "killed") as producer:
+    with Producer(cluster.lb_url, "killed", api_key=cluster.admin_key) as producer:
         producer.produce_batch(f"k{i}" for i in range(200))
     output = tmp_path / "killed-output"
     command = [
         sys.executable, "-m", "spark_jobs.bulk_consume", "--url", cluster.lb_url,
         "--topic", "killed", "--output", str(output), "--master", "local[1]",
     ]  # fmt: skip
+    env = {**os.environ, "RAFTQ_API_KEY": cluster.admin_key}
     for point in ("staging written", "moved"):
         killed = subprocess.run(
-            [*command, "--kill-at", point], check=False, capture_output=True, text=True, timeout=300
+            [*command, "--kill-at", point],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
         )
         assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
-    done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        command, check=False, capture_output=True, text=True, timeout=300, env=env
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert sorted(p.name for p in output.iterdir()) == ["_raftq", "run=000001"]
     values = sorted(pq.read_table(output / "run=000001").column("value").to_pylist())
@@ -241,12 +306,17 @@ LONG_LIVED_MAP = ClientLimits(partition_map_age_s_max=600.0)
 """No refresh by age during a test: only refusals (and missing partitions) refresh the map."""
 
 
-def read_partition(lb_url: str, topic: str, partition_id: int, *, direct: bool) -> list[Record]:
+def read_partition(
+    cluster: Cluster, topic: str, partition_id: int, *, direct: bool
+) -> list[Record]:
     """Every message of the partition, by offset from 0 to its end offset."""
-    with Admin(lb_url) as admin:
+    lb_url, key = cluster.lb_url, cluster.admin_key
+    with Admin(lb_url, api_key=key) as admin:
         end = admin.end_offsets(topic)[partition_id]
     records: list[Record] = []
-    with Consumer(lb_url, topic, consumer_id=FETCH_ONLY_CONSUMER, direct=direct) as reader:
+    with Consumer(
+        lb_url, topic, consumer_id=FETCH_ONLY_CONSUMER, direct=direct, api_key=key
+    ) as reader:
         for _ in range(end + 1):  # bounded: each page brings at least one message
             if len(records) >= end:
                 break
@@ -257,7 +327,7 @@ def read_partition(lb_url: str, topic: str, partition_id: int, *, direct: bool) 
 
 def leader_name(cluster: Cluster, topic: str, partition_id: int) -> str:
     def leader() -> int | None:
-        with Admin(cluster.lb_url) as admin:
+        with Admin(cluster.lb_url, api_key=cluster.admin_key) as admin:
             return admin.partitions(topic)[partition_id].leader
 
     return cluster.broker_name(wait_until(leader, 30, f"a leader of {topic}/{partition_id}"))
@@ -271,8 +341,12 @@ def test_the_direct_path_produces_pops_and_fetches_while_the_load_balancer_is_pa
         leader_name(cluster, "direct", partition_id)
     messages = [(f"d{i}", f"key-{i % 7}") for i in range(300)]
     with (
-        Producer(cluster.lb_url, "direct", limits=LONG_LIVED_MAP) as producer,
-        Consumer(cluster.lb_url, "direct", limits=LONG_LIVED_MAP) as consumer,
+        Producer(
+            cluster.lb_url, "direct", limits=LONG_LIVED_MAP, api_key=cluster.admin_key
+        ) as producer,
+        Consumer(
+            cluster.lb_url, "direct", limits=LONG_LIVED_MAP, api_key=cluster.admin_key
+        ) as consumer,
     ):
         acked = producer.produce_batch(messages[:150])
         assert consumer.fetch("direct", 0, 0, 1)  # the consumer's map, while the LB answers
@@ -296,7 +370,7 @@ def test_the_direct_path_produces_pops_and_fetches_while_the_load_balancer_is_pa
     assert sorted(r.value for r in popped) == sorted(where)
     assert {r.value: PartitionOffset(r.partition_id, r.offset) for r in fetched} == where
     through_lb = [
-        r for pid in range(3) for r in read_partition(cluster.lb_url, "direct", pid, direct=False)
+        r for pid in range(3) for r in read_partition(cluster, "direct", pid, direct=False)
     ]
     assert {r.value: PartitionOffset(r.partition_id, r.offset) for r in through_lb} == where
 
@@ -328,7 +402,7 @@ def test_acknowledged_direct_writes_survive_kill_9_and_pause_of_partition_leader
             for (value, _), offset in zip(batch, send_until_acked(producer, batch), strict=True):
                 acked[value] = offset
 
-    with Producer(cluster.lb_url, topic) as producer:
+    with Producer(cluster.lb_url, topic, api_key=cluster.admin_key) as producer:
         produce(producer, 0, 10)
         killed = leader_name(cluster, topic, 0)
         cluster.kill(killed)  # kill -9 of the whole process group
@@ -349,9 +423,7 @@ def test_acknowledged_direct_writes_survive_kill_9_and_pause_of_partition_leader
         assert path.answers > answers_before  # back to the brokers
     assert len(acked) == 800
     for direct in (False, True):  # through the load balancer, then from the leaders
-        stored = [
-            r for pid in (0, 1) for r in read_partition(cluster.lb_url, topic, pid, direct=direct)
-        ]
+        stored = [r for pid in (0, 1) for r in read_partition(cluster, topic, pid, direct=direct)]
         values = [r.value for r in stored]
         assert len(values) == len(set(values)), "a message is stored twice"
         assert {r.value: PartitionOffset(r.partition_id, r.offset) for r in stored} == acked
@@ -362,18 +434,24 @@ def test_a_stale_map_after_a_partition_is_added_still_routes_correctly(cluster: 
     create_topic(cluster, topic, 2)
     quick = ClientLimits(partition_map_age_s_max=1.0, partition_map_refresh_s_min=0.5)
     with (
-        Producer(cluster.lb_url, topic, partition_id=2, limits=LONG_LIVED_MAP) as to_new,
-        Producer(cluster.lb_url, topic, limits=quick) as keyed,
-        Producer(cluster.lb_url, topic, direct=False) as through_lb,
+        Producer(
+            cluster.lb_url, topic, partition_id=2, limits=LONG_LIVED_MAP, api_key=cluster.admin_key
+        ) as to_new,
+        Producer(cluster.lb_url, topic, limits=quick, api_key=cluster.admin_key) as keyed,
+        Producer(cluster.lb_url, topic, direct=False, api_key=cluster.admin_key) as through_lb,
         Consumer(
-            cluster.lb_url, topic, consumer_id=FETCH_ONLY_CONSUMER, limits=LONG_LIVED_MAP
+            cluster.lb_url,
+            topic,
+            consumer_id=FETCH_ONLY_CONSUMER,
+            limits=LONG_LIVED_MAP,
+            api_key=cluster.admin_key,
         ) as reader,
     ):
         for client in (to_new, keyed, reader):
             assert client.direct_path is not None
             found = client.direct_path.maps.get(topic)
             assert found is not None and found.partition_count == 2  # maps fetched before
-        with Admin(cluster.lb_url) as admin:
+        with Admin(cluster.lb_url, api_key=cluster.admin_key) as admin:
             assert admin.add_partition(topic).partition_id == 2
         leader_name(cluster, topic, 2)
         # A partition missing from a map refreshes it, then goes straight to its leader.

@@ -1,0 +1,295 @@
+"""Who may do what, against a real cluster (issue 9): API keys with roles for clients, the
+cluster secret's token for nodes, nothing stored from a refused request, no secret in any
+answer or log, Raft ports that unpickle nothing from outsiders, and listeners bound to the
+configured host only."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import struct
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from pysyncobj import SyncObj, SyncObjConf
+
+from protocol.access import NODE_HEADER
+from raftq import Admin, ApiError, Consumer, Producer
+from stress_tests.polling import poll_until
+from unit_tests.cluster.harness import Cluster, running_cluster
+from unit_tests.ports import CLUSTER_BASE_PORTS, CLUSTER_PORT_SPAN, free_port
+
+pytestmark = pytest.mark.cluster
+
+WAIT_S = 30.0
+KEY_CACHE_S = "1.0"
+"""Brokers trust what they learnt about a key for this long (``key_cache_s``)."""
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    port = CLUSTER_BASE_PORTS["access"]
+    limits = {"key_cache_s": KEY_CACHE_S}
+    yield from running_cluster(tmp_path_factory.mktemp("access"), port, limits)
+
+
+@pytest.fixture(scope="module")
+def keys(cluster: Cluster) -> dict[str, str]:
+    """A producer and a consumer key for topic "granted" (and "other", which they lack)."""
+    with Admin(cluster.lb_url, api_key=cluster.admin_key) as admin:
+        admin.create_topic("granted", partitions=2)
+        admin.create_topic("other", partitions=1)
+        producer = admin.create_key("producer", ["granted"], "test producer")
+        consumer = admin.create_key("consumer", ["gran*"], "test consumer")
+    return {"producer": producer.key, "consumer": consumer.key}
+
+
+def _leader_address(cluster: Cluster, topic: str, partition_id: int) -> str:
+    """The HTTP address of the partition leader's broker, once one is known (bounded)."""
+
+    def known() -> str | None:
+        with Admin(cluster.lb_url, api_key=cluster.admin_key) as admin:
+            part = admin.partitions(topic)[partition_id]
+        found = [r.address for r in part.replicas if r.broker_id == part.leader and r.address]
+        return found[0] if found else None
+
+    return poll_until(known, WAIT_S, f"a leader of {topic}/{partition_id}")
+
+
+def _call(method: str, url: str, key: str | None, body: Any = None, **params: Any) -> Any:
+    headers = {} if key is None else {"Authorization": f"Bearer {key}"}
+    return requests.request(method, url, json=body, params=params, headers=headers, timeout=30)
+
+
+def _state(cluster: Cluster) -> tuple[Any, ...]:
+    """What a refused request must leave as it was: topics, end offsets, keys, brokers."""
+    with Admin(cluster.lb_url, api_key=cluster.admin_key) as admin:
+        topics = sorted((t.name, t.partition_count) for t in admin.list_topics())
+        ends = {name: admin.end_offsets(name) for name, _ in topics}
+        listed = sorted(k.key_id for k in admin.list_keys())
+        brokers = sorted((b.broker_id, b.address) for b in admin.brokers())
+    return topics, ends, listed, brokers
+
+
+CLIENT_CALLS = [
+    ("POST", "/topics", {"name": "made-by-intruder", "partitions": 1}, "admin"),
+    ("POST", "/partitions", {"topic": "granted"}, "admin"),
+    ("POST", "/keys", {"role": "admin"}, "admin"),
+    ("POST", "/keys/revoke", {"key_id": "0123456789ab"}, "admin"),
+    ("GET", "/keys", None, "admin"),
+    ("POST", "/producers", {"topic": "granted"}, "producer"),
+    ("POST", "/logs", {"topic": "granted", "messages": [{"message": "x"}]}, "producer"),
+    ("POST", "/consumers", {"topic": "granted"}, "consumer"),
+    ("GET", "/topics", None, "any"),
+    ("GET", "/cluster", None, "any"),
+]
+
+
+def _fake_key(real: str) -> str:
+    """Well-formed, with the right key id, but not the key."""
+    return real[:-4] + ("AAAA" if not real.endswith("AAAA") else "BBBB")
+
+
+def test_client_endpoints_refuse_missing_wrong_and_underprivileged_keys(
+    cluster: Cluster, keys: dict[str, str]
+) -> None:
+    before = _state(cluster)
+    for method, path, body, needs in CLIENT_CALLS:
+        url = cluster.lb_url + path
+        for key, expected in ((None, 401), (_fake_key(keys["producer"]), 401), ("junk", 401)):
+            answer = _call(method, url, key, body)
+            assert answer.status_code == expected, (method, path, key, answer.text)
+            assert answer.json()["error_code"] == 40101
+        if needs == "admin":
+            for role in ("producer", "consumer"):
+                answer = _call(method, url, keys[role], body)
+                assert answer.status_code == 403, (method, path, role, answer.text)
+                assert answer.json()["error_code"] == 40301
+        elif needs in ("producer", "consumer"):
+            other = "consumer" if needs == "producer" else "producer"
+            assert _call(method, url, keys[other], body).status_code == 403, (method, path)
+    # A producer key for "granted" may not touch "other"; a consumer key may not write.
+    denied = _call("POST", cluster.lb_url + "/producers", keys["producer"], {"topic": "other"})
+    assert denied.status_code == 403 and "other" in denied.json()["message"]
+    assert _state(cluster) == before
+
+
+def test_each_role_does_its_part_on_both_paths(cluster: Cluster, keys: dict[str, str]) -> None:
+    values = [f"v{i}" for i in range(20)]
+    for direct in (True, False):
+        with Producer(cluster.lb_url, "granted", api_key=keys["producer"], direct=direct) as p:
+            p.produce_batch((v, f"k{v}") for v in values)
+    with Consumer(cluster.lb_url, "granted", api_key=keys["consumer"]) as consumer:
+        popped = poll_until(
+            lambda: got if len(got := consumer.poll(100)) else None, WAIT_S, "a pop to answer"
+        )
+        fetched = consumer.fetch("granted", popped[0].partition_id, 0, 10)
+    assert popped and fetched
+    with pytest.raises(ApiError) as refused:
+        Producer(cluster.lb_url, "granted", api_key=keys["consumer"])
+    assert refused.value.status == 403
+    with pytest.raises(ApiError) as refused:
+        Consumer(cluster.lb_url, "other", api_key=keys["consumer"])
+    assert refused.value.status == 403
+
+
+def test_a_broker_refuses_what_the_key_may_not_do(cluster: Cluster, keys: dict[str, str]) -> None:
+    leader = _leader_address(cluster, "other", 0)
+    body = {"topic": "other", "partition_id": 0, "messages": [{"message": "x"}]}
+    assert _call("POST", f"{leader}/logs", None, body).status_code == 401
+    assert _call("POST", f"{leader}/logs", keys["producer"], body).status_code == 403
+    read = {"topic": "other", "partition_id": "0", "offset": "0"}
+    assert _call("GET", f"{leader}/logs", keys["consumer"], **read).status_code == 403
+    with Admin(cluster.lb_url, api_key=cluster.admin_key) as admin:
+        assert admin.end_offsets("other") == {0: 0}
+
+
+def test_internal_endpoints_answer_only_nodes(cluster: Cluster, keys: dict[str, str]) -> None:
+    before = _state(cluster)
+    broker = cluster.broker_url(1)
+    manager = cluster.node("manager-1")["http_address"]
+    spec = {"topic": "granted", "partition_id": 9, "replicas": []}
+    register = {"broker_id": 9, "address": "http://127.0.0.1:1", "raft_host": "127.0.0.1"}
+    register |= {"raft_port_min": 1, "raft_port_max": 2}
+    calls = [
+        ("POST", f"{cluster.lb_url}/brokers", register),
+        ("POST", f"{broker}/partitions", spec),
+        ("GET", f"{broker}/checksum", None),
+        ("GET", f"{broker}/raft_status", None),
+        ("POST", f"{cluster.lb_url}/keys/verify", {"key_id": "0123456789ab", "key_hash": "0"}),
+    ]
+    for method, url, body in calls:
+        assert _call(method, url, None, body).status_code == 401, url
+        assert _call(method, url, cluster.admin_key, body).status_code == 403, url
+        wrong = requests.request(method, url, json=body, headers={NODE_HEADER: "0" * 64})
+        assert wrong.status_code == 401, url
+    public = _call("GET", f"{manager}/raft_status", None).json()
+    assert set(public) <= {"id", "is_leader", "state", "leader_address", "term"}
+    assert "commit_index" in cluster.internal.get(f"{manager}/raft_status", timeout=10).json()
+    assert _state(cluster) == before
+
+
+def test_a_revoked_key_stops_working_on_both_paths(cluster: Cluster) -> None:
+    with Admin(cluster.lb_url, api_key=cluster.admin_key) as admin:
+        made = admin.create_key("producer", ["granted"], "soon revoked")
+    leader = _leader_address(cluster, "granted", 0)
+    body = {"topic": "granted", "partition_id": 0, "messages": [{"message": "r"}]}
+    poll_until(  # the broker learns the key (and caches it); bounded, in case leadership moved
+        lambda: _call(
+            "POST", f"{_leader_address(cluster, 'granted', 0)}/logs", made.key, body
+        ).status_code
+        == 201,
+        WAIT_S,
+        "the broker to take the new key",
+    )
+    with Admin(cluster.lb_url, api_key=cluster.admin_key) as admin:
+        admin.revoke_key(made.info.key_id)
+        assert made.info.key_id not in {k.key_id for k in admin.list_keys()}
+    assert _call("POST", f"{cluster.lb_url}/logs", made.key, body).status_code == 401
+    poll_until(
+        lambda: _call("POST", f"{leader}/logs", made.key, body).status_code == 401,
+        float(KEY_CACHE_S) + WAIT_S,
+        "the broker to forget the revoked key",
+    )
+
+
+def test_no_secret_or_key_appears_in_answers_metrics_or_logs(
+    cluster: Cluster, keys: dict[str, str]
+) -> None:
+    secret = Path(cluster.info["secret_file"]).read_text().strip()
+    token = cluster.internal.headers[NODE_HEADER]
+    texts = [_call("GET", f"{cluster.lb_url}/cluster", cluster.admin_key).text]
+    texts.append(_call("GET", f"{cluster.lb_url}/keys", cluster.admin_key).text)
+    for node in cluster.info["nodes"]:
+        texts.append(requests.get(f"{node['http_address']}/metrics", timeout=10).text)
+        texts.append(Path(node["log_file"]).read_text(errors="replace"))
+    for text in texts:
+        for value in (secret, token, cluster.admin_key, *keys.values()):
+            assert value not in text
+
+
+def _evil_frame(marker: Path) -> bytes:
+    """What pysyncobj reads from a peer without a password: length, then zlib(pickle). This
+    pickle calls ``os.mkdir(marker)`` when loaded."""
+
+    class Evil:
+        def __reduce__(self) -> tuple[Any, tuple[str]]:
+            return os.mkdir, (str(marker),)
+
+    data = zlib.compress(pickle.dumps(Evil()), 3)
+    return struct.pack("i", len(data)) + data
+
+
+def _send(address: str, frame: bytes, *, hang_up_within_s: float) -> None:
+    """Send ``frame`` and wait until the node hangs up on it (it has read and refused it
+    by then)."""
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(frame)
+        sock.settimeout(hang_up_within_s)
+        assert sock.recv(1024) == b"", f"{address} answered the payload"
+
+
+def test_the_evil_pickle_runs_on_a_raft_node_without_a_password(tmp_path: Path) -> None:
+    """The control for the next test: the payload does what it says where nothing stops it."""
+    marker = tmp_path / "pwned"
+    address = f"127.0.0.1:{free_port()}"
+    node = SyncObj(address, [], SyncObjConf(bindAddress=address, autoTick=True))
+    try:
+        poll_until(lambda: node.isReady() or None, WAIT_S, "the bare node to start")
+        host, port = address.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            sock.sendall(_evil_frame(marker))  # open until read: a hang-up may come first
+            poll_until(marker.exists, WAIT_S, "the payload to run on the bare node")
+    finally:
+        node.destroy()
+
+
+def test_a_pickled_payload_to_every_raft_port_runs_nothing(
+    cluster: Cluster, keys: dict[str, str], tmp_path: Path
+) -> None:
+    marker = tmp_path / "pwned"
+    with Admin(cluster.lb_url, api_key=cluster.admin_key) as admin:
+        addresses = {r.raft_address for t in ("granted", "other") for p in admin.partitions(t)
+                     for r in p.replicas}  # fmt: skip
+    addresses |= {n["raft_address"] for n in cluster.info["nodes"] if n["role"] == "manager"}
+    assert len(addresses) == 3 * 3 + 3
+    frame = _evil_frame(marker)
+    for address in sorted(addresses):
+        _send(address, frame, hang_up_within_s=WAIT_S)
+    # Each send returned once the node had read the frame and hung up on it (a node that
+    # loaded the pickle would have made the marker by then).
+    with Producer(cluster.lb_url, "granted", api_key=keys["producer"]) as producer:
+        producer.produce_batch(["after the payload"])  # every group still commits
+    for node in cluster.info["nodes"]:
+        assert requests.get(node["http_address"] + "/", timeout=10).status_code == 200
+    assert not marker.exists()
+
+
+def test_every_listener_is_bound_to_the_configured_host(cluster: Cluster) -> None:
+    low = cluster.base_port
+    listening = _listening_ports()
+    ours = {addr for addr, port in listening if low <= port < low + CLUSTER_PORT_SPAN}
+    assert ours == {"127.0.0.1"}, listening
+
+
+def _listening_ports() -> set[tuple[str, int]]:
+    """(address, port) of every TCP socket in LISTEN, from /proc/net/tcp and tcp6 (an IPv6
+    address is kept as its hex: any of them on our ports is a failure)."""
+    found = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            if state != "0A":  # LISTEN
+                continue
+            hex_addr, hex_port = local.split(":")
+            address = hex_addr
+            if table == "tcp":
+                address = ".".join(str(int(hex_addr[i : i + 2], 16)) for i in (6, 4, 2, 0))
+            found.add((address, int(hex_port, 16)))
+    return found

@@ -1,0 +1,52 @@
+"""The manager's own ``create_app`` over in-memory twins: the registry is a ``LocalRegistry``
+(one node that always leads), the broker client is whatever the test passes, and the leader
+duties thread is not started. Everything else (routes, the leader gate, the error mapping,
+metrics, ``GET /openapi.json``) is the production wiring."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import manager.app
+from manager.broker_client import BrokerClient
+from manager.config import ManagerConfig, Peer
+from manager.replicated import LocalRegistry
+from protocol.access import NODE_HEADER, node_token
+from protocol.limits import Limits
+
+SECRET = "in-memory-cluster-secret"
+AS_NODE = {NODE_HEADER: node_token(SECRET)}
+"""What the fuzzing sends with every request: the node token opens every operation, so the
+fuzzing reaches the handlers (who may call what is tested in ``test_access`` modules)."""
+
+
+class Idle:
+    """Stands for a thread an app would start (leader duties, broker registration)."""
+
+    def __init__(self, *args: object) -> None:
+        pass
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+def manager_config(
+    data_dir: Path, limits: Limits, port: int = 1, raft_port: int = 2
+) -> ManagerConfig:
+    """A single manager (its own only peer), so ``GET /cluster`` asks no other node."""
+    peer = Peer(1, f"http://127.0.0.1:{port}", f"127.0.0.1:{raft_port}")
+    return ManagerConfig(1, "127.0.0.1", port, raft_port, (peer,), data_dir, SECRET, limits)
+
+
+def patch_manager(
+    monkeypatch: pytest.MonkeyPatch, registry: LocalRegistry, brokers: BrokerClient
+) -> None:
+    """Makes ``manager.app.create_app`` build over ``registry`` and ``brokers``."""
+    monkeypatch.setattr(manager.app, "ManagerRaft", lambda _config: registry)
+    monkeypatch.setattr(manager.app, "BrokerClient", lambda _limits, _token: brokers)
+    monkeypatch.setattr(manager.app, "LeaderDuties", Idle)

@@ -1,0 +1,239 @@
+"""The manager's API fuzzed with schemathesis from its own document (``GET /openapi.json``).
+
+The server is the manager's ``create_app`` in this process (``in_memory_app``: the in-memory
+registry twin, brokers stubbed with answers shaped as the broker document says), served by
+``runtime.http_server`` on a free port. Every generated request, valid and invalid
+(schemathesis' positive and negative modes), must get: no 5xx other than a refusal that
+proves nothing was done; a status, content type, headers and body the document describes;
+and, for every answer that proves nothing was done (every 4xx, those 503s), nothing stored:
+the registry's revision and commands, and the brokers' writes, unchanged.
+
+Bounded: a fixed number of examples per operation, derandomized (the same run every time),
+a deadline per request; the whole module takes a few seconds.
+"""
+
+from __future__ import annotations
+
+import pickle
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import requests
+import schemathesis
+from hypothesis import HealthCheck, settings
+from schemathesis import Case, GenerationMode
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    negative_data_rejection,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from manager.app import create_app
+from manager.broker_client import BrokerClient
+from manager.replicated import LocalRegistry
+from protocol.deadline import Deadline
+from protocol.errors import ErrorCode, proves_nothing_done
+from protocol.limits import Limits
+from protocol.openapi import Node, api_document
+from protocol.types import ReplicaSpec
+from runtime.http_api import server_limits
+from runtime.http_client import HttpAnswer
+from runtime.http_server import HttpServer
+from unit_tests.manager.in_memory_app import AS_NODE, manager_config, patch_manager
+from unit_tests.ports import free_port
+
+LIMITS = Limits()
+EXAMPLES_PER_OPERATION = 30
+REFUSALS_5XX = {ErrorCode.REFUSED.value, ErrorCode.NOT_ENOUGH_BROKERS.value}
+"""The only 5xx a healthy single manager may answer: a refusal before anything is proposed
+(a routing count above the topic's active partitions; too few brokers or Raft ports for a
+topic's replicas)."""
+
+SCHEMA = schemathesis.openapi.from_dict(api_document(Node.MANAGER))
+SCHEMA.config.generation.update(
+    modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE],
+    max_examples=EXAMPLES_PER_OPERATION,
+    deterministic=True,
+    # The test sends a node's credentials with every request (``AS_NODE``): who may call
+    # what is tested against a running cluster (unit_tests/cluster/test_access.py).
+    with_security_parameters=False,
+)
+SCHEMA.config.phases.update(phases=["examples", "fuzzing"])
+# What counts as refusing an invalid request: RaftQ answers 413 for a body, batch, message
+# or key over its limit; 5xx are judged by the test itself.
+SCHEMA.config.checks.negative_data_rejection.expected_statuses = [
+    "400",
+    "404",
+    "409",
+    "413",
+    "429",
+    "5xx",
+]
+
+
+class StubBrokers(BrokerClient):
+    """Every broker takes every request and answers as the broker document says, keeping
+    one log per partition; what it stored is counted in ``writes``."""
+
+    def __init__(self) -> None:
+        super().__init__(LIMITS, "test-node-token")
+        self._lock = threading.Lock()
+        self.writes = 0
+        self._logs: dict[tuple[str, int], list[str]] = {}
+        self._offsets: dict[tuple[str, int, str], int] = {}
+
+    def host_replica(self, address: str, spec: ReplicaSpec) -> None:
+        with self._lock:
+            self.writes += 1
+
+    def produce(
+        self, address: str, body: dict[str, object], deadline: Deadline | None = None
+    ) -> HttpAnswer:
+        topic, partition_id = str(body["topic"]), int(str(body["partition_id"]))
+        messages = body["messages"]
+        assert isinstance(messages, list)
+        with self._lock:
+            self.writes += 1
+            log = self._logs.setdefault((topic, partition_id), [])
+            offsets = list(range(len(log), len(log) + len(messages)))
+            log.extend(str(m["message"]) for m in messages)
+        ack = {
+            "partition_id": partition_id,
+            "durability": body["durability"],
+            "raft_term": 1,
+            "raft_index": self.writes,
+            "replicas_synced": 3,
+            "replicas_flushed": 0,
+        }
+        return HttpAnswer(201, {"partition_id": partition_id, "offsets": offsets, "ack": ack}, {})
+
+    def read(
+        self, address: str, params: dict[str, str], deadline: Deadline | None = None
+    ) -> HttpAnswer:
+        topic, partition_id = params["topic"], int(params["partition_id"])
+        count = int(params["max_messages"])
+        with self._lock:
+            log = self._logs.get((topic, partition_id), [])
+            if "consumer_id" in params:  # a pop: the consumer's offset moves
+                self.writes += 1
+                key = (topic, partition_id, params["consumer_id"])
+                start = self._offsets.get(key, 0)
+                self._offsets[key] = min(start + count, len(log))
+            else:
+                start = int(params["offset"])
+            found = [
+                {
+                    "topic": topic,
+                    "partition_id": partition_id,
+                    "offset": offset,
+                    "key": None,
+                    "message": log[offset],
+                    "timestamp_ms": 1,
+                }
+                for offset in range(start, min(start + count, len(log)))
+            ]
+        return HttpAnswer(200, {"messages": found}, {})
+
+
+@dataclass(frozen=True)
+class Running:
+    url: str
+    registry: LocalRegistry
+    brokers: StubBrokers
+
+    def stored(self) -> tuple[bytes, int]:
+        """What a request that did nothing must leave as it was: the registry's whole state
+        and the brokers' writes. (Not the list of commands: a registration refused in apply,
+        like a client id already registered for another topic, is proposed and changes
+        nothing.)"""
+        return self.registry.read(pickle.dumps), self.brokers.writes
+
+
+@pytest.fixture(scope="module")
+def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    registry, brokers = LocalRegistry(), StubBrokers()
+    port = free_port()
+    with pytest.MonkeyPatch.context() as monkeypatch:  # for the whole module, to be safe
+        patch_manager(monkeypatch, registry, brokers)
+        data_dir = Path(tmp_path_factory.mktemp("manager"))
+        app = create_app(manager_config(data_dir, LIMITS, port, free_port()))
+        server = HttpServer("127.0.0.1", port, app.handle, server_limits(LIMITS))
+        thread = threading.Thread(target=server.serve_forever, name="fuzzed-manager", daemon=True)
+        thread.start()
+        running = Running(f"http://127.0.0.1:{port}", registry, brokers)
+        _seed(running.url)
+        try:
+            yield running
+        finally:
+            server.shutdown()
+            thread.join()
+            app.close()
+
+
+def _seed(url: str) -> None:
+    """Brokers, and the topic, producer and consumer the document's examples name, so that
+    generated requests also reach the paths behind a successful lookup."""
+    for broker_id in (1, 2, 3):
+        _post(
+            url,
+            "/brokers",
+            {
+                "broker_id": broker_id,
+                "address": f"http://broker-{broker_id}",
+                "raft_host": f"host-{broker_id}",
+                "raft_port_min": 1,
+                "raft_port_max": 65535,
+            },
+        )
+    _post(url, "/topics", {"name": "orders", "partitions": 3})
+    _post(url, "/producers", {"topic": "orders", "producer_id": "producer-1"})
+    _post(url, "/consumers", {"topic": "orders", "consumer_id": "consumer-1"})
+
+
+def _post(url: str, path: str, body: dict[str, object]) -> None:
+    answer = requests.post(url + path, json=body, timeout=10, headers=AS_NODE)
+    assert answer.status_code in (200, 201), answer.text
+
+
+CHECKS = [
+    status_code_conformance,
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    negative_data_rejection,
+]
+MODES = {("GET", "/logs")}
+"""Operations whose parameters are the union of two modes (pop, fetch): a request in one
+mode ignores the other's parameters, so an invalid one of those is rightly not refused and
+``negative_data_rejection`` does not apply."""
+
+
+@SCHEMA.parametrize()
+@settings(
+    max_examples=EXAMPLES_PER_OPERATION,
+    deadline=2_000,
+    derandomize=True,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
+def test_manager_api_holds_to_its_document(case: Case[Any], fuzzed: Running) -> None:
+    before = fuzzed.stored()
+    response = case.call(base_url=fuzzed.url, timeout=10, headers=AS_NODE)
+    modes = (case.method, case.path) in MODES
+    case.validate_response(
+        response, checks=[c for c in CHECKS if not (modes and c is negative_data_rejection)]
+    )
+    is_json = response.headers.get("content-type") == ["application/json"]
+    body = orjson.loads(response.content) if is_json else None
+    code = body.get("error_code") if isinstance(body, dict) else None
+    if response.status_code >= 500:
+        assert code in REFUSALS_5XX, f"{response.status_code} {body}"
+    if response.status_code >= 400 and proves_nothing_done(response.status_code, body):
+        assert fuzzed.stored() == before, f"{response.status_code} {body} changed state"

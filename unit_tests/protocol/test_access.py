@@ -1,0 +1,105 @@
+"""The access rule, keys and tokens (``protocol.access``), and the authenticator a node's
+app uses (``runtime.http_auth``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from protocol.access import (
+    NODE,
+    Action,
+    Grant,
+    Role,
+    bearer_key,
+    check_topic_patterns,
+    key_hash,
+    make_key,
+    node_token,
+    parse_key,
+    require,
+    require_topic,
+)
+from protocol.errors import ErrorCode, RaftQError
+from runtime.http_auth import authenticator
+from runtime.http_server import HttpRequest
+
+KEY = make_key("0123456789ab", "s" * 43)
+PRODUCER = Grant("0123456789ab", Role.PRODUCER, ("orders", "logs.*"))
+CONSUMER = Grant("0123456789ab", Role.CONSUMER, ("*",))
+ADMIN = Grant("0123456789ab", Role.ADMIN)
+
+
+def _code(call: object) -> ErrorCode | None:
+    try:
+        call()  # type: ignore[operator]
+    except RaftQError as exc:
+        return exc.code
+    return None
+
+
+@pytest.mark.parametrize(
+    ("principal", "action", "expected"),
+    [
+        (None, Action.OPEN, None),
+        (None, Action.DESCRIBE, ErrorCode.UNAUTHENTICATED),
+        (None, Action.NODE, ErrorCode.UNAUTHENTICATED),
+        (PRODUCER, Action.DESCRIBE, None),
+        (PRODUCER, Action.PRODUCE, None),
+        (PRODUCER, Action.CONSUME, ErrorCode.FORBIDDEN),
+        (PRODUCER, Action.ADMIN, ErrorCode.FORBIDDEN),
+        (CONSUMER, Action.CONSUME, None),
+        (CONSUMER, Action.PRODUCE, ErrorCode.FORBIDDEN),
+        (ADMIN, Action.ADMIN, None),
+        (ADMIN, Action.PRODUCE, None),
+        (ADMIN, Action.NODE, ErrorCode.FORBIDDEN),
+        (NODE, Action.NODE, None),
+        (NODE, Action.ADMIN, None),
+    ],
+)
+def test_the_role_rule(principal: Grant | None, action: Action, expected: ErrorCode) -> None:
+    assert _code(lambda: require(principal, action)) is expected
+
+
+def test_the_topic_rule() -> None:
+    assert _code(lambda: require_topic(PRODUCER, Action.PRODUCE, "orders")) is None
+    assert _code(lambda: require_topic(PRODUCER, Action.PRODUCE, "logs.app")) is None
+    assert _code(lambda: require_topic(PRODUCER, Action.PRODUCE, "orders2")) is ErrorCode.FORBIDDEN
+    assert _code(lambda: require_topic(PRODUCER, Action.PRODUCE, "logs")) is ErrorCode.FORBIDDEN
+    assert _code(lambda: require_topic(CONSUMER, Action.CONSUME, "any")) is None
+    assert _code(lambda: require_topic(ADMIN, Action.CONSUME, "any")) is None
+
+
+def test_keys_tokens_and_patterns() -> None:
+    assert parse_key(KEY) == "0123456789ab"
+    for bad in ("", "rq_0123456789ab", "rq_XYZ456789ab_" + "s" * 43, KEY + "!", "x" + KEY):
+        assert parse_key(bad) is None
+    assert key_hash(KEY) != key_hash(KEY + "x") and len(key_hash(KEY)) == 64
+    assert bearer_key(f"Bearer {KEY}") == KEY and bearer_key(f"bearer  {KEY} ") == KEY
+    assert bearer_key("Basic abc") is None and bearer_key("Bearer ") is None
+    assert node_token("a" * 16) != node_token("b" * 16) and "a" * 16 not in node_token("a" * 16)
+    assert check_topic_patterns(["a", "b.*", "*"], 10) == ("a", "b.*", "*")
+    refused: tuple[list[object], ...] = (["a/b"], [""], ["**"], [3], ["a*b"], ["x" * 12])
+    for patterns in refused:
+        with pytest.raises(ValueError):
+            check_topic_patterns(patterns, 10)
+
+
+def _request(headers: list[tuple[str, str]]) -> HttpRequest:
+    return HttpRequest("GET", "/topics", headers)
+
+
+def test_the_authenticator_refuses_credentials_nobody_issued() -> None:
+    token = node_token("s" * 16)
+    authenticate = authenticator(token, lambda key: PRODUCER if key == KEY else None)
+    assert authenticate(_request([])) is None
+    assert authenticate(_request([("X-RaftQ-Node", token)])) is NODE
+    assert authenticate(_request([("Authorization", f"Bearer {KEY}")])) == PRODUCER
+    for headers in (
+        [("X-RaftQ-Node", "0" * 64)],
+        [("Authorization", f"Bearer {KEY}x")],
+        [("Authorization", "Basic dXNlcjpwdw==")],
+    ):
+        with pytest.raises(RaftQError) as refused:
+            authenticate(_request(headers))
+        assert refused.value.code is ErrorCode.UNAUTHENTICATED
+        assert KEY not in refused.value.message and token not in refused.value.message

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from pysyncobj import FAIL_REASON, SyncObjConf, SyncObjConsumer, replicated
+from pysyncobj.monotonic import monotonic as raft_clock
 
 from protocol.errors import ErrorCode
 from protocol.limits import Limits
@@ -182,9 +183,10 @@ def test_loading_a_dump_restarts_the_election_timeout(leader: RaftNode) -> None:
         assert time.monotonic() < deadline, "no dump written"
         time.sleep(0.01)
     leader._SyncObj__raftElectionDeadline = 0.0  # as if the load had taken very long
-    # Measured before the load, so a stall between the load and the check (CI, on a loaded
-    # machine) cannot make a correct deadline look too early.
-    loaded_after_s = time.monotonic()
+    # On pysyncobj's clock (CLOCK_MONOTONIC_RAW, which drifts from time.monotonic), and
+    # before the load, so a stall between the load and the check (CI, on a loaded machine)
+    # cannot make a correct deadline look too early.
+    loaded_after_s = raft_clock()
     leader._SyncObj__loadDumpFile(False)  # a leader's tick never reads the deadline
     timeout_min_s = leader._SyncObj__conf.raftMinTimeout
     assert leader._SyncObj__raftElectionDeadline >= loaded_after_s + timeout_min_s

@@ -14,7 +14,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve_options(config: BrokerConfig) -> ServeOptions:
-    return ServeOptions(config.host, config.port, config.limits)
+    return ServeOptions(config.host, config.port, config.limits, config.tls)
 
 
 if __name__ == "__main__":

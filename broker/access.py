@@ -17,7 +17,7 @@ from dataclasses import replace
 from protocol.access import Grant, Role, key_hash, parse_key
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
-from runtime.http_client import JsonHttpClient
+from runtime.http_client import JsonHttpClient, PeerLink
 
 
 class KeyVerifier:
@@ -25,14 +25,14 @@ class KeyVerifier:
         self,
         managers_url: str,
         limits: Limits,
-        node_token: str,
+        link: PeerLink,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._url = f"{managers_url}/keys/verify"
         # One attempt: a client waits on this, and falls back to the load balancer on 503.
         self._client = JsonHttpClient(
             replace(limits, http_retries_max=1),
-            node_token=node_token,
+            link,
             timeout_s=limits.http_connect_timeout_s,
         )
         self._ttl_s = limits.key_cache_s

@@ -18,13 +18,13 @@ from broker.persistence.sql_store import SqlMessageStore
 from broker.registration import Registration
 from broker.replica import HostedReplica
 from broker.service import BrokerService
-from protocol.access import node_token
 from protocol.durable_files import make_directories
 from protocol.openapi import Node, api_document
 from protocol.requests import RegisterBroker
 from protocol.types import BrokerId, ReplicaSpec
 from runtime.http_api import App, add_document_route
 from runtime.http_auth import authenticator
+from runtime.http_client import PeerLink
 from runtime.http_server import HttpRequest, HttpResponse
 from runtime.metrics import Metrics
 
@@ -34,8 +34,8 @@ def create_app(config: BrokerConfig) -> App:
     make_directories(config.data_dir)
     store = SqlMessageStore(config.db_url)
 
-    token = node_token(config.secret)
-    peers = PeerCopy(config.limits, token)
+    link = PeerLink.of(config.secret, config.tls)
+    peers = PeerCopy(config.limits, link)
 
     def make_replica(spec: ReplicaSpec) -> HostedReplica:
         replica_dir = os.path.join(config.data_dir, "replicas", f"{spec.topic}-{spec.partition_id}")
@@ -47,15 +47,15 @@ def create_app(config: BrokerConfig) -> App:
     metrics = Metrics("raftq_broker")
     _register_gauges(metrics, service)
 
-    keys = KeyVerifier(config.managers_url, config.limits, token)
-    app = App("broker", config.limits, authenticator(token, keys.grant))
+    keys = KeyVerifier(config.managers_url, config.limits, link)
+    app = App("broker", config.limits, authenticator(link.node_token, keys.grant))
     add_status_routes(app, service, config.broker_id, metrics)
     add_document_route(app, api_document(Node.BROKER))
     add_log_routes(app, service, config.limits)
     add_partition_routes(app, service, config.broker_id, config.limits)
     _count_requests(app, metrics)
 
-    registration = Registration(config.managers_url, _announcement(config), config.limits, token)
+    registration = Registration(config.managers_url, _announcement(config), config.limits, link)
     registration.start()
     app.on_close(service.close)
     return app

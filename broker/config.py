@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from protocol.limits import Limits
 from runtime.command_line import add_limit_option, limits_from, read_secret
+from runtime.tls import NO_TLS, TlsFiles, add_tls_options, tls_from
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,10 +25,11 @@ class BrokerConfig:
     secret: str
     """The cluster secret: the password of every Raft group."""
     limits: Limits
+    tls: TlsFiles = NO_TLS
 
     @property
     def address(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{self.tls.scheme}://{self.host}:{self.port}"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -42,6 +44,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--managers-url", required=True, help="load balancer URL")
     parser.add_argument("--secret-file", required=True)
     add_limit_option(parser)
+    add_tls_options(parser)
     return parser.parse_args(argv)
 
 
@@ -64,4 +67,5 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
         managers_url=args.managers_url.rstrip("/"),
         secret=secret,
         limits=limits,
+        tls=tls_from(args),
     )

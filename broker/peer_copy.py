@@ -11,12 +11,12 @@ from __future__ import annotations
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 from protocol.types import Offset, ReplicaSpec, StoredMessage
-from runtime.http_client import JsonHttpClient
+from runtime.http_client import JsonHttpClient, PeerLink
 
 
 class PeerCopy:
-    def __init__(self, limits: Limits, node_token: str) -> None:
-        self._client = JsonHttpClient(limits, node_token=node_token)
+    def __init__(self, limits: Limits, link: PeerLink) -> None:
+        self._client = JsonHttpClient(limits, link)
         self._fetch_messages_max = limits.fetch_messages_max
 
     def read(self, spec: ReplicaSpec, start: int, end: int) -> list[StoredMessage]:

@@ -12,19 +12,19 @@ import threading
 from protocol.errors import RaftQError
 from protocol.limits import Limits
 from protocol.requests import RegisterBroker
-from runtime.http_client import JsonHttpClient
+from runtime.http_client import JsonHttpClient, PeerLink
 
 _log = logging.getLogger(__name__)
 
 
 class Registration:
     def __init__(
-        self, managers_url: str, announcement: RegisterBroker, limits: Limits, node_token: str
+        self, managers_url: str, announcement: RegisterBroker, limits: Limits, link: PeerLink
     ) -> None:
         self._url = f"{managers_url}/brokers"
         self._announcement = announcement
         self._limits = limits
-        self._client = JsonHttpClient(limits, node_token=node_token)
+        self._client = JsonHttpClient(limits, link)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="registration", daemon=True)
         self.registered = threading.Event()

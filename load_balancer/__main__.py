@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from load_balancer.app import create_app
 from load_balancer.config import LoadBalancerConfig
 from runtime.command_line import ServeOptions, add_limit_option, limits_from, run_server
+from runtime.tls import add_tls_options, tls_from
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--managers", required=True, help="comma-separated manager base URLs (http://host:port)"
     )
     add_limit_option(parser)
+    add_tls_options(parser)
     return parser
 
 
@@ -34,6 +36,7 @@ def build_config(argv: Sequence[str]) -> LoadBalancerConfig:
         port=args.port,
         manager_urls=urls,
         limits=limits_from(args.limit),
+        tls=tls_from(args),
     ).validate()
 
 
@@ -43,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _serve_options(config: LoadBalancerConfig) -> ServeOptions:
-    return ServeOptions(config.host, config.port, config.limits)
+    return ServeOptions(config.host, config.port, config.limits, config.tls)
 
 
 if __name__ == "__main__":

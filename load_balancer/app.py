@@ -16,6 +16,7 @@ from protocol.openapi import Node, api_document
 from runtime.http_api import App, add_document_route, json_response, text_response
 from runtime.http_server import HttpRequest, HttpResponse
 from runtime.metrics import Metrics
+from runtime.tls import client_context
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,8 +33,8 @@ class LoadBalancerState:
 
 def create_app(config: LoadBalancerConfig) -> App:
     metrics = Metrics("raftq_lb")
-    tracker = LeaderTracker(config.manager_urls, config.limits)
-    forwarder = Forwarder(tracker, config.limits, metrics)
+    tracker = LeaderTracker(config.manager_urls, config.limits, config.tls.ca_path)
+    forwarder = Forwarder(tracker, config.limits, metrics, client_context(config.tls))
     metrics.gauge("leader_known", lambda: {(): 0.0 if tracker.leader_url is None else 1.0})
     app = App("load_balancer", config.limits)
     _add_own_routes(app, tracker, metrics)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from protocol.limits import Limits
+from runtime.tls import NO_TLS, TlsFiles
 
 
 class ConfigError(ValueError):
@@ -18,6 +19,7 @@ class LoadBalancerConfig:
     manager_urls: tuple[str, ...]
     """Base URLs of every manager, e.g. ``http://127.0.0.1:17111``, without a trailing slash."""
     limits: Limits
+    tls: TlsFiles = NO_TLS
 
     def validate(self) -> LoadBalancerConfig:
         if not 1 <= self.port <= 65535:

@@ -14,6 +14,7 @@ call than forwarding itself).
 from __future__ import annotations
 
 import json
+import ssl
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -103,14 +104,17 @@ def is_not_leader_answer(answer: ForwardedAnswer) -> bool:
 
 
 class Forwarder:
-    def __init__(self, tracker: LeaderTracker, limits: Limits, metrics: Metrics) -> None:
+    def __init__(
+        self, tracker: LeaderTracker, limits: Limits, metrics: Metrics, tls: ssl.SSLContext
+    ) -> None:
+        """``tls``: how ``https://`` managers are checked."""
         self._tracker = tracker
         self._limits = limits
         self._metrics = metrics
         # The manager bounds its own calls to brokers by http_timeout_s after connecting;
         # waiting a connect timeout longer lets its answer (even an error) reach the client.
         self._read_timeout_s = limits.http_timeout_s + limits.http_connect_timeout_s
-        self._connections = connections(limits)
+        self._connections = connections(limits, tls)
 
     def close(self) -> None:
         self._connections.close()

@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import requests
 
@@ -94,7 +95,11 @@ def describe_no_leader(views: Sequence[ManagerView]) -> str:
 class LeaderTracker:
     """Caches the manager leader's URL. Thread-safe; ``start()`` it inside the worker."""
 
-    def __init__(self, manager_urls: Sequence[str], limits: Limits) -> None:
+    def __init__(
+        self, manager_urls: Sequence[str], limits: Limits, ca_path: Path | None = None
+    ) -> None:
+        """``ca_path``: the CA bundle ``https://`` managers are checked against (``None``:
+        the system's)."""
         self._urls = tuple(manager_urls)
         self._period_s = limits.manager_poll_period_s
         # Connecting to a live manager on the same network takes far less than a poll timeout.
@@ -103,6 +108,9 @@ class LeaderTracker:
             limits.manager_poll_timeout_s,
         )
         self._sessions = tuple(requests.Session() for _ in self._urls)
+        # Per request, not on the sessions: requests lets $REQUESTS_CA_BUNDLE override a
+        # session's CA but not a request's.
+        self._verify: str | bool = True if ca_path is None else str(ca_path)
         self._pool = ThreadPoolExecutor(len(self._urls), thread_name_prefix="manager-poll")
         self._lock = threading.Lock()
         """Guards ``_views``, ``_leader`` and ``_last_poll_started_s``."""
@@ -174,7 +182,9 @@ class LeaderTracker:
     def _poll_one(self, index: int) -> ManagerView:
         url = self._urls[index]
         try:
-            response = self._sessions[index].get(f"{url}/raft_status", timeout=self._timeout)
+            response = self._sessions[index].get(
+                f"{url}/raft_status", timeout=self._timeout, verify=self._verify
+            )
             body = response.json()
         except requests.RequestException as exc:
             return ManagerView(url, reachable=False, error=_short_error(exc))

@@ -16,6 +16,7 @@ from runtime.command_line import (
     read_secret,
     run_server,
 )
+from runtime.tls import add_tls_options, tls_from
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -30,6 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--data-dir", type=Path, required=True, help="Raft journal and dump")
     parser.add_argument("--secret-file", type=Path, required=True, help="the cluster secret")
     add_limit_option(parser)
+    add_tls_options(parser)
     return parser
 
 
@@ -44,6 +46,7 @@ def config_from_args(argv: list[str]) -> ManagerConfig:
         data_dir=args.data_dir,
         secret=read_secret(args.secret_file),
         limits=limits_from(args.limit),
+        tls=tls_from(args),
     )
 
 
@@ -53,7 +56,7 @@ def main(argv: list[str]) -> int:
 
 
 def _serve_options(config: ManagerConfig) -> ServeOptions:
-    return ServeOptions(config.host, config.port, config.limits)
+    return ServeOptions(config.host, config.port, config.limits, config.tls)
 
 
 if __name__ == "__main__":

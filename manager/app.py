@@ -23,11 +23,11 @@ from manager.leader_duties import LeaderDuties
 from manager.log_router import LogRouter
 from manager.raft import ManagerRaft
 from manager.service import ManagerService
-from protocol.access import node_token
 from protocol.errors import ErrorCode, RaftQError
 from protocol.openapi import Node, api_document
 from runtime.http_api import App, add_document_route, json_response
 from runtime.http_auth import authenticator
+from runtime.http_client import PeerLink
 from runtime.http_server import HttpRequest, HttpResponse
 from runtime.metrics import Metrics
 
@@ -46,16 +46,16 @@ def create_app(config: ManagerConfig) -> App:
     limits = config.limits
     raft = ManagerRaft(config)
     monitor = BrokerMonitor(limits.broker_dead_after_s)
-    token = node_token(config.secret)
-    broker_client = BrokerClient(limits, token)
+    link = PeerLink.of(config.secret, config.tls)
+    broker_client = BrokerClient(limits, link)
     request_executor = ThreadPoolExecutor(limits.manager_http_threads_max, "broker-call")
     poll_executor = ThreadPoolExecutor(limits.manager_http_threads_max, "broker-poll")
     service = ManagerService(limits, raft, broker_client, monitor, request_executor)
     router = LogRouter(raft, broker_client, monitor, request_executor)
-    view = ClusterView(config, raft, service, request_executor)
+    view = ClusterView(config, raft, service, request_executor, link)
     metrics = _metrics(raft)
 
-    app = App("manager", limits, authenticator(token, service.grant))
+    app = App("manager", limits, authenticator(link.node_token, service.grant))
     _install_leader_gate(app, raft, view)
     _install_refusal_passthrough(app)
     _install_request_metrics(app, metrics)

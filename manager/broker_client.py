@@ -8,7 +8,7 @@ from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 from protocol.types import ReplicaSpec
-from runtime.http_client import HttpAnswer, JsonHttpClient
+from runtime.http_client import HttpAnswer, JsonHttpClient, PeerLink
 
 
 class BrokerRefusalError(Exception):
@@ -23,14 +23,14 @@ class BrokerRefusalError(Exception):
 class BrokerClient:
     """Thread-safe; one per manager process."""
 
-    def __init__(self, limits: Limits, node_token: str) -> None:
-        self._http = JsonHttpClient(limits, node_token=node_token)
+    def __init__(self, limits: Limits, link: PeerLink) -> None:
+        self._http = JsonHttpClient(limits, link)
         # A poll is its own retry (the next one comes within broker_poll_period_s), so one
         # attempt with a short read timeout: a paused broker must not hold up the others.
         self._poll_timeout_s = max(limits.broker_poll_period_s, limits.http_connect_timeout_s)
         self._poll_http = JsonHttpClient(
             replace(limits, http_retries_max=1),
-            node_token=node_token,
+            link,
             timeout_s=self._poll_timeout_s,
         )
 

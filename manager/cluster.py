@@ -11,9 +11,8 @@ from importlib import metadata
 from manager.config import ManagerConfig, Peer
 from manager.replicated import ReplicatedRegistry
 from manager.service import ManagerService
-from protocol.access import node_token
 from protocol.errors import RaftQError
-from runtime.http_client import JsonHttpClient
+from runtime.http_client import JsonHttpClient, PeerLink
 
 
 def _version() -> str:
@@ -34,6 +33,7 @@ class ClusterView:
         raft: ReplicatedRegistry,
         service: ManagerService,
         executor: Executor,
+        link: PeerLink,
     ) -> None:
         self._config = config
         self._raft = raft
@@ -44,7 +44,7 @@ class ClusterView:
         limits = config.limits
         self._peer_http = JsonHttpClient(
             replace(limits, http_retries_max=1),
-            node_token=node_token(config.secret),
+            link,
             timeout_s=limits.http_connect_timeout_s,
         )
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from protocol.limits import Limits
+from runtime.tls import NO_TLS, TlsFiles
 
 _PEER = re.compile(r"^(\d+)=(https?://[^@\s]+)@([^:@\s]+):(\d+)$")
 
@@ -49,10 +50,18 @@ class ManagerConfig:
     data_dir: Path
     secret: str = field(repr=False)
     limits: Limits
+    tls: TlsFiles = NO_TLS
 
     def __post_init__(self) -> None:
         if not self.secret:
             raise ConfigError("the cluster secret is empty")
+        scheme = f"{self.tls.scheme}://"
+        wrong = [p.http_url for p in self.peers if not p.http_url.startswith(scheme)]
+        if wrong:
+            raise ConfigError(
+                f"with{'' if self.tls.serves_tls else 'out'} --tls-cert every manager in "
+                f"--peers serves {scheme} URLs; not: {', '.join(wrong)}"
+            )
         me = [p for p in self.peers if p.manager_id == self.manager_id]
         if len(me) != 1:
             raise ConfigError(f"--peers does not list this manager (id {self.manager_id})")
@@ -68,7 +77,7 @@ class ManagerConfig:
 
     @property
     def http_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{self.tls.scheme}://{self.host}:{self.port}"
 
     @property
     def partner_raft_addresses(self) -> list[str]:

@@ -32,11 +32,17 @@ class Admin:
     """Not thread-safe; cheap to create, one per thread. Close it (or use ``with``)."""
 
     def __init__(
-        self, url: str, *, limits: ClientLimits | None = None, api_key: str | None = None
+        self,
+        url: str,
+        *,
+        limits: ClientLimits | None = None,
+        api_key: str | None = None,
+        tls_ca: str | None = None,
     ) -> None:
-        """``api_key``: sent with every request (``Authorization: Bearer``)."""
+        """``api_key``: sent with every request (``Authorization: Bearer``); ``tls_ca``: the
+        CA bundle ``https://`` certificates are checked against (default: the system's)."""
         self._limits = (limits or ClientLimits()).validate()
-        self._http = HttpTransport(url, self._limits, api_key=api_key)
+        self._http = HttpTransport(url, self._limits, api_key=api_key, tls_ca=tls_ca)
 
     def close(self) -> None:
         self._http.close()
@@ -121,7 +127,7 @@ class Admin:
         must not fail the call while other replicas can say the end offset."""
         # Few attempts: another replica answers for a dead broker.
         limits = replace(self._limits, attempts_max=min(2, self._limits.attempts_max))
-        transport = HttpTransport(address, limits, api_key=self._http.api_key)
+        transport = self._http.sibling(address, limits)
         try:
             body = transport.call("GET", "/partitions", idempotent=True)
         except RaftQClientError:

@@ -19,6 +19,7 @@ show in the process list).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -52,6 +53,7 @@ class Context:
 
     env_url: str | None
     env_api_key: str | None
+    env_tls_ca: str | None
     stdin: TextIO
     stdout: TextIO
     stderr: TextIO
@@ -80,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--url", help="load balancer URL, e.g. http://127.0.0.1:17100")
     where.add_argument("--dir", help=f"local cluster directory (default {DEFAULT_DIR})")
     target.add_argument("--api-key-file", help="file holding the API key to use")
+    target.add_argument(
+        "--tls-ca", help="CA bundle (PEM) to check an https:// cluster's certificate against"
+    )
     data = argparse.ArgumentParser(add_help=False)
     data.add_argument(
         "--direct",
@@ -137,6 +142,12 @@ def _add_cluster_commands(commands: argparse._SubParsersAction[argparse.Argument
     up.add_argument("--db-url", help="PostgreSQL URL; broker i uses database <name>_broker_i")
     up.add_argument("--limit", action="append", type=_limit, metavar="NAME=VALUE", default=None)
     up.add_argument("--timeout-s", type=float, default=90.0, help="readiness wait (default 90)")
+    up.add_argument(
+        "--tls",
+        action="store_true",
+        default=None,
+        help="HTTPS on every node, with certificates of a CA made for this cluster",
+    )
     status = actions.add_parser("status", help="liveness of every node and the manager leader")
     status.add_argument("--dir", default=DEFAULT_DIR)
     status.add_argument("--json", action="store_true", help="print JSON")
@@ -157,6 +168,37 @@ def resolve_url(url: str | None, directory: str | None, env_url: str | None) -> 
             f"{Path(directory or DEFAULT_DIR) / CLUSTER_FILE} has no load_balancer_url"
         )
     return found
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """The cluster a command talks to, and how."""
+
+    url: str
+    api_key: str
+    tls_ca: str | None
+
+
+def resolve_target(args: argparse.Namespace, context: Context) -> Target:
+    return Target(
+        resolve_url(args.url, args.dir, context.env_url),
+        resolve_api_key(args, context),
+        resolve_tls_ca(args, context),
+    )
+
+
+def resolve_tls_ca(args: argparse.Namespace, context: Context) -> str | None:
+    """``--tls-ca``, else ``$RAFTQ_TLS_CA``, else the cluster.json's ``tls_ca`` (a cluster
+    started with ``--tls``), else ``None``: the system's CAs."""
+    if args.tls_ca:
+        return str(args.tls_ca)
+    if context.env_tls_ca:
+        return context.env_tls_ca
+    if args.url is None:
+        with contextlib.suppress(UsageError):
+            found = _cluster_file(args.dir).get("tls_ca")
+            return found if isinstance(found, str) else None
+    return None
 
 
 def resolve_api_key(args: argparse.Namespace, context: Context) -> str:
@@ -205,8 +247,8 @@ def _stdin_messages(stdin: TextIO) -> Iterator[str]:
 
 
 def cmd_topic(args: argparse.Namespace, context: Context) -> int:
-    url = resolve_url(args.url, args.dir, context.env_url)
-    with Admin(url, api_key=resolve_api_key(args, context)) as admin:
+    target = resolve_target(args, context)
+    with Admin(target.url, api_key=target.api_key, tls_ca=target.tls_ca) as admin:
         if args.topic_command == "create":
             topic = admin.create_topic(args.name, args.partitions, args.replication_factor)
             for part in topic.partitions:
@@ -221,16 +263,17 @@ def cmd_topic(args: argparse.Namespace, context: Context) -> int:
 
 
 def cmd_produce(args: argparse.Namespace, context: Context) -> int:
-    url = resolve_url(args.url, args.dir, context.env_url)
+    target = resolve_target(args, context)
     limits = ClientLimits()
     source = iter(args.messages) if args.messages else _stdin_messages(context.stdin)
     with Producer(
-        url,
+        target.url,
         args.topic,
         partition_id=args.partition,
         limits=limits,
         direct=args.direct,
-        api_key=resolve_api_key(args, context),
+        api_key=target.api_key,
+        tls_ca=target.tls_ca,
     ) as producer:
         # Bounded chunks: stdin may be endless, and each chunk's offsets print as it lands.
         while chunk := list(islice(source, limits.batch_messages_max)):
@@ -243,14 +286,15 @@ def cmd_produce(args: argparse.Namespace, context: Context) -> int:
 
 
 def cmd_consume(args: argparse.Namespace, context: Context) -> int:
-    url = resolve_url(args.url, args.dir, context.env_url)
+    target = resolve_target(args, context)
     with Consumer(
-        url,
+        target.url,
         args.topic,
         args.partition,
         consumer_id=args.consumer_id,
         direct=args.direct,
-        api_key=resolve_api_key(args, context),
+        api_key=target.api_key,
+        tls_ca=target.tls_ca,
     ) as consumer:
         context.stderr.write(f"consumer_id {consumer.consumer_id}\n")
         records = consumer.poll(args.max_messages)
@@ -272,8 +316,8 @@ def cmd_consume(args: argparse.Namespace, context: Context) -> int:
 
 
 def cmd_key(args: argparse.Namespace, context: Context) -> int:
-    url = resolve_url(args.url, args.dir, context.env_url)
-    with Admin(url, api_key=resolve_api_key(args, context)) as admin:
+    target = resolve_target(args, context)
+    with Admin(target.url, api_key=target.api_key, tls_ca=target.tls_ca) as admin:
         if args.key_command == "create":
             made = admin.create_key(args.role, args.topics, args.name)
             context.stderr.write(
@@ -303,6 +347,7 @@ def cmd_cluster(args: argparse.Namespace, context: Context) -> int:
             base_port=args.base_port,
             db_url=args.db_url,
             limits=limits,
+            tls=args.tls,
             progress=progress,
         )
         try:
@@ -362,6 +407,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     context = Context(
         os.environ.get("RAFTQ_URL"),
         os.environ.get("RAFTQ_API_KEY"),
+        os.environ.get("RAFTQ_TLS_CA"),
         sys.stdin,
         sys.stdout,
         sys.stderr,

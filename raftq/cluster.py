@@ -94,6 +94,7 @@ class LocalCluster:
         base_port: int | None = None,
         db_url: str | None = None,
         limits: Mapping[str, str] | None = None,
+        tls: bool | None = None,
         python: str = sys.executable,
         code_dir: Path = _REPO_ROOT,
         progress: Callable[[str], None] | None = None,
@@ -102,7 +103,12 @@ class LocalCluster:
         (then any setting given here must agree), else these settings or the defaults.
         Nodes run ``python -m <role>`` in ``code_dir`` (tests point it at stand-ins)."""
         root = Path(directory).resolve()
-        given: dict[str, object] = {"host": host, "base_port": base_port, "db_url": db_url}
+        given: dict[str, object] = {
+            "host": host,
+            "base_port": base_port,
+            "db_url": db_url,
+            "tls": tls,
+        }
         if limits is not None:
             given["limits"] = tuple(sorted(limits.items()))
         self._settings, self._pids = _open_settings(root, given)
@@ -162,6 +168,7 @@ class LocalCluster:
         """Start every node that is not running, then wait until the load balancer lists
         all brokers alive. Raises ``ClusterError`` with the failing node's log tail."""
         self.ensure_secret()
+        self.ensure_certificates()
         for name in self._nodes:
             if self.is_running(name):
                 self._progress(f"{name} already running (pid {self._pids[name]})")
@@ -181,6 +188,18 @@ class LocalCluster:
         make_directories(path.parent)
         create_if_missing(path, (secrets.token_hex(32) + "\n").encode(), 0o600)
         return path
+
+    def ensure_certificates(self) -> None:
+        """With ``tls``: the cluster's CA and the nodes' certificate, made once."""
+        settings = self._settings
+        if not settings.tls:
+            return
+        # Here, not at the top: cryptography is a server dependency, the CLI a client's.
+        from raftq.local_tls import TlsMaterial, ensure_certificates  # noqa: PLC0415
+
+        material = TlsMaterial(settings.tls_ca_file, settings.tls_cert_file, settings.tls_key_file)
+        if ensure_certificates(settings.host, material):
+            self._progress(f"TLS: made a CA for this cluster, {settings.tls_ca_file}")
 
     def start_node(self, name: str, extra_args: Sequence[str] = ()) -> int:
         """Start one node detached (unless running) and return its pid. ``extra_args`` are
@@ -257,6 +276,20 @@ class LocalCluster:
         text = json.dumps(body, indent=2) + "\n"
         write_atomically(self.directory / CLUSTER_FILE, text.encode(), 0o600)
 
+    @property
+    def tls_ca(self) -> str | None:
+        """The CA bundle that the nodes' certificates are checked against (``--tls``)."""
+        return str(self._settings.tls_ca_file) if self._settings.tls else None
+
+    def _session(self) -> requests.Session:
+        """A session to the nodes: it trusts the cluster's CA (``--tls``). Not the environment:
+        requests would let ``REQUESTS_CA_BUNDLE`` override that CA, and a proxy variable
+        would send calls to nodes on this host through a proxy."""
+        session = requests.Session()
+        session.trust_env = False
+        session.verify = self.tls_ca or True
+        return session
+
     def node_headers(self) -> dict[str, str]:
         """What a node sends to another (``X-RaftQ-Node``): for tools that read internals
         (``/raft_status`` details, ``/checksum``) with the cluster's own secret."""
@@ -267,7 +300,7 @@ class LocalCluster:
         """Ask the managers for an admin key, as a node. Retried until the deadline: a
         retry after a lost answer makes a second key whose secret nobody ever saw."""
         last = "no attempt"
-        with requests.Session() as session:
+        with self._session() as session:
             while time.monotonic() < deadline_s:
                 try:
                     response = session.post(
@@ -294,7 +327,7 @@ class LocalCluster:
         deadline_s = time.monotonic() + timeout_s
         next_progress_s = time.monotonic() + PROGRESS_PERIOD_S
         ready_before = False
-        with requests.Session() as session:
+        with self._session() as session:
             session.headers.update(self.node_headers())  # GET /brokers is not for everyone
             while True:
                 self._fail_if_exited()
@@ -317,7 +350,7 @@ class LocalCluster:
                 time.sleep(READY_POLL_PERIOD_S)
 
     def status(self) -> ClusterStatus:
-        with requests.Session() as session:
+        with self._session() as session:
             nodes = tuple(
                 NodeStatus(
                     name,

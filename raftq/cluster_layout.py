@@ -17,6 +17,7 @@ DEFAULT_HOST = "127.0.0.1"
 LB_NAME = "lb"
 CLUSTER_FILE = "cluster.json"
 SECRET_FILE = "secret"
+TLS_DIR = "tls"
 LOG_FILE = "node.log"
 _PORT_SPAN = 100 * NODES_PER_ROLE + 99
 """Highest port offset used from the base port (broker 3's last Raft port)."""
@@ -36,6 +37,9 @@ class ClusterSettings:
     """PostgreSQL URL whose database name gets ``_broker_<i>`` per broker; None: SQLite."""
     limits: tuple[tuple[str, str], ...] = ()
     """``--limit name=value`` overrides given to every node."""
+    tls: bool = False
+    """Every HTTP listener serves HTTPS with a certificate of the cluster's own CA
+    (``raftq.local_tls``), and every node checks its peers against that CA."""
 
     def validate(self) -> ClusterSettings:
         if not self.directory.is_absolute():
@@ -51,8 +55,25 @@ class ClusterSettings:
         return self.directory / SECRET_FILE
 
     @property
+    def scheme(self) -> str:
+        return "https" if self.tls else "http"
+
+    @property
     def lb_url(self) -> str:
-        return f"http://{self.host}:{self.base_port}"
+        return f"{self.scheme}://{self.host}:{self.base_port}"
+
+    @property
+    def tls_ca_file(self) -> Path:
+        """The CA certificate that signed the nodes' certificate (only with ``tls``)."""
+        return self.directory / TLS_DIR / "ca.pem"
+
+    @property
+    def tls_cert_file(self) -> Path:
+        return self.directory / TLS_DIR / "node.pem"
+
+    @property
+    def tls_key_file(self) -> Path:
+        return self.directory / TLS_DIR / "node-key.pem"
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,10 +128,15 @@ def broker_db_url(db_url: str, broker_id: int) -> str:
     return urlunsplit(parts._replace(path=f"/{name}_broker_{broker_id}"))
 
 
-def _limit_args(settings: ClusterSettings) -> list[str]:
+def _shared_args(settings: ClusterSettings) -> list[str]:
+    """Every node's ``--limit`` and TLS options."""
     args: list[str] = []
     for name, value in settings.limits:
         args += ["--limit", f"{name}={value}"]
+    if settings.tls:
+        args += ["--tls-cert", str(settings.tls_cert_file)]
+        args += ["--tls-key", str(settings.tls_key_file)]
+        args += ["--tls-ca", str(settings.tls_ca_file)]
     return args
 
 
@@ -118,19 +144,19 @@ def _manager(settings: ClusterSettings, python: str, i: int) -> NodeSpec:
     host, name = settings.host, f"manager-{i}"
     http_port, raft_port = manager_ports(settings.base_port, i)
     peers = ",".join(
-        f"{j}=http://{host}:{manager_ports(settings.base_port, j)[0]}"
+        f"{j}={settings.scheme}://{host}:{manager_ports(settings.base_port, j)[0]}"
         f"@{host}:{manager_ports(settings.base_port, j)[1]}"
         for j in range(1, NODES_PER_ROLE + 1)
     )
     data_dir = settings.directory / name
     argv = [python, "-m", "manager", "--id", str(i), "--host", host, "--port", str(http_port)]
     argv += ["--raft-port", str(raft_port), "--peers", peers, "--data-dir", str(data_dir)]
-    argv += ["--secret-file", str(settings.secret_file), *_limit_args(settings)]
+    argv += ["--secret-file", str(settings.secret_file), *_shared_args(settings)]
     return NodeSpec(
         name,
         "manager",
         i,
-        f"http://{host}:{http_port}",
+        f"{settings.scheme}://{host}:{http_port}",
         data_dir,
         data_dir / LOG_FILE,
         tuple(argv),
@@ -152,10 +178,10 @@ def _broker(settings: ClusterSettings, python: str, i: int) -> NodeSpec:
         name,
         "broker",
         i,
-        f"http://{host}:{http_port}",
+        f"{settings.scheme}://{host}:{http_port}",
         data_dir,
         data_dir / LOG_FILE,
-        tuple(argv + _limit_args(settings)),
+        tuple(argv + _shared_args(settings)),
         raft_port_min=raft_min,
         raft_port_max=raft_max,
     )
@@ -163,12 +189,12 @@ def _broker(settings: ClusterSettings, python: str, i: int) -> NodeSpec:
 
 def _load_balancer(settings: ClusterSettings, python: str) -> NodeSpec:
     managers = ",".join(
-        f"http://{settings.host}:{manager_ports(settings.base_port, j)[0]}"
+        f"{settings.scheme}://{settings.host}:{manager_ports(settings.base_port, j)[0]}"
         for j in range(1, NODES_PER_ROLE + 1)
     )
     data_dir = settings.directory / LB_NAME
     argv = [python, "-m", "load_balancer", "--host", settings.host]
-    argv += ["--port", str(settings.base_port), "--managers", managers, *_limit_args(settings)]
+    argv += ["--port", str(settings.base_port), "--managers", managers, *_shared_args(settings)]
     return NodeSpec(
         LB_NAME, "load_balancer", None, settings.lb_url, data_dir, data_dir / LOG_FILE, tuple(argv)
     )
@@ -198,8 +224,11 @@ def cluster_json(
         "host": settings.host,
         "db_url": settings.db_url,
         "limits": dict(settings.limits),
+        "tls": settings.tls,
         "nodes": [node.to_json(pids.get(node.name)) for node in nodes],
     }
+    if settings.tls:
+        body["tls_ca"] = str(settings.tls_ca_file)
     if admin_key is not None:
         body["admin_key"] = admin_key
     return body
@@ -216,14 +245,18 @@ def parse_cluster_json(directory: Path, body: object) -> tuple[ClusterSettings, 
     if not isinstance(body, dict):
         raise LayoutError(f"{CLUSTER_FILE} is not a JSON object")
     host, base_port, db_url = body.get("host"), body.get("base_port"), body.get("db_url")
-    limits = body.get("limits", {})
+    limits, tls = body.get("limits", {}), body.get("tls", False)
+    if not isinstance(tls, bool):
+        raise LayoutError(f"{CLUSTER_FILE}: tls must be true or false")
     if not isinstance(host, str) or not isinstance(base_port, int):
         raise LayoutError(f"{CLUSTER_FILE} lacks host or base_port")
     if db_url is not None and not isinstance(db_url, str):
         raise LayoutError(f"{CLUSTER_FILE}: db_url must be a string or null")
     if not isinstance(limits, dict) or not all(isinstance(v, str) for v in limits.values()):
         raise LayoutError(f"{CLUSTER_FILE}: limits must map names to strings")
-    settings = ClusterSettings(directory, host, base_port, db_url, tuple(sorted(limits.items())))
+    settings = ClusterSettings(
+        directory, host, base_port, db_url, tuple(sorted(limits.items())), tls
+    )
     pids: dict[str, int] = {}
     nodes = body.get("nodes", [])
     for node in nodes if isinstance(nodes, list) else []:

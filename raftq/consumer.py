@@ -61,14 +61,16 @@ class Consumer:
         limits: ClientLimits | None = None,
         direct: bool = True,
         api_key: str | None = None,
+        tls_ca: str | None = None,
     ) -> None:
         """``direct``: read straight from the partition leaders' brokers (falling back to the
         load balancer); ``False`` reads everything through the load balancer. ``api_key``:
-        a consumer (or admin) key, sent with every request."""
+        a consumer (or admin) key, sent with every request. ``tls_ca``: the CA bundle
+        ``https://`` certificates are checked against (default: the system's)."""
         self.topic = topic
         self.partition_id = partition_id
         limits = (limits or ClientLimits()).validate()
-        self._http = HttpTransport(url, limits, api_key=api_key)
+        self._http = HttpTransport(url, limits, api_key=api_key, tls_ca=tls_ca)
         self.direct_path = DirectPath(self._http, limits) if direct else None
         self._maps = (
             self.direct_path.maps

@@ -82,7 +82,7 @@ class DirectPath:
         self._http = http
         self._limits = limits
         self.maps = partition_maps(http, limits, clock)
-        self._sender = ParallelSender(limits, limits.broker_request_timeout_s, http.api_key)
+        self._sender = ParallelSender(limits, limits.broker_request_timeout_s, http)
         self.answers = 0
         """Requests a broker answered directly (for tests and curiosity)."""
         self.fallbacks = 0

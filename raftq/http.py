@@ -13,6 +13,7 @@ Not thread-safe: one transport per client object, used by one thread at a time.
 from __future__ import annotations
 
 import random
+import ssl
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -51,6 +52,9 @@ def classify_answer(status: int, body: object, retry_after: str | None) -> Failu
 
 
 def classify_exception(exc: requests.RequestException) -> Failure:
+    if _caused_by(exc, ssl.SSLCertVerificationError):
+        # The handshake refused the server's certificate: no request went out.
+        return Failure(f"the server's TLS certificate is not trusted: {exc}", outcome_unknown=False)
     if isinstance(exc, requests.ConnectTimeout):
         return Failure(f"could not connect: {exc}", outcome_unknown=False)
     if isinstance(exc, requests.ConnectionError) and exc.args:
@@ -60,6 +64,23 @@ def classify_exception(exc: requests.RequestException) -> Failure:
     if isinstance(exc, requests.Timeout):
         return Failure("timed out waiting for the answer", outcome_unknown=True)
     return Failure(f"lost the connection: {type(exc).__name__}", outcome_unknown=True)
+
+
+def _caused_by(exc: BaseException, kind: type[BaseException], depth_max: int = 8) -> bool:
+    """Whether ``kind`` is in ``exc``'s chain (causes, contexts, urllib3's ``reason``)."""
+    found: list[BaseException] = [exc]
+    for _ in range(depth_max):
+        if not found:
+            return False
+        if any(isinstance(e, kind) for e in found):
+            return True
+        found = [
+            e
+            for current in found
+            for e in (current.__cause__, current.__context__, getattr(current, "reason", None))
+            if isinstance(e, BaseException)
+        ] + [e for current in found for e in current.args if isinstance(e, BaseException)]
+    return False
 
 
 def _budget_ms(read_s: float, limits: ClientLimits) -> str:
@@ -90,15 +111,26 @@ class HttpTransport:
         rng: random.Random | None = None,
         sleep: Callable[[float], None] = time.sleep,
         api_key: str | None = None,
+        tls_ca: str | None = None,
     ) -> None:
-        """``api_key`` goes with every request as ``Authorization: Bearer``."""
+        """``api_key`` goes with every request as ``Authorization: Bearer``. ``tls_ca``: the
+        CA bundle (PEM) that ``https://`` servers' certificates are checked against (default:
+        the system's)."""
         self.url = url.rstrip("/")
         self._limits = limits
         self._rng = rng or random.Random()
         self._sleep = sleep
         self._session = requests.Session()
-        self.api_key = api_key
+        # Per request, not on the session: requests lets $REQUESTS_CA_BUNDLE override a
+        # session's CA but not a request's.
+        self._verify: str | bool = tls_ca or True
+        self._api_key = api_key
+        self._tls_ca = tls_ca
         self._auth = {} if api_key is None else {AUTHORIZATION_HEADER: f"Bearer {api_key}"}
+
+    def sibling(self, url: str, limits: ClientLimits) -> HttpTransport:
+        """A transport of its own (connections, retries) to ``url`` with the same credentials."""
+        return HttpTransport(url, limits, api_key=self._api_key, tls_ca=self._tls_ca)
 
     def close(self) -> None:
         self._session.close()
@@ -197,6 +229,7 @@ class HttpTransport:
                 params=params,
                 headers={DEADLINE_HEADER: _budget_ms(read_s, self._limits), **self._auth},
                 timeout=(self._limits.connect_timeout_s, read_s),
+                verify=self._verify,
             ) as response:
                 return Reply(
                     response.status_code,

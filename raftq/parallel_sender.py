@@ -29,11 +29,10 @@ class Send:
 
 
 class ParallelSender:
-    def __init__(
-        self, limits: ClientLimits, read_timeout_s: float, api_key: str | None = None
-    ) -> None:
+    def __init__(self, limits: ClientLimits, read_timeout_s: float, like: HttpTransport) -> None:
+        """Its sessions are ``like``'s siblings (the same key and CA)."""
         self._limits = limits
-        self._api_key = api_key
+        self._like = like
         self._read_timeout_s = read_timeout_s
         self._sessions: queue.SimpleQueue[HttpTransport] = queue.SimpleQueue()
         self._all_sessions: list[HttpTransport] = []
@@ -76,6 +75,6 @@ class ParallelSender:
         try:
             return self._sessions.get_nowait()
         except queue.Empty:
-            session = HttpTransport("", self._limits, api_key=self._api_key)
+            session = self._like.sibling("", self._limits)
             self._all_sessions.append(session)  # list.append is atomic under the GIL
             return session

@@ -100,6 +100,7 @@ class Producer:
         partition_count: int | None = None,
         durability: Durability | str = Durability.FSYNC,
         api_key: str | None = None,
+        tls_ca: str | None = None,
     ) -> None:
         """``producer_id`` reuses a client-chosen id (registered idempotently, like Kafka's
         ``transactional.id``); its batches must then start above every sequence it used
@@ -114,7 +115,8 @@ class Producer:
         its replays as the first attempt did), until the id's lease expires.
         ``durability`` is what each acknowledgement waits for (README, "What an
         acknowledgement means"): ``replicated``, ``fsync`` (the default) or ``flushed``.
-        ``api_key``: a producer (or admin) key, sent with every request."""
+        ``api_key``: a producer (or admin) key, sent with every request. ``tls_ca``: the CA
+        bundle ``https://`` certificates are checked against (default: the system's)."""
         limits = (limits or ClientLimits()).validate()
         self.durability = Durability(durability)  # ValueError for an unknown level
         self.topic = topic
@@ -125,7 +127,7 @@ class Producer:
         )
         self._batch_bytes_max = limits.batch_bytes_max
         self._buffer_messages_max = limits.buffer_messages_max
-        self._http = HttpTransport(url, limits, api_key=api_key)
+        self._http = HttpTransport(url, limits, api_key=api_key, tls_ca=tls_ca)
         self.direct_path = DirectPath(self._http, limits) if direct else None
         self._maps = (
             self.direct_path.maps

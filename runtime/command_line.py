@@ -14,6 +14,7 @@ from typing import TypeVar
 from protocol.limits import Limits, LimitsError
 from runtime.http_api import App, server_limits
 from runtime.http_server import HttpRequest, HttpResponse, HttpServer
+from runtime.tls import TlsFiles, server_context
 
 SECRET_CHARS_MIN = 16
 _Config = TypeVar("_Config")
@@ -24,6 +25,7 @@ class ServeOptions:
     host: str
     port: int
     limits: Limits
+    tls: TlsFiles
 
 
 def add_limit_option(parser: argparse.ArgumentParser) -> None:
@@ -82,7 +84,8 @@ def run_server(
         return built[0].handle(request)
 
     try:
-        server = HttpServer(chosen.host, chosen.port, handle, server_limits(chosen.limits))
+        tls = server_context(chosen.tls) if chosen.tls.serves_tls else None
+        server = HttpServer(chosen.host, chosen.port, handle, server_limits(chosen.limits), tls)
     except OSError as exc:
         print(f"{role}: cannot listen on {chosen.host}:{chosen.port}: {exc}", file=sys.stderr)
         return 2

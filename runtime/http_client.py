@@ -11,18 +11,20 @@ call, and every produce through the load balancer crosses two of these hops.
 from __future__ import annotations
 
 import random
+import ssl
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlencode, urlsplit
 
 import orjson
 
-from protocol.access import NODE_HEADER
+from protocol.access import NODE_HEADER, node_token
 from protocol.deadline import HEADER as DEADLINE_HEADER
 from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 from runtime.http_connection import HttpConnections, NoAnswerFromPeerError, NotSentError
+from runtime.tls import TlsFiles, client_context
 
 _JSON_HEADER = ("Content-Type", "application/json")
 
@@ -50,23 +52,38 @@ def nothing_was_sent(exc: BaseException) -> bool:
     return isinstance(exc, NotSentError)
 
 
-def connections(limits: Limits) -> HttpConnections:
+@dataclass(frozen=True, slots=True)
+class PeerLink:
+    """How a node calls its peers, built once from its config."""
+
+    node_token: str = field(repr=False)
+    """Sent with every call (``protocol.access.node_token`` of the cluster secret): the
+    peers' internal endpoints answer only nodes."""
+    tls: ssl.SSLContext | None
+    """How ``https://`` peers are checked (``runtime.tls.client_context``); ``None``: the
+    system's CAs."""
+
+    @classmethod
+    def of(cls, secret: str, tls: TlsFiles) -> PeerLink:
+        """A node's link from its config: the token of the cluster secret, its TLS files."""
+        return cls(node_token(secret), client_context(tls))
+
+
+def connections(limits: Limits, tls: ssl.SSLContext | None) -> HttpConnections:
     """The keep-alive connections of one node to its peers."""
     return HttpConnections(
-        limits.http_idle_connections_per_peer_max, limits.http_idle_connection_s_max
+        limits.http_idle_connections_per_peer_max, limits.http_idle_connection_s_max, tls
     )
 
 
 class JsonHttpClient:
     """One per component; thread-safe."""
 
-    def __init__(self, limits: Limits, *, node_token: str, timeout_s: float | None = None) -> None:
-        """Every call carries ``node_token`` (``protocol.access.node_token`` of the cluster
-        secret): the peers' internal endpoints answer only nodes."""
+    def __init__(self, limits: Limits, link: PeerLink, *, timeout_s: float | None = None) -> None:
         self._limits = limits
         self._timeout_s = limits.http_timeout_s if timeout_s is None else timeout_s
-        self._connections = connections(limits)
-        self._node_header = (NODE_HEADER, node_token)
+        self._connections = connections(limits, link.tls)
+        self._node_header = (NODE_HEADER, link.node_token)
 
     def call(
         self,

@@ -16,13 +16,16 @@ What the caller learns about a failure is exact, because a retry elsewhere depen
   connection closed or reset): the peer may have acted.
 
 An idle connection is reused only if it is younger than ``idle_s_max`` and has nothing to
-read (a peer that closed it has left an end-of-file there). Thread-safe.
+read (a peer that closed it has left an end-of-file there). ``https://`` peers are reached
+over TLS with the given context (``runtime.tls``); a failed handshake (e.g. a certificate
+the context does not trust) is a ``NotSentError``: nothing was sent. Thread-safe.
 """
 
 from __future__ import annotations
 
 import contextlib
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterable
@@ -68,13 +71,24 @@ class _Idle:
     since_s: float
 
 
+@dataclass(frozen=True, slots=True)
+class _Peer:
+    host: str
+    port: int
+    tls: bool
+
+
 class HttpConnections:
-    def __init__(self, idle_per_peer_max: int, idle_s_max: float) -> None:
+    def __init__(
+        self, idle_per_peer_max: int, idle_s_max: float, tls: ssl.SSLContext | None = None
+    ) -> None:
+        """``tls``: how ``https://`` peers are checked (default: the system's CAs)."""
         self._idle_per_peer_max = idle_per_peer_max
         self._idle_s_max = idle_s_max
+        self._tls = tls
         self._lock = threading.Lock()
-        self._idle: dict[tuple[str, int], list[_Idle]] = {}
-        self._peers: dict[str, tuple[str, int]] = {}
+        self._idle: dict[_Peer, list[_Idle]] = {}
+        self._peers: dict[str, _Peer] = {}
 
     def request(
         self,
@@ -114,17 +128,18 @@ class HttpConnections:
         for entry in idle:
             _close(entry.sock)
 
-    def _peer(self, base_url: str) -> tuple[str, int]:
+    def _peer(self, base_url: str) -> _Peer:
         peer = self._peers.get(base_url)
         if peer is None:
             parts = urlsplit(base_url)
-            if parts.scheme != "http" or parts.hostname is None:
-                raise NotSentError(f"not a plain http:// URL: {base_url!r}")
-            peer = (parts.hostname, parts.port or 80)
+            if parts.scheme not in ("http", "https") or parts.hostname is None:
+                raise NotSentError(f"not an http:// or https:// URL: {base_url!r}")
+            tls = parts.scheme == "https"
+            peer = _Peer(parts.hostname, parts.port or (443 if tls else 80), tls)
             self._peers[base_url] = peer
         return peer
 
-    def _take(self, peer: tuple[str, int], connect_timeout_s: float) -> socket.socket:
+    def _take(self, peer: _Peer, connect_timeout_s: float) -> socket.socket:
         now_s = time.monotonic()
         while True:
             with self._lock:
@@ -138,14 +153,23 @@ class HttpConnections:
         try:
             sock = self._connect(peer, connect_timeout_s)
         except OSError as exc:
-            raise NotSentError(f"cannot connect to {peer[0]}:{peer[1]}: {exc}") from exc
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            raise NotSentError(f"cannot connect to {peer.host}:{peer.port}: {exc}") from exc
         return sock
 
-    def _connect(self, peer: tuple[str, int], timeout_s: float) -> socket.socket:
-        return socket.create_connection(peer, timeout=timeout_s)
+    def _connect(self, peer: _Peer, timeout_s: float) -> socket.socket:
+        sock = socket.create_connection((peer.host, peer.port), timeout=timeout_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if not peer.tls:
+            return sock
+        if self._tls is None:
+            self._tls = ssl.create_default_context()
+        try:  # the handshake, within the connect timeout set above
+            return self._tls.wrap_socket(sock, server_hostname=peer.host)
+        except BaseException:
+            _close(sock)
+            raise
 
-    def _give_back(self, peer: tuple[str, int], sock: socket.socket) -> None:
+    def _give_back(self, peer: _Peer, sock: socket.socket) -> None:
         with self._lock:
             entries = self._idle.setdefault(peer, [])
             if len(entries) < self._idle_per_peer_max:
@@ -157,11 +181,11 @@ class HttpConnections:
 def _request_bytes(
     method: str,
     target: str,
-    peer: tuple[str, int],
+    peer: _Peer,
     body: bytes | None,
     headers: Iterable[tuple[str, str]],
 ) -> bytes:
-    lines = [f"{method} {target} HTTP/1.1", f"Host: {peer[0]}:{peer[1]}"]
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {peer.host}:{peer.port}"]
     lines.extend(f"{name}: {value}" for name, value in headers)
     if body is not None:
         lines.append(f"Content-Length: {len(body)}")
@@ -243,8 +267,14 @@ def _still_open(sock: socket.socket) -> bool:
     not reusable."""
     try:
         sock.settimeout(0)  # with a timeout set, recv would first wait that long for data
-        sock.recv(1, socket.MSG_PEEK)
-    except BlockingIOError:
+        if isinstance(sock, ssl.SSLSocket):
+            # TLS has no peek; a byte read here would be a stray one, and the connection is
+            # dropped then anyway. A record that is not data (a session ticket) is consumed
+            # and reads as "nothing there".
+            sock.recv(1)
+        else:
+            sock.recv(1, socket.MSG_PEEK)
+    except (BlockingIOError, ssl.SSLWantReadError):
         return True  # nothing there: still open
     except OSError:
         return False

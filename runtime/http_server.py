@@ -14,7 +14,10 @@ does only what RaftQ's JSON APIs need, in one pass:
 - bounds: headers ``header_bytes_max`` (431), body ``body_bytes_max`` (413, before reading
   it), and the whole request must arrive within ``request_read_timeout_s`` of its first byte
   (408: a client that trickles bytes holds a thread that long at most); an idle keep-alive
-  connection is closed after ``keepalive_idle_s``.
+  connection is closed after ``keepalive_idle_s``;
+- TLS when given a context (``runtime.tls``): the handshake runs in the connection's thread
+  (a slow client cannot stall the accept loop) and must finish within
+  ``request_read_timeout_s``; a client that speaks plain HTTP to it is dropped.
 
 Errors found while reading a request are answered here (the ``ErrorCode`` JSON shape) and
 the connection closed; everything else is the ``handle`` callable's (``runtime.http_api``).
@@ -26,6 +29,7 @@ import contextlib
 import email.utils
 import logging
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -116,9 +120,17 @@ class _ClientGoneError(Exception):
 
 
 class HttpServer:
-    def __init__(self, host: str, port: int, handle: Handle, limits: ServerLimits) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        handle: Handle,
+        limits: ServerLimits,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self._handle = handle
         self._limits = limits
+        self._tls = tls
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._listener = socket.create_server((host, port), family=family, backlog=_LISTEN_BACKLOG)
         self._lock = threading.Lock()
@@ -177,7 +189,9 @@ class HttpServer:
             connections = list(self._connections)
         for conn in connections:  # wakes its thread (blocked in recv), which closes it
             with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
+                # The plain socket's shutdown, also for a TLS one: SSLSocket.shutdown would
+                # drop the TLS state under the thread still reading it.
+                socket.socket.shutdown(conn, socket.SHUT_RDWR)
 
     # --- one connection --------------------------------------------------------------------
 
@@ -185,6 +199,8 @@ class HttpServer:
         buffer = bytearray()
         try:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._tls is not None:
+                conn = self._handshake(conn)
             while not self._stopping.is_set():
                 try:
                     request, keep_alive = self._read_request(conn, buffer, client)
@@ -207,11 +223,29 @@ class HttpServer:
                 if not keep_alive:
                     return
         except OSError:
-            return  # reset or timed out while answering: nothing more to say on it
+            return  # reset, timed out, or a failed TLS handshake: nothing more to say on it
         finally:
             with self._lock:
                 self._connections.discard(conn)
             _close(conn)
+
+    def _handshake(self, conn: socket.socket) -> socket.socket:
+        """The TLS connection over ``conn``, which it replaces in ``_connections`` (the
+        wrapped socket owns the descriptor now); ``OSError`` if the handshake fails."""
+        assert self._tls is not None
+        wrapped = self._tls.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
+        with self._lock:
+            self._connections.discard(conn)
+            self._connections.add(wrapped)
+        try:
+            wrapped.settimeout(self._limits.request_read_timeout_s)
+            wrapped.do_handshake()
+        except OSError:
+            with self._lock:
+                self._connections.discard(wrapped)
+            _close(wrapped)
+            raise
+        return wrapped
 
     def _read_request(
         self, conn: socket.socket, buffer: bytearray, client: str | None
@@ -323,10 +357,13 @@ class HttpServer:
             conn.sendall(response.body)
 
     def _refuse(self, conn: socket.socket) -> None:
-        error = RaftQError(ErrorCode.REFUSED, "too many connections to this node; retry later")
-        with contextlib.suppress(OSError):
-            conn.settimeout(1.0)
-            self._send(conn, _error_answer(error), keep_alive=False)
+        # A TLS client could not read a plain answer: it sees the connection close before
+        # its handshake ends, which also proves nothing was done.
+        if self._tls is None:
+            error = RaftQError(ErrorCode.REFUSED, "too many connections to this node; retry later")
+            with contextlib.suppress(OSError):
+                conn.settimeout(1.0)
+                self._send(conn, _error_answer(error), keep_alive=False)
         _close(conn)
 
 

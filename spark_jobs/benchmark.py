@@ -41,7 +41,7 @@ def make_input(spark: SparkSession, rows: int, path: Path, partitions: int) -> N
 
 def measure(spark: SparkSession, endpoint: Endpoint, args: argparse.Namespace, work: Path) -> None:
     topic = f"bench-{int(time.time())}"
-    with Admin(endpoint.url, api_key=endpoint.api_key) as admin:
+    with Admin(endpoint.url, api_key=endpoint.api_key, tls_ca=endpoint.tls_ca) as admin:
         admin.create_topic(topic, partitions=args.partitions)
     make_input(spark, args.rows, work / "input", args.tasks)
     frame = bulk_produce.load(spark, str(work / "input"), "parquet", "value", "key")
@@ -77,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="raftq-bench-") as scratch:
         work = Path(scratch)
         cluster = None
-        endpoint = Endpoint(args.url or "", api_key_from(args, os.environ))
+        endpoint = Endpoint(args.url or "", api_key_from(args, os.environ), args.tls_ca)
         if args.url is None:
             cluster = LocalCluster(work / "cluster", base_port=args.base_port)
             cluster.up()

@@ -110,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         plan = consume(
             spark,
-            Endpoint(args.url, api_key_from(args, os.environ)),
+            Endpoint(args.url, api_key_from(args, os.environ), args.tls_ca),
             args.topic,
             args.output.resolve(),
             starting=args.starting_offsets,

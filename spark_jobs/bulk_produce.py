@@ -153,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         frame = load(spark, args.input, fmt, args.value_column, args.key_column)
         report = run(
             spark,
-            Endpoint(args.url, api_key_from(args, os.environ)),
+            Endpoint(args.url, api_key_from(args, os.environ), args.tls_ca),
             args.topic,
             frame,
             job_id=args.job_id,

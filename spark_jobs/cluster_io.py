@@ -34,7 +34,7 @@ SHORT_FETCH_PAUSE_S_MAX = 1.0
 
 
 def _admin(endpoint: Endpoint, limits: ClientLimits | None = None) -> Admin:
-    return Admin(endpoint.url, limits=limits, api_key=endpoint.api_key)
+    return Admin(endpoint.url, limits=limits, api_key=endpoint.api_key, tls_ca=endpoint.tls_ca)
 
 
 def partition_ids(endpoint: Endpoint, topics: Sequence[str]) -> dict[str, list[int]]:
@@ -68,6 +68,7 @@ def fetch_range(
         consumer_id=FETCH_ONLY_CONSUMER,
         direct=direct,
         api_key=endpoint.api_key,
+        tls_ca=endpoint.tls_ca,
     ) as consumer:
         while offset < r.end:
             wanted = min(page_messages_max, r.end - offset)
@@ -197,6 +198,7 @@ def write_batches(
                     partition_count=(partition_counts or {}).get(batch.topic)
                     or active_partition_count(endpoint, batch.topic, limits),
                     api_key=endpoint.api_key,
+                    tls_ca=endpoint.tls_ca,
                 )
                 producers[batch.topic] = producer
             written = _send_once(producer, batch)

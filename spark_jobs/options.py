@@ -21,6 +21,7 @@ _SERVER = Limits()
 
 URL = "raftq.url"
 API_KEY = "raftq.api_key"
+TLS_CA = "raftq.tls_ca"
 SUBSCRIBE = "subscribe"
 STARTING_OFFSETS = "startingoffsets"
 ENDING_OFFSETS = "endingoffsets"
@@ -38,6 +39,7 @@ READ_OPTIONS = frozenset(
     {
         URL,
         API_KEY,
+        TLS_CA,
         SUBSCRIBE,
         STARTING_OFFSETS,
         ENDING_OFFSETS,
@@ -49,7 +51,7 @@ READ_OPTIONS = frozenset(
         DIRECT,
     }
 )
-WRITE_OPTIONS = frozenset({URL, API_KEY, TOPIC, BATCH_MESSAGES_MAX, JOB_ID, DIRECT})
+WRITE_OPTIONS = frozenset({URL, API_KEY, TLS_CA, TOPIC, BATCH_MESSAGES_MAX, JOB_ID, DIRECT})
 UNSUPPORTED_KAFKA = frozenset({"assign", "subscribepattern", "includeheaders"})
 
 
@@ -59,10 +61,12 @@ class OptionError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
-    """Where the cluster is and the API key to show it (never in a repr or a log line)."""
+    """Where the cluster is, the API key to show it (never in a repr or a log line) and the
+    CA bundle its ``https://`` certificate is checked against (a path on every executor)."""
 
     url: str
     api_key: str | None = field(default=None, repr=False)
+    tls_ca: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +191,8 @@ def _endpoint(given: Mapping[str, str]) -> Endpoint:
     if not url.startswith(("http://", "https://")):
         raise OptionError(f"raftq.url must be an http(s) URL of the load balancer, not {url!r}")
     key = given.get(API_KEY, "").strip()
-    return Endpoint(url.rstrip("/"), key or None)
+    ca = given.get(TLS_CA, "").strip()
+    return Endpoint(url.rstrip("/"), key or None, ca or None)
 
 
 def _bool(given: Mapping[str, str], name: str, *, default: bool) -> bool:
@@ -226,6 +231,8 @@ def endpoint_options(endpoint: Endpoint) -> dict[str, str]:
     options = {URL: endpoint.url}
     if endpoint.api_key is not None:
         options[API_KEY] = endpoint.api_key
+    if endpoint.tls_ca is not None:
+        options[TLS_CA] = endpoint.tls_ca
     return options
 
 
@@ -234,6 +241,9 @@ def add_api_key_option(parser: argparse.ArgumentParser) -> None:
         "--api-key-file",
         help="file holding the API key (else $RAFTQ_API_KEY; a key on the command line "
         "would show in the process list)",
+    )
+    parser.add_argument(
+        "--tls-ca", help="CA bundle (PEM) for an https:// URL, on the driver and every executor"
     )
 
 

@@ -31,6 +31,7 @@ CLUSTER_BASE_PORTS = {
     "late_requests": 27800,
     "replicated_limits": 28200,
     "access": 28600,
+    "tls": 30000,
 }
 """Every test module's cluster in one table, so no two blocks overlap (a socket of the
 previous module's cluster may still be in TIME_WAIT), all below the kernel's ephemeral range

@@ -31,8 +31,10 @@ class Cluster:
         base_port: int,
         db_url: str | None = None,
         limits: dict[str, str] | None = None,
+        tls: bool = False,
     ) -> None:
         self.directory = directory
+        self.tls = tls
         self.base_port = base_port
         self.db_url = db_url
         self.limits = limits or {}
@@ -51,9 +53,15 @@ class Cluster:
             args += ["--db-url", self.db_url]
         for name, value in self.limits.items():
             args += ["--limit", f"{name}={value}"]
+        if self.tls:
+            args.append("--tls")
         self._cli(*args)
         self.info = json.loads((self.directory / "cluster.json").read_text())
         self.local = LocalCluster(self.directory)  # the same cluster, for node operations
+        for session in (self.http, self.internal):
+            # Not $REQUESTS_CA_BUNDLE's CAs (requests would prefer it): the cluster's own.
+            session.trust_env = False
+            session.verify = self.local.tls_ca or True
         self.http.headers["Authorization"] = f"Bearer {self.admin_key}"
         self.internal.headers.update(self.local.node_headers())
 
@@ -128,11 +136,11 @@ class Cluster:
 
 
 def running_cluster(
-    directory: Path, base_port: int, limits: dict[str, str] | None = None
+    directory: Path, base_port: int, limits: dict[str, str] | None = None, *, tls: bool = False
 ) -> Iterator[Cluster]:
     """A module's cluster: up before its first test, down after its last (``yield from``
     it in a module-scoped fixture)."""
-    instance = Cluster(directory, base_port, limits=limits)
+    instance = Cluster(directory, base_port, limits=limits, tls=tls)
     instance.up()
     try:
         yield instance

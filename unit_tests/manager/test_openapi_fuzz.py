@@ -44,7 +44,7 @@ from protocol.limits import Limits
 from protocol.openapi import Node, api_document
 from protocol.types import ReplicaSpec
 from runtime.http_api import server_limits
-from runtime.http_client import HttpAnswer
+from runtime.http_client import HttpAnswer, PeerLink
 from runtime.http_server import HttpServer
 from unit_tests.manager.in_memory_app import AS_NODE, manager_config, patch_manager
 from unit_tests.ports import free_port
@@ -83,7 +83,7 @@ class StubBrokers(BrokerClient):
     one log per partition; what it stored is counted in ``writes``."""
 
     def __init__(self) -> None:
-        super().__init__(LIMITS, "test-node-token")
+        super().__init__(LIMITS, PeerLink("test-node-token", None))
         self._lock = threading.Lock()
         self.writes = 0
         self._logs: dict[tuple[str, int], list[str]] = {}

@@ -28,14 +28,14 @@ from protocol.requests import (
 )
 from protocol.routing import partition_for_key
 from protocol.types import BrokerId, ProducerId, ReplicaSpec
-from runtime.http_client import HttpAnswer, NoAnswerError
+from runtime.http_client import HttpAnswer, NoAnswerError, PeerLink
 
 LIMITS = Limits()
 
 
 class StubBrokers(BrokerClient):
     def __init__(self) -> None:
-        super().__init__(LIMITS, node_token="test-node-token")
+        super().__init__(LIMITS, PeerLink("test-node-token", None))
         self.down: set[str] = set()
         self.hosted: list[tuple[str, ReplicaSpec]] = []
         self.answers: dict[str, HttpAnswer] = {}

@@ -50,6 +50,7 @@ from protocol.requests import (
     partition_ref,
 )
 from runtime.http_api import App
+from runtime.http_client import PeerLink
 from runtime.http_server import HttpRequest
 from unit_tests.manager.in_memory_app import Idle, manager_config, patch_manager
 
@@ -63,7 +64,9 @@ Schema = dict[str, object]
 
 @pytest.fixture
 def apps(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[Node, App]]:
-    patch_manager(monkeypatch, LocalRegistry(), BrokerClient(LIMITS, "test-node-token"))
+    patch_manager(
+        monkeypatch, LocalRegistry(), BrokerClient(LIMITS, PeerLink("test-node-token", None))
+    )
     monkeypatch.setattr(broker.app, "SqlMessageStore", lambda _url: MemoryMessageStore())
     monkeypatch.setattr(broker.app, "Registration", Idle)
     monkeypatch.setattr(logging, "basicConfig", lambda **_kwargs: None)

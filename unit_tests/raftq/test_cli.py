@@ -64,7 +64,7 @@ TEST_KEY = "rq_0123456789ab_" + "k" * 43
 
 def _run(argv: list[str], stdin: str = "") -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    context = Context(None, TEST_KEY, io.StringIO(stdin), out, err)
+    context = Context(None, TEST_KEY, None, io.StringIO(stdin), out, err)
     code = run(build_parser().parse_args(argv), context)
     return code, out.getvalue(), err.getvalue()
 
@@ -129,11 +129,11 @@ def test_the_api_key_comes_from_a_file_the_environment_or_the_cluster_file(
     args = build_parser().parse_args(
         ["topic", "list", "--url", service.url, "--api-key-file", str(key_file)]
     )
-    assert run(args, Context(None, TEST_KEY, io.StringIO(), out, err)) == 0
+    assert run(args, Context(None, TEST_KEY, None, io.StringIO(), out, err)) == 0
     assert (
         run(
             build_parser().parse_args(["topic", "list", "--url", service.url]),
-            Context(None, None, io.StringIO(), out, err),
+            Context(None, None, None, io.StringIO(), out, err),
         )
         == 2
     )
@@ -142,7 +142,7 @@ def test_the_api_key_comes_from_a_file_the_environment_or_the_cluster_file(
         json.dumps({"load_balancer_url": service.url, "admin_key": "rq_fromdir"})
     )
     args = build_parser().parse_args(["topic", "list", "--dir", str(tmp_path)])
-    assert run(args, Context(None, None, io.StringIO(), out, err)) == 0
+    assert run(args, Context(None, None, None, io.StringIO(), out, err)) == 0
     assert service.authorizations() == {"Bearer rq_fromfile", "Bearer rq_fromdir"}
 
 

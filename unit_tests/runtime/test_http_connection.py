@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from typing import Any
 
 import orjson
 import pytest
@@ -134,12 +135,13 @@ def test_answers_as_peers_may_send_them(
 def count_connects(pool: HttpConnections) -> Callable[[], int]:
     """Counts the new connections ``pool`` makes from now on."""
     made = [0]
+    connect = pool._connect
 
-    def counting(peer: tuple[str, int], timeout_s: float) -> socket.socket:
+    def counting(*args: Any) -> socket.socket:
         made[0] += 1
-        return socket.create_connection(peer, timeout=timeout_s)
+        return connect(*args)
 
-    pool._connect = counting  # type: ignore[method-assign]
+    pool._connect = counting  # type: ignore[method-assign,assignment]
     return lambda: made[0]
 
 

@@ -15,7 +15,13 @@ from spark_jobs.offsets import (
     parse_offset_spec,
     resolve,
 )
-from spark_jobs.options import Endpoint, OptionError, parse_read_options, parse_write_options
+from spark_jobs.options import (
+    Endpoint,
+    OptionError,
+    endpoint_options,
+    parse_read_options,
+    parse_write_options,
+)
 from spark_jobs.planning import OffsetRange, offset_ranges, plan, split
 
 URL = "http://127.0.0.1:1"
@@ -83,6 +89,15 @@ def test_the_api_key_goes_with_the_endpoint_and_never_into_a_repr() -> None:
         {"raftq.url": URL, "subscribe": "a", "raftq.api_key": " "}, streaming=False
     )
     assert read.endpoint.api_key is None  # blank: none
+
+
+def test_the_tls_ca_goes_with_the_endpoint_to_the_jobs_reads_and_writes() -> None:
+    given = {"raftq.url": "https://lb:17100", "raftq.tls_ca": "/etc/raftq/ca.pem"}
+    endpoint = parse_write_options(given).endpoint
+    assert endpoint == Endpoint("https://lb:17100", None, "/etc/raftq/ca.pem")
+    assert endpoint_options(endpoint) == given
+    read = parse_read_options({**given, "subscribe": "a"}, streaming=True)
+    assert read.endpoint.tls_ca == "/etc/raftq/ca.pem"
 
 
 def test_kafka_json_offsets_round_trip() -> None:

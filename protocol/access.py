@@ -93,6 +93,17 @@ def _matches(pattern: str, topic: str) -> bool:
     return topic == pattern
 
 
+_DOING = {
+    Action.OPEN: "do that",
+    Action.DESCRIBE: "describe the cluster",
+    Action.PRODUCE: "produce",
+    Action.CONSUME: "consume",
+    Action.ADMIN: "administer topics, partitions and keys",
+    Action.NODE: "call an endpoint for nodes only",
+}
+"""For the 403's message."""
+
+
 def require(principal: Principal | None, action: Action) -> None:
     """The role rule: raise 401 without a principal (for anything but OPEN), 403 when the
     principal's role may not do ``action``."""
@@ -108,7 +119,7 @@ def require(principal: Principal | None, action: Action) -> None:
     if principal.role not in _ROLES_FOR[action]:
         raise RaftQError(
             ErrorCode.FORBIDDEN,
-            f"key {principal.key_id} ({principal.role.value}) may not {action.value}",
+            f"key {principal.key_id} ({principal.role.value}) may not {_DOING[action]}",
         )
 
 

@@ -32,6 +32,7 @@ CLUSTER_BASE_PORTS = {
     "replicated_limits": 28200,
     "access": 28600,
     "tls": 30000,
+    "openapi_fuzz": 30400,
 }
 """Every test module's cluster in one table, so no two blocks overlap (a socket of the
 previous module's cluster may still be in TIME_WAIT), all below the kernel's ephemeral range

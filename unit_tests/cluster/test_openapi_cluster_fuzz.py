@@ -1,0 +1,111 @@
+"""The load balancer's API fuzzed with schemathesis against a running cluster (issue 9):
+3 managers, 3 brokers and the load balancer as real processes, every request through the
+load balancer with the admin key ``cluster up`` made.
+
+Every generated request, valid and invalid, must get an answer the document describes; no
+5xx but the refusals that prove nothing was done (a real cluster may answer those: 503
+NO_LEADER, NOT_LEADER, REFUSED, NOT_ENOUGH_BROKERS and 429 are temporary and safe to
+repeat; a 500, a commit timeout or an unknown outcome is a failure); and after every answer
+that proves nothing was done, nothing stored: the topics and their partition counts, every
+partition's end offset, the API keys and the brokers are as before. (Consumers' positions
+and producers' sequences are compared in the in-process broker fuzzing, which reads the
+state machine itself; the cluster exposes no view of them.)
+
+Operations for nodes only (broker registration, key verification) are refused (403) to an
+admin key: fuzzing them here checks that refusal. Bounded: ``EXAMPLES_PER_OPERATION``
+derandomized examples per operation (~500 requests, ~30 s here), topics of at most 2
+partitions (a topic made by a valid request costs Raft groups on every broker). Brokers'
+own documents are fuzzed in process only: a valid ``POST /partitions`` to a real broker
+would host replicas of made-up Raft groups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from schemathesis import Case
+
+from protocol.errors import proves_nothing_done
+from protocol.openapi import Node
+from raftq import Admin
+from unit_tests.cluster.client_ops import post_when_ready
+from unit_tests.cluster.harness import Cluster, running_cluster
+from unit_tests.openapi_fuzzing import fuzz_schema, judge
+from unit_tests.ports import CLUSTER_BASE_PORTS
+
+pytestmark = pytest.mark.cluster
+
+EXAMPLES_PER_OPERATION = 25
+REQUEST_TIMEOUT_S = 30.0
+LIMITS = {"topic_partitions_max": "2"}
+SCHEMA = fuzz_schema(Node.LOAD_BALANCER, EXAMPLES_PER_OPERATION)
+# The admin key may not call what is for nodes only: the 403 comes before the body is read,
+# as in every server that checks credentials first, and it too rejects the request.
+SCHEMA.config.checks.negative_data_rejection.expected_statuses += ["403"]
+
+
+class Fuzzed:
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.last_state = self.stored()
+
+    def stored(self) -> tuple[Any, ...]:
+        """What a request that did nothing must leave as it was."""
+        with Admin(self.cluster.lb_url, api_key=self.cluster.admin_key) as admin:
+            topics = sorted((t.name, t.partition_count) for t in admin.list_topics())
+            ends = {name: admin.end_offsets(name) for name, _ in topics}
+            keys = sorted((k.key_id, k.role, tuple(k.topics)) for k in admin.list_keys())
+            brokers = sorted((b.broker_id, b.address) for b in admin.brokers())
+        return topics, ends, keys, brokers
+
+
+@pytest.fixture(scope="module")
+def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzzed]:
+    port = CLUSTER_BASE_PORTS["openapi_fuzz"]
+    for cluster in running_cluster(tmp_path_factory.mktemp("fuzz"), port, LIMITS):
+        _seed(cluster)
+        yield Fuzzed(cluster)
+
+
+def _seed(cluster: Cluster) -> None:
+    """The topic, producer and consumer the document's examples name, so that generated
+    requests also reach the paths behind a successful lookup."""
+    for path, body in (
+        ("/topics", {"name": "orders", "partitions": 2}),
+        ("/producers", {"topic": "orders", "producer_id": "producer-1"}),
+        ("/consumers", {"topic": "orders", "consumer_id": "consumer-1"}),
+        (
+            "/logs",
+            {"topic": "orders", "producer_id": "producer-1", "messages": [{"message": "m"}] * 3},
+        ),
+    ):
+        answer = post_when_ready(cluster, path, body)
+        assert answer.status_code in (200, 201), (path, answer.text)
+
+
+def _refusal(status: int, body: object) -> bool:
+    return proves_nothing_done(status, body)
+
+
+@SCHEMA.parametrize()
+@settings(
+    max_examples=EXAMPLES_PER_OPERATION,
+    deadline=None,  # real processes on a shared machine: each request is bounded instead
+    derandomize=True,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
+def test_the_cluster_holds_to_its_document(case: Case[Any], fuzzed: Fuzzed) -> None:
+    response = case.call(
+        base_url=fuzzed.cluster.lb_url,
+        timeout=REQUEST_TIMEOUT_S,
+        headers={"Authorization": f"Bearer {fuzzed.cluster.admin_key}"},
+    )
+    did_nothing = judge(case, response, _refusal)
+    now = fuzzed.stored()
+    if did_nothing:
+        assert now == fuzzed.last_state, f"{response.status_code} {response.text} changed state"
+    fuzzed.last_state = now

@@ -30,6 +30,15 @@ from protocol.types import (
 
 Params = Mapping[str, object]
 
+
+class QueryText(str):
+    """A value from the query string, where every value is text: only these may spell a
+    number (``?offset=5``). In a JSON body a number is a number: ``"partitions": "3"`` is
+    the wrong type (400), as the API document says."""
+
+    __slots__ = ()
+
+
 KEY_NAME_CHARS_MAX = 100
 """A key's name: a label for people (``raftq key list``)."""
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -72,7 +81,7 @@ def get_int(
         return default
     if isinstance(value, bool):
         raise invalid(f"field {name!r} must be an integer")
-    if isinstance(value, str):
+    if isinstance(value, QueryText):
         if not re.fullmatch(r"-?[0-9]{1,19}", value):
             raise invalid(f"field {name!r} must be an integer")
         value = int(value)

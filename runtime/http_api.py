@@ -20,6 +20,7 @@ from protocol.deadline import HEADER as DEADLINE_HEADER
 from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
+from protocol.requests import QueryText
 from runtime.http_server import HttpRequest, HttpResponse, ServerLimits
 
 _log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ def request_params(request: HttpRequest) -> dict[str, object]:
             raise RaftQError(ErrorCode.MALFORMED_REQUEST, "the body must be a JSON object")
         params.update(body)
     if request.query_string:
-        params.update(request.args())
+        params.update((name, QueryText(value)) for name, value in request.args().items())
     return params
 
 

@@ -5,6 +5,8 @@ kill -9 of the manager leader; the whole cluster down and up again."""
 
 from __future__ import annotations
 
+import select
+import socket
 import threading
 import time
 from collections import defaultdict
@@ -12,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from protocol.limits import Limits
 from unit_tests.cluster.client_ops import (
     Ack,
     checksums,
@@ -26,6 +29,10 @@ from unit_tests.cluster.client_ops import (
 from unit_tests.cluster.harness import Cluster, wait_until
 
 pytestmark = pytest.mark.cluster
+
+LIMITS = Limits()
+"""The cluster's: it runs with the defaults."""
+SLOW_CLIENT_WAIT_S = 20.0
 
 
 def create_topic(cluster: Cluster, name: str, partitions: int) -> dict[str, Any]:
@@ -102,6 +109,7 @@ def test_bad_input_gets_a_clear_error_and_changes_nothing(cluster: Cluster) -> N
     create_topic(cluster, "strict", 1)
     producer = register(cluster, "producer", {"topic": "strict"})
     produce(cluster, producer, 0, [(None, "kept")], topic="strict")
+    topics_before = cluster.get("/topics").json()
     cases = [
         ("/logs", {"producer_id": "nobody", "topic": "strict", "message": "x"}, 404),
         ("/logs", {"producer_id": producer, "topic": "nope", "message": "x"}, 400),
@@ -113,8 +121,26 @@ def test_bad_input_gets_a_clear_error_and_changes_nothing(cluster: Cluster) -> N
             {"producer_id": producer, "topic": "strict", "message": "x", "partition_id": 9},
             404,
         ),
+        (
+            "/logs",
+            {
+                "producer_id": producer,
+                "topic": "strict",
+                "messages": [{"message": "x"}] * (LIMITS.request_messages_max + 1),
+            },
+            413,
+        ),
+        (
+            "/logs",
+            {"producer_id": producer, "topic": "strict", "message": "x", "key": "k" * 2_000},
+            413,
+        ),
         ("/topics", {"name": "bad name!"}, 400),
+        ("/topics", {"name": "../etc"}, 400),
+        ("/topics", {"name": "a/b"}, 400),
+        ("/topics", {"name": "t" * (LIMITS.topic_name_chars_max + 1)}, 400),
         ("/topics", {"name": "t2", "partitions": 0}, 400),
+        ("/topics", {"name": "t2", "partitions": "3"}, 400),
         ("/consumers", {"topic": "nope"}, 404),
     ]
     for path, body, status in cases:
@@ -130,8 +156,32 @@ def test_bad_input_gets_a_clear_error_and_changes_nothing(cluster: Cluster) -> N
     )
     assert raw.status_code == 400
     assert cluster.get("/logs", consumer_id="nobody").status_code == 404
+    # Asked of the leader, which knows the end (a follower answers what it has: it may lag).
+    leader_url = cluster.broker_url(partition_leader(cluster, "strict", 0))
+    query = "topic=strict&partition_id=0&offset=5&max_messages=10"
+    beyond = cluster.http.get(f"{leader_url}/logs?{query}", timeout=10)
+    assert beyond.status_code == 416 and "0 to 1" in beyond.json()["message"], beyond.text
     assert end_offset(cluster, "strict", 0) == 1
-    assert "bad name!" not in str(cluster.get("/topics").json())
+    assert cluster.get("/topics").json() == topics_before
+
+
+def test_a_client_that_trickles_its_request_is_cut_off(cluster: Cluster) -> None:
+    """A slowloris client holds one connection thread for ``http_request_read_timeout_s``
+    at most, gets 408, and nobody else waits meanwhile."""
+    host, port = cluster.lb_url.removeprefix("http://").split(":")
+    started_s = time.monotonic()
+    with socket.create_connection((host, int(port)), timeout=SLOW_CLIENT_WAIT_S) as slow:
+        slow.sendall(b"POST /topics HTTP/1.1\r\nHost: x\r\n")
+        answer = b""
+        while not answer:
+            assert cluster.get("/topics").status_code == 200  # others are served meanwhile
+            slow.sendall(b"X")  # a byte of a header that never ends
+            ready, _, _ = select.select([slow], [], [], 1.0)
+            if ready:
+                answer = slow.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 408"), answer
+    elapsed_s = time.monotonic() - started_s
+    assert elapsed_s < LIMITS.http_request_read_timeout_s + SLOW_CLIENT_WAIT_S, elapsed_s
 
 
 def test_kill_partition_leader_while_producing(cluster: Cluster) -> None:

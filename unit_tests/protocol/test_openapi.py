@@ -39,6 +39,7 @@ from protocol.requests import (
     Params,
     Pop,
     Produce,
+    QueryText,
     RegisterBroker,
     RegisterConsumer,
     RegisterProducer,
@@ -245,6 +246,33 @@ class Parsed:
     """Which ``x-raftq-modes`` mode of the query ``valid`` is."""
     items: dict[str, Callable[[int], object]] = field(default_factory=dict)
     """How to build the i-th item of an array field, for probing its size bounds."""
+
+    def __post_init__(self) -> None:
+        if self.method == "GET":  # its fields come from the query string, as text
+            parse = self.parse
+            object.__setattr__(self, "parse", lambda params, limits: parse(_Query(params), limits))
+
+
+class _Query(Mapping[str, object]):
+    """``params`` as ``runtime.http_api.request_params`` gives a query string: its text values
+    are ``QueryText`` (only those may spell a number)."""
+
+    def __init__(self, params: Mapping[str, object]) -> None:
+        self._params = params
+
+    def __getitem__(self, name: str) -> object:
+        value = self._params[name]
+        return QueryText(value) if isinstance(value, str) else value
+
+    def get(self, name: str, default: object = None) -> object:
+        value = self._params.get(name, default)
+        return QueryText(value) if isinstance(value, str) else value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._params)
+
+    def __len__(self) -> int:
+        return len(self._params)
 
 
 PRODUCE_ONE = {

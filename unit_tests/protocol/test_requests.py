@@ -7,7 +7,15 @@ import pytest
 
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
-from protocol.requests import CreateTopic, Fetch, Pop, Produce, RegisterBroker, parse_replica_spec
+from protocol.requests import (
+    CreateTopic,
+    Fetch,
+    Pop,
+    Produce,
+    QueryText,
+    RegisterBroker,
+    parse_replica_spec,
+)
 from protocol.routing import partition_for_key, partition_for_unkeyed
 from protocol.types import NewMessage
 
@@ -27,7 +35,7 @@ def test_produce_single_and_batch() -> None:
         {
             "topic": "t",
             "messages": [{"message": "a"}, {"message": "b", "key": "k"}],
-            "partition_id": "1",
+            "partition_id": 1,
             "producer_id": "p",
             "sequence": 4,
         },
@@ -35,6 +43,10 @@ def test_produce_single_and_batch() -> None:
     )
     assert many.is_batch and many.partition_id == 1 and many.sequence == 4
     assert Produce.parse(many.to_json(), LIMITS) == many
+    # In a JSON body a number is a number; only the query string's text may spell one.
+    assert refused(Produce, {**one.to_json(), "partition_id": "1"}) == ErrorCode.INVALID_FIELD
+    from_query = {**one.to_json(), "partition_id": QueryText("1")}
+    assert Produce.parse(from_query, LIMITS).partition_id == 1
 
 
 @pytest.mark.parametrize(
@@ -64,7 +76,9 @@ def test_bad_produce_requests(params: dict[str, object], code: ErrorCode) -> Non
 
 def test_pop_fetch_and_topic_defaults_and_bounds() -> None:
     assert Pop.parse({"consumer_id": "c"}, LIMITS).max_messages == 1
-    assert Fetch.parse({"topic": "t", "partition_id": 0, "offset": "3"}, LIMITS).offset == 3
+    assert (
+        Fetch.parse({"topic": "t", "partition_id": 0, "offset": QueryText("3")}, LIMITS).offset == 3
+    )
     assert refused(Pop, {"consumer_id": "c", "max_messages": 0}) == ErrorCode.INVALID_FIELD
     assert refused(Fetch, {"topic": "t", "partition_id": 0}) == ErrorCode.INVALID_FIELD
     topic = CreateTopic.parse({"name": "t"}, LIMITS)

@@ -36,6 +36,8 @@ class ReplicaStatus:
     is_leader: bool
     leader_raft_address: str | None
     end_offset: int
+    log_start_offset: int
+    """First offset still readable: retention moved it past older messages."""
     flushed_offsets: list[Offset]
     has_quorum: bool
     caught_up: bool
@@ -51,6 +53,7 @@ class ReplicaStatus:
             "is_leader": self.is_leader,
             "leader_raft_address": self.leader_raft_address,
             "end_offset": self.end_offset,
+            "log_start_offset": self.log_start_offset,
             "flushed_offsets": self.flushed_offsets,
             "has_quorum": self.has_quorum,
             "caught_up": self.caught_up,
@@ -215,6 +218,12 @@ class BrokerService:
         log_start, log_end = replica.partition.read(
             lambda log: (log.log_start_offset, log.end_offset)
         )
+        if offset < log_start:
+            raise RaftQError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"offset {offset} of {replica.partition.name} is below its log start: "
+                f"retention removed older messages; valid offsets are {log_start} to {log_end}",
+            )
         if offset > log_end and replica.partition.status().role is RaftRole.LEADER:
             # Only the leader knows the end: a follower may just lag (the reader retries).
             raise RaftQError(
@@ -274,14 +283,20 @@ class BrokerService:
 
     def _status(self, replica: HostedReplica) -> ReplicaStatus:
         raft = replica.partition.status()
-        end_offset, flushed, limits = replica.partition.read(
-            lambda log: (log.end_offset, list(log.flushed_offsets), log.limits)
+        end_offset, log_start, flushed, limits = replica.partition.read(
+            lambda log: (
+                log.end_offset,
+                log.log_start_offset,
+                list(log.flushed_offsets),
+                log.limits,
+            )
         )
         return ReplicaStatus(
             spec=replica.spec,
             is_leader=raft.role is RaftRole.LEADER,
             leader_raft_address=raft.leader,
             end_offset=end_offset,
+            log_start_offset=log_start,
             flushed_offsets=flushed,
             has_quorum=raft.has_quorum,
             caught_up=replica.partition.caught_up(),

@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Executor
+from dataclasses import replace
 from typing import TypeVar
 
 from manager.broker_client import BrokerClient
@@ -111,7 +112,11 @@ class ManagerService:
                     limits.registry_topics_max,
                     limits.topic_partitions_max,
                     limits.replication_factor,
-                    limits.partition_limits(),
+                    replace(
+                        limits.partition_limits(),
+                        retention_ms=request.retention_ms,
+                        retention_bytes=request.retention_bytes,
+                    ),
                 )
             )
             check_outcome(outcome, f"topic {request.name!r}")

@@ -6,6 +6,7 @@ overridden from the command line) and passed down; nothing reads these constants
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 
 
@@ -32,20 +33,45 @@ class PartitionLimits:
     client_idle_expiry_ms: int = _DEFAULT_IDLE_EXPIRY_MS
     """A consumer or producer no command has named for longer is forgotten. The default is
     also what a replica created before this limit existed gets (snapshots lack it)."""
+    retention_ms: int = 0
+    """The topic's retention by age: messages older than this leave every replica (the log
+    start moves past them). 0: kept however old (the default, as NATS JetStream's)."""
+    retention_bytes: int = 0
+    """The topic's retention by size, per partition (as Kafka's ``retention.bytes``): the
+    oldest messages leave while the partition holds more. 0: no bound."""
 
     def to_json(self) -> dict[str, int]:
         return {spec.name: getattr(self, spec.name) for spec in fields(self)}
 
     @classmethod
     def from_json(cls, body: object) -> PartitionLimits:
-        """Every field, each a positive integer; ``ValueError`` otherwise."""
+        """Every field, each a positive integer (retention: 0 or more); the fields added
+        later may be missing (older specs). ``ValueError`` otherwise."""
         names = [spec.name for spec in fields(cls)]
-        if not isinstance(body, dict) or sorted(body) != sorted(names):
-            raise ValueError(f"partition limits need exactly {', '.join(names)}")
-        values = [body[name] for name in names]
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
-            raise ValueError("partition limits must be positive integers")
-        return cls(*values)
+        if not isinstance(body, Mapping) or not set(body) <= set(names):
+            raise ValueError(f"partition limits hold only {', '.join(names)}")
+        values: dict[str, int] = {}
+        for name in names:
+            if name not in body and name in _LATER_FIELDS:
+                continue
+            value = body.get(name)
+            low = 0 if name in _RETENTION_FIELDS else 1
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"partition limit {name} must be an integer >= {low}")
+            values[name] = value
+        return cls(**values)
+
+    def with_every_field(self) -> PartitionLimits:
+        """These limits unpickled from a snapshot older than some field: the missing ones
+        get their defaults (a slot never set cannot be read)."""
+        if all(hasattr(self, spec.name) for spec in fields(self)):
+            return self
+        known = {s.name: getattr(self, s.name) for s in fields(self) if hasattr(self, s.name)}
+        return PartitionLimits(**known)
+
+
+_RETENTION_FIELDS = frozenset({"retention_ms", "retention_bytes"})
+_LATER_FIELDS = _RETENTION_FIELDS | {"client_idle_expiry_ms"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +134,9 @@ class Limits:
     # --- flush -----------------------------------------------------------------------------
     flush_batch_messages_max: int = 5_000
     """Most messages one flush writes in one database transaction."""
+    retention_check_period_s: float = 5.0
+    """How often a partition leader's broker applies its topic's retention (a query over
+    its database and, if messages are due to leave, one Raft command)."""
     flush_period_s: float = 0.1
     """Pause after a flush that was not full: flushing (and its ``mark_flushed`` Raft
     command) happens at this pace, not once per produced message."""

@@ -113,6 +113,10 @@ class CreateTopic:
     name: str
     partitions: int
     replication_factor: int
+    retention_ms: int = 0
+    """Messages older than this leave (0: kept however old)."""
+    retention_bytes: int = 0
+    """Per partition, the oldest messages leave while it holds more (0: no bound)."""
 
     @classmethod
     def parse(cls, params: Params, limits: Limits) -> CreateTopic:
@@ -127,6 +131,10 @@ class CreateTopic:
                 minimum=1,
                 maximum=limits.replication_factor,
                 default=limits.replication_factor,
+            ),
+            retention_ms=get_int(params, "retention_ms", minimum=0, maximum=_INT_MAX, default=0),
+            retention_bytes=get_int(
+                params, "retention_bytes", minimum=0, maximum=_INT_MAX, default=0
             ),
         )
 

@@ -55,9 +55,25 @@ class Admin:
     ) -> None:
         self.close()
 
-    def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 3) -> Topic:
-        """Create a topic; ``ApiError`` with status 409 if it already exists."""
-        body = {"name": name, "partitions": partitions, "replication_factor": replication_factor}
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replication_factor: int = 3,
+        *,
+        retention_ms: int = 0,
+        retention_bytes: int = 0,
+    ) -> Topic:
+        """Create a topic; ``ApiError`` with status 409 if it already exists. Retention (0:
+        none): messages older than ``retention_ms`` leave, and the oldest leave while a
+        partition holds more than ``retention_bytes``."""
+        body = {
+            "name": name,
+            "partitions": partitions,
+            "replication_factor": replication_factor,
+            "retention_ms": retention_ms,
+            "retention_bytes": retention_bytes,
+        }
         try:
             return parse_topic(self._http.call("POST", "/topics", body=body, idempotent=True))
         except ApiError as exc:

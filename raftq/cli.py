@@ -100,6 +100,15 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("name")
     create.add_argument("--partitions", type=_positive, default=1)
     create.add_argument("--replication-factor", type=_positive, default=3)
+    create.add_argument(
+        "--retention-ms", type=int, default=0, help="older messages leave (default 0: none)"
+    )
+    create.add_argument(
+        "--retention-bytes",
+        type=int,
+        default=0,
+        help="per partition, the oldest messages leave while it holds more (default 0: none)",
+    )
     topic_commands.add_parser("list", parents=[target], help="list topics")
 
     produce = commands.add_parser("produce", parents=[target, data], help="send messages")
@@ -250,7 +259,13 @@ def cmd_topic(args: argparse.Namespace, context: Context) -> int:
     target = resolve_target(args, context)
     with Admin(target.url, api_key=target.api_key, tls_ca=target.tls_ca) as admin:
         if args.topic_command == "create":
-            topic = admin.create_topic(args.name, args.partitions, args.replication_factor)
+            topic = admin.create_topic(
+                args.name,
+                args.partitions,
+                args.replication_factor,
+                retention_ms=args.retention_ms,
+                retention_bytes=args.retention_bytes,
+            )
             for part in topic.partitions:
                 context.stdout.write(
                     f"{topic.name} partition {part.partition_id}: replicas on brokers "

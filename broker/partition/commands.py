@@ -8,6 +8,7 @@ as pickled classes, so renaming or moving a class here can never break a journal
     ("append", ((key, value), ...), timestamp_ms, producer_id, sequence)
     ("consume", consumer_id, max_messages, request_id, timestamp_ms)
     ("mark_flushed", replica_id, flushed_offset)
+    ("truncate", log_start_offset)
 
 This tuple layout is a wire protocol: change it only by adding a new tag or a trailing
 field that the decoder still accepts without (``consume`` gained ``timestamp_ms`` for client
@@ -53,7 +54,15 @@ class MarkFlushed:
     flushed_offset: Offset
 
 
-Command = Append | Consume | MarkFlushed
+@dataclass(frozen=True, slots=True)
+class Truncate:
+    """Retention: messages below ``log_start_offset`` leave the partition (the leader's
+    broker proposes it from its database, see ``broker/retention.py``)."""
+
+    log_start_offset: Offset
+
+
+Command = Append | Consume | MarkFlushed | Truncate
 WireCommand = tuple[object, ...]
 
 
@@ -65,6 +74,8 @@ def to_wire(command: Command) -> WireCommand:
             return ("consume", consumer_id, max_messages, request_id, timestamp_ms, sequence)
         case MarkFlushed(replica_id, flushed_offset):
             return ("mark_flushed", replica_id, flushed_offset)
+        case Truncate(log_start_offset):
+            return ("truncate", log_start_offset)
 
 
 def from_wire(wire: object) -> Command | None:
@@ -89,6 +100,10 @@ def from_wire(wire: object) -> Command | None:
         replica_id, flushed_offset = args
         if isinstance(replica_id, int) and isinstance(flushed_offset, int):
             return MarkFlushed(ReplicaId(replica_id), Offset(flushed_offset))
+    elif tag == "truncate" and len(args) == 1:
+        (log_start_offset,) = args
+        if isinstance(log_start_offset, int) and not isinstance(log_start_offset, bool):
+            return Truncate(Offset(log_start_offset))
     return None
 
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
-from broker.partition.commands import Append, Command, Consume, KeyValue, MarkFlushed
+from broker.partition.commands import Append, Command, Consume, KeyValue, MarkFlushed, Truncate
 from protocol import snapshot_fields
 from protocol.errors import ErrorCode
 from protocol.invariant import check
@@ -59,6 +59,11 @@ class Flushed:
 
 
 @dataclass(frozen=True, slots=True)
+class Truncated:
+    log_start_offset: Offset
+
+
+@dataclass(frozen=True, slots=True)
 class Rejected:
     code: ErrorCode
     message: str
@@ -90,7 +95,7 @@ class _Consumer:
 # (key, value, timestamp_ms); a tuple keeps snapshots and memory small.
 MessageTuple = tuple[str | None, str, int]
 
-Result = Appended | Consumed | Flushed | Rejected
+Result = Appended | Consumed | Flushed | Truncated | Rejected
 
 
 class PartitionLog:
@@ -105,7 +110,8 @@ class PartitionLog:
         for the next synced entry. Replicas flush only below it, so no database ever holds
         a message a power cut could take from the Raft log."""
         self.log_start_offset = Offset(0)
-        """First offset still readable (retention moves it; nothing moves it yet)."""
+        """First offset still readable: retention moves it (``truncate``), never past
+        ``evicted_offset``, so messages leave memory only once flushed."""
         self.messages: dict[Offset, MessageTuple] = {}
         """``msg_dict``: committed messages that some replica has not flushed yet; holds
         exactly ``[evicted_offset, end_offset)``."""
@@ -131,8 +137,8 @@ class PartitionLog:
         self.__dict__.update(state)
         if "durable_end_offset" not in state:  # every entry was synced before
             self.durable_end_offset = self.end_offset
+        self.limits = self.limits.with_every_field()
         if "last_seen_ms" not in state:
-            self.limits = _with_default_expiry(self.limits)
             self.clock_ms = 0
             keys = [(_CONSUMER, c) for c in self.consumers] + [
                 (_PRODUCER, p) for p in self.producers
@@ -155,6 +161,8 @@ class PartitionLog:
                 return self.consume(consumer_id, max_messages, request_id, timestamp_ms, sequence)
             case MarkFlushed(replica_id, flushed_offset):
                 return self.mark_flushed(replica_id, flushed_offset)
+            case Truncate(log_start_offset):
+                return self.truncate(log_start_offset)
         return Rejected(ErrorCode.INVALID_FIELD, "not a partition command")
 
     def append(
@@ -244,6 +252,16 @@ class PartitionLog:
             self._evict(self._eviction_floor())
         self._check_invariants()
         return Flushed(self.flushed_offsets[replica_id], self.evicted_offset)
+
+    def truncate(self, log_start_offset: int) -> Truncated:
+        """Retention: move the log start up to ``log_start_offset``, but never past what
+        every in-sync replica has flushed (``evicted_offset``: nothing still in memory
+        leaves) nor back. Consumers below it continue from it (``consume``); a replica
+        that has not flushed up to it skips the rest (``Flusher``). Idempotent."""
+        new_start = min(log_start_offset, self.evicted_offset)
+        if new_start > self.log_start_offset:
+            self.log_start_offset = Offset(new_start)
+        return Truncated(self.log_start_offset)
 
     # --- queries (any thread, under the adapter's lock) -----------------------------------
 
@@ -381,14 +399,6 @@ class PartitionLog:
             len(self.last_seen_ms) == len(self.consumers) + len(self.producers),
             "last_seen_ms names exactly the consumers and producers",
         )
-
-
-def _with_default_expiry(limits: PartitionLimits) -> PartitionLimits:
-    """``limits`` unpickled from before ``client_idle_expiry_ms`` (the slot is unset)."""
-    if hasattr(limits, "client_idle_expiry_ms"):
-        return limits
-    known = {name: getattr(limits, name) for name in limits.__slots__ if hasattr(limits, name)}
-    return PartitionLimits(**known)
 
 
 def _stamped(messages: Sequence[KeyValue], timestamp_ms: int) -> Iterator[MessageTuple]:

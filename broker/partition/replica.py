@@ -11,10 +11,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from broker.partition.commands import Append, Command, Consume, KeyValue, MarkFlushed
+from broker.partition.commands import Append, Command, Consume, KeyValue, MarkFlushed, Truncate
 from broker.partition.consensus import ConsensusStatus, Entry, PartitionConsensus
 from broker.partition.group_commit import GroupCommit, GroupLimits
-from broker.partition.log import Appended, Consumed, Flushed, PartitionLog, Rejected, Result
+from broker.partition.log import (
+    Appended,
+    Consumed,
+    Flushed,
+    PartitionLog,
+    Rejected,
+    Result,
+    Truncated,
+)
 from protocol.deadline import Deadline
 from protocol.errors import RaftQError
 from protocol.invariant import check
@@ -71,6 +79,9 @@ class PartitionReplica:
 
     def mark_flushed(self, replica_id: ReplicaId, flushed_offset: Offset) -> Flushed:
         return self._submit(MarkFlushed(replica_id, flushed_offset), Flushed)
+
+    def truncate(self, log_start_offset: Offset) -> Truncated:
+        return self._submit(Truncate(log_start_offset), Truncated)
 
     def read(self, query: Callable[[PartitionLog], T]) -> T:
         return self._consensus.read(query)

@@ -9,12 +9,19 @@ flushing goes at its own pace, in batches, rather than once per produced message
 round costs a database transaction and a Raft command on every replica). Once every
 in-sync replica has flushed a message it leaves ``msg_dict``; a replica that lagged too
 far copies what left memory from a peer (``PeerRead``).
+
+Retention runs here too, on the same thread: every replica deletes the rows below the
+partition's log start from its database, and a replica that has not flushed up to it skips
+what left (its peers no longer have it); the leader's replica, every
+``retention_check_period_s``, asks its database where the topic's retention puts the log
+start and proposes ``truncate`` when that moved.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from broker.partition.log import PartitionLog
@@ -22,7 +29,7 @@ from broker.partition.replica import PartitionReplica
 from broker.persistence.store import FlushBatch, MessageStore
 from protocol.errors import RaftQError
 from protocol.limits import Limits
-from protocol.types import Offset, ReplicaSpec, StoredMessage
+from protocol.types import Offset, RaftRole, ReplicaSpec, StoredMessage
 
 PeerRead = Callable[[ReplicaSpec, int, int], list[StoredMessage]]
 """Messages ``[start, end)`` of a partition from a peer replica (may return fewer)."""
@@ -32,12 +39,22 @@ _log = logging.getLogger(__name__)
 
 class Flusher:
     def __init__(
-        self, replica: PartitionReplica, store: MessageStore, limits: Limits, peer_read: PeerRead
+        self,
+        replica: PartitionReplica,
+        store: MessageStore,
+        limits: Limits,
+        peer_read: PeerRead,
+        clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
         self._replica = replica
         self._store = store
         self._peer_read = peer_read
         self._limits = limits
+        self._clock_ms = clock_ms
+        self._deleted_below = 0
+        """Rows below it are gone from this replica's database (0 after a restart: the
+        first round deletes again, which is idempotent)."""
+        self._retention_due_s = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name=f"flusher {replica.name}", daemon=True
@@ -63,8 +80,10 @@ class Flusher:
                 self._stop.wait(backoff_s)
 
     def flush_once(self) -> int:
-        """Flush one bounded batch; return how many messages it wrote."""
+        """Apply retention, then flush one bounded batch; return how many messages it
+        wrote."""
         spec = self._replica.spec
+        self._retain(spec)
         rows, end = self._next_rows(spec)
         if not rows:
             self._sync_when_behind(spec)
@@ -72,6 +91,33 @@ class Flusher:
         self._store.insert_messages(spec.topic, spec.partition_id, rows, end)
         self._replica.mark_flushed(spec.replica_id, Offset(end))
         return len(rows)
+
+    def _retain(self, spec: ReplicaSpec) -> None:
+        log_start, flushed = self._replica.read(
+            lambda log: (log.log_start_offset, log.flushed_offsets[spec.replica_id])
+        )
+        if flushed < log_start:  # what it lacks has left every peer: nothing to copy
+            self._replica.mark_flushed(spec.replica_id, log_start)
+        if log_start > self._deleted_below:
+            self._store.delete_below(spec.topic, spec.partition_id, log_start)
+            self._deleted_below = log_start
+        limits = spec.limits
+        now_s = time.monotonic()
+        if limits is None or not (limits.retention_ms or limits.retention_bytes):
+            return
+        if now_s < self._retention_due_s or self._replica.status().role is not RaftRole.LEADER:
+            return
+        self._retention_due_s = now_s + self._limits.retention_check_period_s
+        cutoff_ms = self._clock_ms() - limits.retention_ms if limits.retention_ms else None
+        start = self._store.retention_start(
+            spec.topic,
+            spec.partition_id,
+            max(flushed, log_start),
+            cutoff_ms,
+            limits.retention_bytes or None,
+        )
+        if start > log_start:
+            self._replica.truncate(Offset(start))
 
     def _sync_when_behind(self, spec: ReplicaSpec) -> None:
         """``replicated`` appends are committed but not yet synced, so they may not be

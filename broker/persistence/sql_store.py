@@ -14,6 +14,7 @@ from sqlalchemy import (
     Connection,
     Engine,
     create_engine,
+    delete,
     event,
     func,
     inspect,
@@ -110,6 +111,45 @@ class SqlMessageStore:
         with Session(self._engine) as session:
             rows = session.execute(select(PartitionRaft)).scalars().all()
             return [_spec_from_row(row) for row in rows]
+
+    def retention_start(
+        self, topic: str, partition_id: int, end: int, cutoff_ms: int | None, bytes_max: int | None
+    ) -> int:
+        rows = (Log.topic_name == topic, Log.partition_id == partition_id, Log.msg_offset < end)
+        with Session(self._engine) as session:
+            first = session.execute(select(func.min(Log.msg_offset)).where(*rows)).scalar()
+            start = 0 if first is None else int(first)
+            if cutoff_ms is not None:
+                young = select(func.min(Log.msg_offset)).where(*rows, Log.timestamp_ms >= cutoff_ms)
+                found = session.execute(young).scalar()
+                start = end if found is None else int(found)
+            if bytes_max is not None:
+                start = max(start, self._size_start(session, rows, bytes_max))
+        return start
+
+    def _size_start(self, session: Session, rows: tuple[object, ...], bytes_max: int) -> int:
+        """One past the newest row at which the rows from the end outgrow ``bytes_max``
+        (a running sum from the newest row down: one scan of the partition's index)."""
+        size = func.length(Log.msg) + func.coalesce(func.length(Log.msg_key), 0)
+        tail = func.sum(size).over(order_by=Log.msg_offset.desc()).label("tail")
+        sized = select(Log.msg_offset, tail).where(*rows).subquery()  # type: ignore[arg-type]
+        over = (
+            select(sized.c.msg_offset)
+            .where(sized.c.tail > bytes_max)
+            .order_by(sized.c.msg_offset.desc())
+            .limit(1)
+        )
+        found = session.execute(over).scalar()
+        return 0 if found is None else int(found) + 1
+
+    def delete_below(self, topic: str, partition_id: int, offset: int) -> int:
+        with self._engine.begin() as connection:
+            done = connection.execute(
+                delete(Log)
+                .where(Log.topic_name == topic, Log.partition_id == partition_id)
+                .where(Log.msg_offset < offset)
+            )
+        return int(done.rowcount)
 
     def close(self) -> None:
         self._engine.dispose()

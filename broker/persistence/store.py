@@ -74,6 +74,16 @@ class MessageStore(Protocol):
 
     def load_replicas(self) -> list[ReplicaSpec]: ...
 
+    def retention_start(
+        self, topic: str, partition_id: int, end: int, cutoff_ms: int | None, bytes_max: int | None
+    ) -> int:
+        """Retention over the stored rows below ``end``: the first offset to keep, so that
+        no row kept is older than ``cutoff_ms`` (its timestamp) and the rows kept hold at
+        most ``bytes_max`` (key and value, in characters: as the in-memory bound counts)."""
+
+    def delete_below(self, topic: str, partition_id: int, offset: int) -> int:
+        """Delete the rows below ``offset``; how many went."""
+
     def close(self) -> None: ...
 
 
@@ -129,6 +139,32 @@ class MemoryMessageStore:
     def load_replicas(self) -> list[ReplicaSpec]:
         with self._lock:
             return list(self._replicas.values())
+
+    def retention_start(
+        self, topic: str, partition_id: int, end: int, cutoff_ms: int | None, bytes_max: int | None
+    ) -> int:
+        with self._lock:
+            stored = self._messages.get((topic, partition_id), {})
+            rows = [stored[o] for o in sorted(stored) if o < end]
+        start = rows[0].offset if rows else 0
+        if cutoff_ms is not None:
+            start = next((m.offset for m in rows if m.timestamp_ms >= cutoff_ms), end)
+        if bytes_max is not None:
+            kept = 0
+            for message in reversed(rows):
+                kept += len(message.value) + len(message.key or "")
+                if kept > bytes_max:
+                    start = max(start, message.offset + 1)
+                    break
+        return start
+
+    def delete_below(self, topic: str, partition_id: int, offset: int) -> int:
+        with self._lock:
+            stored = self._messages.get((topic, partition_id), {})
+            gone = [o for o in stored if o < offset]
+            for o in gone:
+                del stored[o]
+        return len(gone)
 
     def close(self) -> None:
         pass

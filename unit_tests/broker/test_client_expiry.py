@@ -167,7 +167,8 @@ def _as_before_expiry(log: PartitionLog) -> PartitionLog:
     old: PartitionLog = pickle.loads(pickle.dumps(log))
     del old.__dict__["clock_ms"], old.__dict__["last_seen_ms"]
     old.consumers = dict(old.consumers)
-    values = [v for k, v in _fields(log.limits).items() if k != "client_idle_expiry_ms"]
+    names = list(_fields(log.limits))
+    values = list(_fields(log.limits).values())[: names.index("client_idle_expiry_ms")]
     old.__dict__["limits"] = _OldLimits(values)
     return old
 

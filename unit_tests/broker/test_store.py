@@ -146,3 +146,20 @@ def test_a_database_from_before_partition_limits_gets_the_column(tmp_path: Path)
         assert SPEC in store.load_replicas()
     finally:
         store.close()
+
+
+def test_retention_start_by_age_and_size_and_delete_below(store: MessageStore) -> None:
+    store.save_replica(SPEC)
+    store.insert_messages("orders", 2, rows(0, 10), 10)  # offset o: timestamp 1000 + o
+    assert store.retention_start("orders", 2, 10, None, None) == 0
+    assert store.retention_start("orders", 2, 10, 1004, None) == 4  # the first one as young
+    assert store.retention_start("orders", 2, 10, 2000, None) == 10  # all older: all leave
+    assert store.retention_start("orders", 2, 6, 2000, None) == 6  # only rows below the end
+    # Sizes: "v0".."v9" are 2 characters, keys "k<even>" 2 more: 4 + 2 + 4 + 2 ... from 0.
+    assert store.retention_start("orders", 2, 10, None, 6) == 8  # keeps v8+k8 (4), v9 (2)
+    assert store.retention_start("orders", 2, 10, None, 5) == 9
+    assert store.retention_start("orders", 2, 10, 1003, 12) == 6  # the later of the two
+    assert store.delete_below("orders", 2, 6) == 6
+    assert store.delete_below("orders", 2, 6) == 0  # idempotent
+    assert [m.offset for m in store.read_messages("orders", 2, 0, 10)] == [6, 7, 8, 9]
+    assert store.retention_start("orders", 2, 10, None, None) == 6

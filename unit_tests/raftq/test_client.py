@@ -191,6 +191,8 @@ def test_admin_calls_and_parsing(service: FakeService) -> None:
         "name": "t",
         "partitions": 1,
         "replication_factor": 3,
+        "retention_ms": 0,
+        "retention_bytes": 0,
     }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 
 from broker.access import KeyVerifier
 from broker.api.logs import add_log_routes
@@ -17,7 +18,7 @@ from broker.peer_copy import PeerCopy
 from broker.persistence.sql_store import SqlMessageStore
 from broker.registration import Registration
 from broker.replica import HostedReplica
-from broker.service import BrokerService
+from broker.service import BrokerService, ReplicaStatus
 from protocol.durable_files import make_directories
 from protocol.openapi import Node, api_document
 from protocol.requests import RegisterBroker
@@ -71,14 +72,53 @@ def _announcement(config: BrokerConfig) -> RegisterBroker:
     )
 
 
+Labels = tuple[tuple[str, str], ...]
+
+
 def _register_gauges(metrics: Metrics, service: BrokerService) -> None:
-    def end_offsets() -> dict[tuple[tuple[str, str], ...], float]:
+    def per_replica(read: Callable[[ReplicaStatus], float]) -> Callable[[], dict[Labels, float]]:
+        def values() -> dict[Labels, float]:
+            return {_partition_labels(s): read(s) for s in service.statuses()}
+
+        return values
+
+    metrics.gauge("partition_end_offset", per_replica(lambda s: s.end_offset))
+    metrics.gauge("partition_log_start_offset", per_replica(lambda s: s.log_start_offset))
+    metrics.gauge("partition_is_leader", per_replica(lambda s: float(s.is_leader)))
+    metrics.gauge("partition_has_quorum", per_replica(lambda s: float(s.has_quorum)))
+
+    def flush_lag() -> dict[Labels, float]:
+        """Leaders only: per replica, the committed messages it has not flushed yet."""
         return {
-            (("partition", str(s.spec.partition_id)), ("topic", s.spec.topic)): s.end_offset
+            (*_partition_labels(s), ("replica", str(replica))): s.end_offset - flushed
             for s in service.statuses()
+            if s.is_leader
+            for replica, flushed in enumerate(s.flushed_offsets)
         }
 
-    metrics.gauge("partition_end_offset", end_offsets)
+    metrics.gauge("replica_flush_lag_messages", flush_lag)
+
+    def consumer_lag(field: str) -> Callable[[], dict[Labels, float]]:
+        def values() -> dict[Labels, float]:
+            topics = {s.spec.topic for s in service.statuses() if s.is_leader}
+            return {
+                (
+                    ("consumer", str(c["consumer_id"])),
+                    ("partition", str(c["partition_id"])),
+                    ("topic", str(c["topic"])),
+                ): float(str(c[field]))
+                for topic in sorted(topics)
+                for c in service.consumer_lag(topic)[0]
+            }
+
+        return values
+
+    metrics.gauge("consumer_lag_messages", consumer_lag("lag_messages"))
+    metrics.gauge("consumer_lag_seconds", consumer_lag("lag_s"))
+
+
+def _partition_labels(status: ReplicaStatus) -> Labels:
+    return (("partition", str(status.spec.partition_id)), ("topic", status.spec.topic))
 
 
 def _count_requests(app: App, metrics: Metrics) -> None:

@@ -234,6 +234,46 @@ class BrokerService:
         start, end = max(offset, log_start), min(offset + max_messages, log_end)
         return self._read(replica, start, end) if start < end else []
 
+    def consumer_lag(self, topic: str) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+        """For each partition of ``topic`` this broker leads (the leader's figures are the
+        current ones): per consumer that has popped there, its position, the partition's
+        end, the messages it has not popped and the age in seconds of the oldest of those
+        (0 when none); and the partition's own figures, which a consumer that has not popped
+        there yet has (it would start at the log start)."""
+        with self._lock:
+            replicas = [r for (name, _), r in self._replicas.items() if name == topic]
+        consumers: list[dict[str, object]] = []
+        partitions: list[dict[str, object]] = []
+        for replica in replicas:
+            if replica.partition.status().role is not RaftRole.LEADER:
+                continue
+            start, end, positions = replica.partition.read(
+                lambda log: (
+                    log.log_start_offset,
+                    log.end_offset,
+                    {c: max(s.offset, log.log_start_offset) for c, s in log.consumers.items()},
+                )
+            )
+            for consumer_id, offset in sorted(positions.items()):
+                consumers.append(self._lag_of(replica, consumer_id, offset, end))
+            partitions.append(self._lag_of(replica, None, start, end))
+        return consumers, partitions
+
+    def _lag_of(
+        self, replica: HostedReplica, consumer_id: str | None, offset: int, end: int
+    ) -> dict[str, object]:
+        oldest = self._read(replica, offset, offset + 1) if offset < end else []
+        age_ms = max(0, self._clock_ms() - oldest[0].timestamp_ms) if oldest else 0
+        return {
+            "topic": replica.spec.topic,
+            "partition_id": replica.spec.partition_id,
+            "consumer_id": consumer_id,
+            "offset": offset,
+            "end_offset": end,
+            "lag_messages": end - offset,
+            "lag_s": age_ms / 1000,
+        }
+
     def checksum(
         self, topic: str, partition_id: PartitionId, start: int, end: int
     ) -> tuple[RangeChecksum, int]:

@@ -46,6 +46,20 @@ class BrokerClient:
             raise RaftQError(ErrorCode.UNAVAILABLE, f"{address}/partitions: malformed answer")
         return [item for item in items if isinstance(item, dict)]
 
+    def consumer_lag(
+        self, address: str, topic: str
+    ) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+        """The broker's ``GET /lag``: its consumers' lag on the partitions of ``topic`` it
+        leads, and those partitions' own figures. Raises ``RaftQError``."""
+        body = self._http.call_ok("GET", f"{address}/lag", params={"topic": topic}, idempotent=True)
+        found = []
+        for name in ("consumers", "partitions"):
+            items = body.get(name) if isinstance(body, dict) else None
+            if not isinstance(items, list):
+                raise RaftQError(ErrorCode.UNAVAILABLE, f"{address}/lag: malformed answer")
+            found.append([item for item in items if isinstance(item, dict)])
+        return found[0], found[1]
+
     def produce(
         self, address: str, body: dict[str, object], deadline: Deadline | None = None
     ) -> HttpAnswer:

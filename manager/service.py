@@ -159,6 +159,60 @@ class ManagerService:
             "partitions": [self._partition_json(topic, p.partition_id) for p in topic.partitions],
         }
 
+    def consumer_lag(self, request: TopicRef) -> dict[str, object]:
+        """Every consumer's lag on each partition of the topic, from the partitions' leaders
+        (``GET {broker}/lag``, one call per leading broker). A partition whose leader is not
+        known or does not answer is listed in ``unavailable_partitions`` (the others are
+        still answered)."""
+        topic = self._topic(request.topic)
+        brokers = self._raft.read(lambda s: {b.broker_id: b.address for b in s.brokers.all()})
+        leaders: dict[str, list[int]] = {}
+        unavailable: list[int] = []
+        for partition in topic.partitions:
+            leader = self._monitor.leader_of(topic.name, partition.partition_id)
+            address = None if leader is None else brokers.get(leader)
+            if address is None:
+                unavailable.append(partition.partition_id)
+            else:
+                leaders.setdefault(address, []).append(partition.partition_id)
+        consumers: list[dict[str, object]] = []
+        partitions: dict[object, dict[str, object]] = {}
+        for address, partition_ids in leaders.items():
+            try:
+                found, figures = self._brokers.consumer_lag(address, topic.name)
+            except RaftQError:
+                unavailable.extend(partition_ids)
+                continue
+            consumers.extend(c for c in found if c.get("partition_id") in partition_ids)
+            partitions.update((p.get("partition_id"), p) for p in figures)
+        consumers += self._not_popped_yet(topic.name, consumers, partitions)
+        consumers.sort(
+            key=lambda c: (str(c.get("consumer_id")), str(c.get("partition_id")).zfill(9))
+        )
+        return {
+            "topic": topic.name,
+            "consumers": consumers,
+            "unavailable_partitions": sorted(unavailable),
+        }
+
+    def _not_popped_yet(
+        self,
+        topic: str,
+        consumers: list[dict[str, object]],
+        partitions: dict[object, dict[str, object]],
+    ) -> list[dict[str, object]]:
+        """A registered consumer that has not popped from a partition yet would start at its
+        log start: its lag there is the partition's whole content."""
+        popped = {(c.get("consumer_id"), c.get("partition_id")) for c in consumers}
+        registered = self._raft.read(lambda s: s.clients.consumers_of(topic))
+        return [
+            {**figures, "consumer_id": record.consumer_id}
+            for record in registered
+            for partition_id, figures in partitions.items()
+            if record.partition_id in (None, partition_id)
+            and (record.consumer_id, partition_id) not in popped
+        ]
+
     def topics(self) -> dict[str, object]:
         return {"topics": [topic_summary(t) for t in self._raft.read(lambda s: s.topics.all())]}
 

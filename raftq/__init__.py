@@ -18,6 +18,7 @@ from raftq.errors import (
 from raftq.producer import Producer
 from raftq.records import (
     BrokerInfo,
+    ConsumerLag,
     KeyInfo,
     NewKey,
     PartitionAssignment,
@@ -26,6 +27,7 @@ from raftq.records import (
     Record,
     Replica,
     Topic,
+    TopicLag,
     TopicSummary,
 )
 
@@ -36,6 +38,7 @@ __all__ = [
     "BufferFullError",
     "ClientLimits",
     "Consumer",
+    "ConsumerLag",
     "KeyInfo",
     "NewKey",
     "PartitionAssignment",
@@ -48,6 +51,7 @@ __all__ = [
     "Record",
     "Replica",
     "Topic",
+    "TopicLag",
     "TopicSummary",
     "UnavailableError",
 ]

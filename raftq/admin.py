@@ -17,6 +17,7 @@ from raftq.records import (
     PartitionAssignment,
     PartitionInfo,
     Topic,
+    TopicLag,
     TopicSummary,
     parse_brokers,
     parse_keys,
@@ -24,6 +25,7 @@ from raftq.records import (
     parse_partition,
     parse_partitions,
     parse_topic,
+    parse_topic_lag,
     parse_topic_summaries,
 )
 
@@ -81,6 +83,12 @@ class Admin:
             if exc.code is ErrorCode.TOPIC_EXISTS and exc.after_unknown_outcome:
                 return self._existing_topic(name)
             raise
+
+    def consumer_lag(self, topic: str) -> TopicLag:
+        """Every consumer's lag on each partition of ``topic``, in messages and in seconds
+        (the age of its oldest unread message), as the partitions' leaders say it."""
+        body = self._http.call("GET", "/lag", params={"topic": topic}, idempotent=True)
+        return parse_topic_lag(body)
 
     def list_topics(self) -> list[TopicSummary]:
         return parse_topic_summaries(self._http.call("GET", "/topics", idempotent=True))

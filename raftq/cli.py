@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -122,6 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument("--partition", type=int)
     consume.add_argument("--max-messages", type=_positive, default=100)
     consume.add_argument("--consumer-id", help="resume this consumer instead of registering one")
+
+    lag = commands.add_parser("lag", parents=[target], help="how far consumers are behind")
+    lag.add_argument("--topic", required=True)
+    lag.add_argument("--json", action="store_true", help="one JSON object per line")
 
     key = commands.add_parser("key", help="create, list and revoke API keys (admin)")
     key_commands = key.add_subparsers(dest="key_command", required=True, metavar="ACTION")
@@ -330,6 +335,31 @@ def cmd_consume(args: argparse.Namespace, context: Context) -> int:
     return 0
 
 
+def cmd_lag(args: argparse.Namespace, context: Context) -> int:
+    target = resolve_target(args, context)
+    with Admin(target.url, api_key=target.api_key, tls_ca=target.tls_ca) as admin:
+        lag = admin.consumer_lag(args.topic)
+    out = context.stdout
+    if args.json:
+        _print_json_lines((dataclasses.asdict(c) for c in lag.consumers), out)
+    else:
+        out.write(
+            f"{'consumer':<34} {'partition':>9} {'offset':>10} {'end':>10} {'lag':>10} age_s\n"
+        )
+        for c in lag.consumers:
+            out.write(
+                f"{c.consumer_id:<34} {c.partition_id:>9} {c.offset:>10} {c.end_offset:>10} "
+                f"{c.lag_messages:>10} {c.lag_s:.1f}\n"
+            )
+    if lag.unavailable_partitions:
+        context.stderr.write(
+            f"raftq: no answer for partitions {lag.unavailable_partitions}: their consumers "
+            "are missing\n"
+        )
+        return EXIT_FAILURE
+    return 0
+
+
 def cmd_key(args: argparse.Namespace, context: Context) -> int:
     target = resolve_target(args, context)
     with Admin(target.url, api_key=target.api_key, tls_ca=target.tls_ca) as admin:
@@ -414,6 +444,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Context], int]] = {
     "produce": cmd_produce,
     "consume": cmd_consume,
     "key": cmd_key,
+    "lag": cmd_lag,
 }
 
 

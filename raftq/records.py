@@ -102,6 +102,52 @@ class NewKey:
     info: KeyInfo
 
 
+@dataclass(frozen=True, slots=True)
+class ConsumerLag:
+    """How far one consumer is behind on one partition."""
+
+    topic: str
+    partition_id: int
+    consumer_id: str
+    offset: int
+    """The next offset its pop claims."""
+    end_offset: int
+    lag_messages: int
+    lag_s: float
+    """Age of the oldest message it has not popped (0 when none)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicLag:
+    consumers: list[ConsumerLag]
+    unavailable_partitions: list[int]
+    """Partitions whose leader did not answer: their consumers are missing."""
+
+
+def parse_topic_lag(body: object) -> TopicLag:
+    where = "GET /lag"
+    obj = _obj(body, where)
+    consumers = []
+    for item in _list(obj, "consumers", where):
+        entry = _obj(item, where)
+        lag_s = entry.get("lag_s")
+        if not isinstance(lag_s, int | float) or isinstance(lag_s, bool):
+            raise ProtocolError(f"{where}: field 'lag_s' must be a number")
+        consumers.append(
+            ConsumerLag(
+                _str(entry, "topic", where),
+                _int(entry, "partition_id", where),
+                _str(entry, "consumer_id", where),
+                _int(entry, "offset", where),
+                _int(entry, "end_offset", where),
+                _int(entry, "lag_messages", where),
+                float(lag_s),
+            )
+        )
+    unavailable = [p for p in _list(obj, "unavailable_partitions", where) if isinstance(p, int)]
+    return TopicLag(consumers, unavailable)
+
+
 def parse_key_info(body: object, where: str) -> KeyInfo:
     obj = _obj(body, where)
     topics = _list(obj, "topics", where)

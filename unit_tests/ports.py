@@ -33,7 +33,7 @@ CLUSTER_BASE_PORTS = {
     "access": 28600,
     "tls": 30000,
     "openapi_fuzz": 30400,
-    "retention": 25000,
+    "operations": 25000,
 }
 """Every test module's cluster in one table, so no two blocks overlap (a socket of the
 previous module's cluster may still be in TIME_WAIT), all below the kernel's ephemeral range

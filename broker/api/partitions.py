@@ -5,7 +5,7 @@ from __future__ import annotations
 from broker.service import BrokerService
 from protocol.access import Action, require_topic
 from protocol.limits import Limits
-from protocol.requests import ChecksumRange, ReplicaConsumer, parse_replica_spec
+from protocol.requests import ChecksumRange, ReplicaConsumer, TopicRef, parse_replica_spec
 from runtime.http_api import App, json_response, request_params
 from runtime.http_server import HttpRequest, HttpResponse
 
@@ -35,6 +35,12 @@ def add_partition_routes(api: App, service: BrokerService, broker_id: int, limit
             "consumer_id": request.consumer_id,
         }
         return json_response(body, 201)
+
+    @api.get("/lag", Action.DESCRIBE)
+    def consumer_lag(http: HttpRequest) -> HttpResponse:
+        request = TopicRef.parse(request_params(http), limits)
+        consumers, partitions = service.consumer_lag(request.topic)
+        return json_response({"consumers": consumers, "partitions": partitions})
 
     @api.get("/checksum", Action.NODE)
     def checksum(http: HttpRequest) -> HttpResponse:

@@ -15,6 +15,10 @@ def add_routes(api: App, service: ManagerService, limits: Limits) -> None:
     def list_partitions(http: HttpRequest) -> HttpResponse:
         return json_response(service.partitions(TopicRef.parse(request_params(http), limits)))
 
+    @api.get("/lag", Action.DESCRIBE)
+    def consumer_lag(http: HttpRequest) -> HttpResponse:
+        return json_response(service.consumer_lag(TopicRef.parse(request_params(http), limits)))
+
     @api.post("/partitions", Action.ADMIN)
     def add_partition(http: HttpRequest) -> HttpResponse:
         request = TopicRef.parse(request_params(http), limits)

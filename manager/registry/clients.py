@@ -120,6 +120,11 @@ class ClientRegistry:
     def consumer(self, consumer_id: str) -> ConsumerRecord | None:
         return self._consumers.get(ConsumerId(consumer_id))
 
+    def consumers_of(self, topic: str) -> list[ConsumerRecord]:
+        """The consumers registered for ``topic`` (a scan: for the lag query, not a hot path;
+        at most ``registry_clients_max`` records)."""
+        return [c for c in self._consumers.values() if c.topic == topic]
+
     def __len__(self) -> int:
         return len(self._producers) + len(self._consumers)
 

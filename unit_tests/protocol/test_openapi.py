@@ -324,6 +324,8 @@ PARSED = [
         },
     ),
     Parsed(M, "GET", "/partitions", TopicRef.parse, {"topic": "orders"}),
+    Parsed(M, "GET", "/lag", TopicRef.parse, {"topic": "orders"}),
+    Parsed(B, "GET", "/lag", TopicRef.parse, {"topic": "orders"}),
     Parsed(M, "POST", "/partitions", TopicRef.parse, {"topic": "orders"}),
     Parsed(
         M,

@@ -148,3 +148,39 @@ def test_no_retention_keeps_everything(store: MemoryMessageStore) -> None:
         assert _log_start(service) == 0 and len(store.read_messages("orders", 0, 0, 20)) == 20
     finally:
         service.close()
+
+
+def test_consumer_lag_counts_unpopped_messages_and_the_age_of_the_oldest(
+    store: MemoryMessageStore,
+) -> None:
+    now_ms = [PRODUCED_MS]
+
+    def make_replica(s: ReplicaSpec) -> HostedReplica:
+        twin = MemoryConsensus(f"{s.topic}/{s.partition_id}", 1, Limits().partition_limits())
+        return HostedReplica(s, twin, store, LIMITS, _no_peer)
+
+    service = BrokerService(store, make_replica, LIMITS, lambda: now_ms[0])
+    service.host(_spec(Limits().partition_limits()))
+    try:
+        service.produce("orders", P0, (NewMessage(value="m"),) * 10, None, None)
+        service.pop("orders", P0, "reader", 4, None)
+        now_ms[0] += 7_500
+        consumers, partitions = service.consumer_lag("orders")
+        assert consumers == [
+            {
+                "topic": "orders",
+                "partition_id": 0,
+                "consumer_id": "reader",
+                "offset": 4,
+                "end_offset": 10,
+                "lag_messages": 6,
+                "lag_s": 7.5,
+            }
+        ]
+        assert partitions[0]["offset"] == 0 and partitions[0]["lag_messages"] == 10
+        service.pop("orders", P0, "reader", 100, None)
+        (caught_up,), _ = service.consumer_lag("orders")
+        assert caught_up["lag_messages"] == 0 and caught_up["lag_s"] == 0
+        assert service.consumer_lag("other") == ([], [])
+    finally:
+        service.close()

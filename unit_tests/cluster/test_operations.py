@@ -1,0 +1,147 @@
+"""Operations with real processes (issue 10).
+
+Retention: a topic's retention by size and by age moves the log start on every replica and
+removes the older rows from every broker's database, and nothing else; a fetch below the log
+start answers 416 with the valid range; a new consumer starts at the log start.
+
+Consumer lag: in messages and seconds per consumer and partition, through the API, the CLI
+and the brokers' ``/metrics``, matching what was produced and popped."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from raftq import Admin, Consumer, ConsumerLag, Producer
+from stress_tests.cluster_view import replica_status
+from stress_tests.polling import poll_until
+from unit_tests.cluster.client_ops import checksums, partition_leader, post_when_ready
+from unit_tests.cluster.harness import Cluster, running_cluster
+from unit_tests.ports import CLUSTER_BASE_PORTS
+
+pytestmark = pytest.mark.cluster
+
+WAIT_S = 60.0
+LIMITS = {"retention_check_period_s": "0.2"}
+VALUE_CHARS = 10
+RETENTION_BYTES = 1_000
+"""100 messages of 10 characters."""
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    port = CLUSTER_BASE_PORTS["operations"]
+    yield from running_cluster(tmp_path_factory.mktemp("operations"), port, LIMITS)
+
+
+def _create(cluster: Cluster, topic: str, **settings: int) -> None:
+    answer = post_when_ready(cluster, "/topics", {"name": topic, "partitions": 1, **settings})
+    assert answer.status_code == 201, answer.text
+
+
+def _produce(cluster: Cluster, topic: str, count: int, *, keyed: bool = False) -> None:
+    values = [f"{i:0{VALUE_CHARS}d}" for i in range(count)]
+    with Producer(cluster.lb_url, topic, api_key=cluster.admin_key) as producer:
+        acks = producer.produce_batch((v, v if keyed else None) for v in values)
+    if not keyed:
+        assert [a.offset for a in acks] == list(range(count))
+
+
+def _everywhere(cluster: Cluster, topic: str, log_start: int, end: int) -> bool:
+    """Every replica's log starts at ``log_start`` and its database holds exactly
+    ``[log_start, end)``, the same rows on each."""
+    statuses = replica_status(cluster.local, cluster.http, topic, 0)
+    if len(statuses) != 3 or any(s["log_start_offset"] != log_start for s in statuses.values()):
+        return False
+    below, kept = checksums(cluster, topic, 0, log_start), checksums(cluster, topic, 0, end)
+    counts_below = {count for count, _, _ in below.values()}
+    kept_rows = {(count, digest) for count, digest, _ in kept.values()}
+    return counts_below == {0} and len(kept_rows) == 1 and kept_rows.pop()[0] == end - log_start
+
+
+def test_retention_by_size_keeps_the_newest_bytes_on_every_replica(cluster: Cluster) -> None:
+    _create(cluster, "sized", retention_bytes=RETENTION_BYTES)
+    _produce(cluster, "sized", 300)
+    poll_until(lambda: _everywhere(cluster, "sized", 200, 300), WAIT_S, "retention by size")
+    leader_url = cluster.broker_url(partition_leader(cluster, "sized", 0))
+    query = "topic=sized&partition_id=0&offset=150&max_messages=10"
+    below = cluster.http.get(f"{leader_url}/logs?{query}", timeout=10)
+    assert below.status_code == 416, below.text
+    assert "valid offsets are 200 to 300" in below.json()["message"]
+    with Consumer(cluster.lb_url, "sized", api_key=cluster.admin_key) as consumer:
+        first = poll_until(lambda: consumer.poll(10), WAIT_S, "a pop to answer")
+    assert first[0].offset == 200
+
+
+def test_retention_by_age_removes_old_messages_and_only_those(cluster: Cluster) -> None:
+    # As a user would: the CLI, with the cluster's directory.
+    cluster._cli(
+        "topic", "create", "aged", "--retention-ms", "2000", "--dir", str(cluster.directory)
+    )
+    _create(cluster, "kept")  # no retention: a neighbour that must keep everything
+    _produce(cluster, "aged", 50)
+    _produce(cluster, "kept", 50)
+    poll_until(lambda: _everywhere(cluster, "aged", 50, 50), WAIT_S, "retention by age")
+    assert _everywhere(cluster, "kept", 0, 50)
+
+
+def _lag(cluster: Cluster, topic: str, consumer_id: str) -> dict[int, ConsumerLag]:
+    """The consumer's lag per partition, once every partition's leader is known to the
+    managers (they learn it from their poll of the brokers, a moment after creation)."""
+
+    def answered() -> dict[int, ConsumerLag] | None:
+        with Admin(cluster.lb_url, api_key=cluster.admin_key) as admin:
+            lag = admin.consumer_lag(topic)
+        if lag.unavailable_partitions:
+            return None
+        return {c.partition_id: c for c in lag.consumers if c.consumer_id == consumer_id}
+
+    return poll_until(answered, WAIT_S, f"every partition of {topic} to answer for its lag")
+
+
+def _metric(cluster: Cluster, broker_id: int, name: str, consumer_id: str) -> dict[str, float]:
+    """partition -> value of ``raftq_broker_<name>`` for the consumer, at one broker."""
+    text = cluster.http.get(f"{cluster.broker_url(broker_id)}/metrics", timeout=10).text
+    found = {}
+    for line in text.splitlines():
+        if line.startswith(f"raftq_broker_{name}{{") and f'consumer="{consumer_id}"' in line:
+            labels, value = line.rsplit(" ", 1)
+            partition = labels.split('partition="', 1)[1].split('"', 1)[0]
+            found[partition] = float(value)
+    return found
+
+
+def test_consumer_lag_matches_what_was_produced_and_popped(cluster: Cluster) -> None:
+    _create(cluster, "lagging", partitions=2)
+    with Consumer(cluster.lb_url, "lagging", api_key=cluster.admin_key) as consumer:
+        me = consumer.consumer_id
+        _produce(cluster, "lagging", 30, keyed=True)
+        before = _lag(cluster, "lagging", me)  # not popped anywhere: it would read it all
+        assert sum(c.lag_messages for c in before.values()) == 30 and len(before) == 2
+        popped: list[int] = []
+
+        def popped_twelve() -> bool:
+            popped.extend(r.offset for r in consumer.poll(12 - len(popped)))
+            return len(popped) >= 12
+
+        poll_until(popped_twelve, WAIT_S, "12 messages popped")
+    after = _lag(cluster, "lagging", me)
+    assert sum(c.lag_messages for c in after.values()) == 30 - 12
+    for lag in after.values():
+        assert lag.end_offset - lag.offset == lag.lag_messages
+        assert (lag.lag_s > 0) == (lag.lag_messages > 0) and lag.lag_s < WAIT_S * 10
+    out = cluster._cli("lag", "--topic", "lagging", "--json", "--dir", str(cluster.directory))
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert sum(line["lag_messages"] for line in lines if line["consumer_id"] == me) == 18
+    # The leaders' /metrics show the partitions where the consumer has an offset (it has
+    # popped there; 12 pops made at least one).
+    shown = 0
+    for partition_id, lag in after.items():
+        leader = partition_leader(cluster, "lagging", partition_id)
+        metric = _metric(cluster, leader, "consumer_lag_messages", me)
+        if str(partition_id) in metric:
+            assert metric[str(partition_id)] == lag.lag_messages
+            shown += 1
+    assert shown >= 1

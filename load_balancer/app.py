@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from load_balancer.config import LoadBalancerConfig
 from load_balancer.forwarder import Forwarder, IncomingRequest
@@ -38,6 +39,7 @@ def create_app(config: LoadBalancerConfig) -> App:
     metrics.gauge("leader_known", lambda: {(): 0.0 if tracker.leader_url is None else 1.0})
     app = App("load_balancer", config.limits)
     _add_own_routes(app, tracker, metrics)
+    _add_dashboard(app)
     add_document_route(app, api_document(Node.LOAD_BALANCER))
     _add_forwarding(app, forwarder)
     app.on_close(LoadBalancerState(tracker, forwarder).close)
@@ -64,6 +66,23 @@ def _add_own_routes(app: App, tracker: LeaderTracker, metrics: Metrics) -> None:
     @app.get("/metrics", Action.OPEN)
     def metrics_text(_http: HttpRequest) -> HttpResponse:
         return text_response(metrics.render())
+
+
+_DASHBOARD = Path(__file__).with_name("dashboard.html")
+
+
+def _add_dashboard(app: App) -> None:
+    """``/ui``: the live dashboard, one static page (read once) whose script reads the
+    cluster through this load balancer with the API key the user gives it."""
+    page = HttpResponse(
+        200,
+        _DASHBOARD.read_bytes(),
+        (("Content-Type", "text/html; charset=utf-8"), ("Cache-Control", "no-cache")),
+    )
+
+    @app.get("/ui", Action.OPEN)
+    def dashboard(_http: HttpRequest) -> HttpResponse:
+        return page
 
 
 def _add_forwarding(app: App, forwarder: Forwarder) -> None:

@@ -24,6 +24,9 @@ class BrokerMonitor:
         self._leaders: dict[PartitionKey, BrokerId] = {}
         self._silent: set[BrokerId] = set()
         """Brokers whose last poll got no answer (crashed, paused or cut off): tried last."""
+        self._replicas: dict[PartitionKey, dict[BrokerId, dict[str, object]]] = {}
+        """What each broker last said about each replica it hosts (end offset, flushed
+        offsets, leadership): for the overview, never for a decision."""
 
     def start_grace(self, broker_ids: Iterable[BrokerId], now_s: float) -> None:
         """Count every broker as seen now: a newly elected leader has not polled anyone yet
@@ -32,16 +35,26 @@ class BrokerMonitor:
             self._last_seen_s = dict.fromkeys(broker_ids, now_s)
             self._leaders.clear()
             self._silent.clear()
+            self._replicas.clear()
 
     def record_answer(
         self, broker_id: BrokerId, partitions: list[dict[str, object]], now_s: float
     ) -> None:
         led = set()
+        reported: dict[PartitionKey, dict[str, object]] = {}
         for item in partitions:
             topic, pid = item.get("topic"), item.get("partition_id")
-            if item.get("is_leader") is True and isinstance(topic, str) and isinstance(pid, int):
+            if not isinstance(topic, str) or not isinstance(pid, int):
+                continue
+            reported[(topic, PartitionId(pid))] = item
+            if item.get("is_leader") is True:
                 led.add((topic, PartitionId(pid)))
         with self._lock:
+            for key, by_broker in list(self._replicas.items()):
+                if key not in reported:
+                    by_broker.pop(broker_id, None)
+            for key, item in reported.items():
+                self._replicas.setdefault(key, {})[broker_id] = item
             self._last_seen_s[broker_id] = now_s
             self._silent.discard(broker_id)
             for key, leader in list(self._leaders.items()):
@@ -68,6 +81,14 @@ class BrokerMonitor:
     def silent(self) -> frozenset[BrokerId]:
         with self._lock:
             return frozenset(self._silent)
+
+    def replica_reports(
+        self, topic: str, partition_id: PartitionId
+    ) -> dict[BrokerId, dict[str, object]]:
+        """Each broker's last report on its replica of the partition (its ``GET
+        /partitions`` item)."""
+        with self._lock:
+            return dict(self._replicas.get((topic, partition_id), {}))
 
     def leader_of(self, topic: str, partition_id: PartitionId) -> BrokerId | None:
         with self._lock:

@@ -86,6 +86,11 @@ class ClusterView:
             "topics": self._service.topics()["topics"],
         }
 
+    def overview(self) -> dict[str, object]:
+        """``cluster()`` and every partition's replicas with their figures: what the load
+        balancer's dashboard (``/ui``) shows, in one request."""
+        return {**self.cluster(), "partitions": self._service.partition_overview()}
+
     def _peer_summary(self, peer: Peer) -> dict[str, object]:
         try:
             body = self._peer_http.call_ok("GET", f"{peer.http_url}/raft_status", idempotent=True)

@@ -29,7 +29,13 @@ from manager.registry.outcome import Outcome
 from manager.registry.state import EXPIRED_PER_SWEEP_MAX, ManagerState
 from manager.registry.topics import TopicRecord
 from manager.replicated import ReplicatedRegistry
-from manager.views import broker_summary, partition_detail, topic_created, topic_summary
+from manager.views import (
+    broker_summary,
+    partition_detail,
+    partition_overview,
+    topic_created,
+    topic_summary,
+)
 from protocol.access import KEY_ID_CHARS, Grant, key_hash, make_key, parse_key, same_secret
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
@@ -350,6 +356,25 @@ class ManagerService:
 
     def brokers(self) -> dict[str, object]:
         return {"brokers": self._raft.read(_broker_summaries)}
+
+    def partition_overview(self) -> list[dict[str, object]]:
+        """Every partition of every topic with its replicas' last reported figures (the
+        dashboard's table; soft state from the broker polls, at most a poll period old)."""
+        topics, brokers = self._raft.read(
+            lambda s: (s.topics.all(), {b.broker_id: b for b in s.brokers.all()})
+        )
+        monitor = self._monitor
+        return [
+            partition_overview(
+                topic.name,
+                partition,
+                brokers,
+                monitor.leader_of(topic.name, partition.partition_id),
+                monitor.replica_reports(topic.name, partition.partition_id),
+            )
+            for topic in topics
+            for partition in topic.partitions
+        ]
 
     # --- producers and consumers -------------------------------------------------------------
     def register_producer(self, request: RegisterProducer) -> tuple[dict[str, object], bool]:

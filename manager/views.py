@@ -66,3 +66,45 @@ def broker_summary(broker: BrokerRecord, replica_count: int) -> dict[str, object
         "alive": broker.alive,
         "partitions": replica_count,
     }
+
+
+Reports = Mapping[BrokerId, Mapping[str, object]]
+"""Each broker's last report on its replica of one partition (``BrokerMonitor``)."""
+
+
+def partition_overview(
+    topic: str,
+    partition: PartitionRecord,
+    brokers: Mapping[BrokerId, BrokerRecord],
+    leader: BrokerId | None,
+    reports: Reports,
+) -> dict[str, object]:
+    """One partition for the dashboard: its leader, end offset and log start as the leader
+    last reported them, and per replica whether its broker is alive and how far it has
+    flushed (the leader's view of every replica's flushed offset)."""
+    led = reports.get(leader) if leader is not None else None
+    flushed = led.get("flushed_offsets") if led is not None else None
+    replicas = []
+    for replica in partition.replicas:
+        broker = brokers.get(replica.broker_id)
+        replicas.append(
+            {
+                "broker_id": replica.broker_id,
+                "alive": broker is not None and broker.alive,
+                "is_leader": replica.broker_id == leader,
+                "flushed_offset": (
+                    flushed[replica.replica_id]
+                    if isinstance(flushed, list) and replica.replica_id < len(flushed)
+                    else None
+                ),
+            }
+        )
+    return {
+        "topic": topic,
+        "partition_id": partition.partition_id,
+        "state": partition.state.value,
+        "leader": leader,
+        "end_offset": None if led is None else led.get("end_offset"),
+        "log_start_offset": None if led is None else led.get("log_start_offset"),
+        "replicas": replicas,
+    }

@@ -141,10 +141,18 @@ class Admin:
         reachable replica reports (a lower bound: followers may lag). Raises
         ``UnavailableError`` if no replica of some partition answers.
         """
+        return self._broker_figures(topic, "end_offset")
+
+    def start_offsets(self, topic: str) -> dict[int, int]:
+        """``{partition_id: log start offset}``: the first offset each partition still holds
+        (retention moves it), asked of the brokers as ``end_offsets`` is."""
+        return self._broker_figures(topic, "log_start_offset")
+
+    def _broker_figures(self, topic: str, field: str) -> dict[int, int]:
         partitions = self.partitions(topic)
         addresses = sorted({r.address for p in partitions for r in p.replicas if r.address})
         answers = {address: self._broker_partitions(address) for address in addresses}
-        return pick_end_offsets(topic, partitions, answers)
+        return pick_end_offsets(topic, partitions, answers, field)
 
     def _broker_partitions(self, address: str) -> list[Mapping[str, object]] | None:
         """The broker's replica list, or ``None`` if it does not answer: a dead broker
@@ -175,16 +183,18 @@ def pick_end_offsets(
     topic: str,
     partitions: list[PartitionInfo],
     answers: Mapping[str, Sequence[Mapping[str, object]] | None],
+    field: str = "end_offset",
 ) -> dict[int, int]:
-    """Pure part of ``Admin.end_offsets``: per partition, the end offset its leader reports,
-    else the largest any replica reports. ``answers`` maps broker address to the broker's
-    ``GET /partitions`` items (``None``: it did not answer)."""
+    """Pure part of ``Admin.end_offsets`` (and ``start_offsets``, with ``field``
+    ``log_start_offset``): per partition, the value its leader reports, else the largest any
+    replica reports (both only move forward; followers may lag). ``answers`` maps broker
+    address to the broker's ``GET /partitions`` items (``None``: it did not answer)."""
     result: dict[int, int] = {}
     for partition in partitions:
         reported: list[tuple[bool, int]] = []
         for replica in partition.replicas:
             for item in answers.get(replica.address or "") or []:
-                end = item.get("end_offset")
+                end = item.get(field)
                 if (
                     item.get("topic") == topic
                     and item.get("partition_id") == partition.partition_id
@@ -193,7 +203,7 @@ def pick_end_offsets(
                     reported.append((item.get("is_leader") is True, end))
         if not reported:
             raise UnavailableError(
-                f"no replica of {topic}/{partition.partition_id} reported its end offset",
+                f"no replica of {topic}/{partition.partition_id} reported its {field}",
                 outcome_unknown=False,
                 attempts=1,
             )

@@ -5,6 +5,7 @@
 #     is missing);
 #   - libfuse 2 and fusermount for the power-cut file system (stress_tests/powercut, fusepy;
 #     on Debian, libfuse2 and fuse3 when either is missing);
+#   - chromium, headless, for the dashboard's test (on Debian, when `chromium` is missing);
 #   - .venv in the repository root;
 #   - requirements-dev.txt and RaftQ itself (editable) installed into it, again only when
 #     requirements*.txt or pyproject.toml changed (a hash of them is kept in .venv).
@@ -73,6 +74,19 @@ ensure_libfuse() {
     libfuse_usable || die "libfuse 2 or fusermount still missing after apt-get install"
 }
 
+ensure_chromium() {
+    # Headless Chromium loads the load balancer's dashboard in its test.
+    if command -v chromium >/dev/null 2>&1; then
+        return
+    fi
+    command -v apt-get >/dev/null 2>&1 \
+        || die "chromium (for the dashboard's test) is missing and apt-get is not available"
+    log "installing chromium for the dashboard's test (apt-get)"
+    as_root apt-get update
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium
+    command -v chromium >/dev/null 2>&1 || die "chromium still missing after apt-get install"
+}
+
 ensure_venv() {
     if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import sys" >/dev/null 2>&1; then
         return
@@ -101,6 +115,7 @@ ensure_packages() {
 ensure_python
 ensure_java
 ensure_libfuse
+ensure_chromium
 ensure_venv
 ensure_packages
 [ -x "$VENV/bin/raftq" ] || die "$VENV/bin/raftq is missing after installation"

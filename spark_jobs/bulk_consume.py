@@ -45,11 +45,12 @@ def plan_range(
     the last run starts at the log start."""
     ids = cluster_io.partition_ids(endpoint, [topic])
     ends = cluster_io.end_offsets(endpoint, [topic])
+    starts = cluster_io.start_offsets(endpoint, [topic])
     if committed is None:
         spec = parse_offset_spec(starting, "--starting-offsets")
-        start = resolve(spec, ids, ends, missing=EARLIEST)
+        start = resolve(spec, ids, ends, missing=EARLIEST, starts=starts)
     else:
-        start = resolve(committed, ids, ends, missing=EARLIEST)
+        start = resolve(committed, ids, ends, missing=EARLIEST, starts=starts)
     end = resolve(parse_offset_spec(ending, "--ending-offsets"), ids, ends, missing=LATEST)
     for partition, offset in start[topic].items():
         if end[topic][partition] < offset:

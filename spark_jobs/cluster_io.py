@@ -47,6 +47,12 @@ def end_offsets(endpoint: Endpoint, topics: Sequence[str]) -> TopicOffsets:
         return {t: admin.end_offsets(t) for t in topics}
 
 
+def start_offsets(endpoint: Endpoint, topics: Sequence[str]) -> TopicOffsets:
+    """Each partition's log start: where ``earliest`` begins (retention moves it)."""
+    with _admin(endpoint) as admin:
+        return {t: admin.start_offsets(t) for t in topics}
+
+
 def fetch_range(
     endpoint: Endpoint,
     r: OffsetRange,
@@ -72,7 +78,13 @@ def fetch_range(
     ) as consumer:
         while offset < r.end:
             wanted = min(page_messages_max, r.end - offset)
-            page = consumer.fetch(r.topic, r.partition_id, offset, wanted)
+            try:
+                page = consumer.fetch(r.topic, r.partition_id, offset, wanted)
+            except ApiError as exc:
+                if exc.code is not ErrorCode.OFFSET_OUT_OF_RANGE:
+                    raise
+                offset = _past_retention(endpoint, r, offset, fail_on_data_loss, exc)
+                continue
             page = _check_page(r, offset, page, fail_on_data_loss)
             if page:
                 offset, short_in_a_row = page[-1].offset + 1, 0
@@ -83,6 +95,24 @@ def fetch_range(
                 _short_read(r, offset, fail_on_data_loss)
                 return
             sleep(min(SHORT_FETCH_PAUSE_S_MAX, 0.05 * 2**short_in_a_row))
+
+
+def _past_retention(
+    endpoint: Endpoint, r: OffsetRange, offset: int, fail_on_data_loss: bool, exc: ApiError
+) -> int:
+    """The fetch was refused as out of range: retention moved the log start past ``offset``
+    after the read was planned (data loss), so go on from the log start, or raise."""
+    first = start_offsets(endpoint, [r.topic])[r.topic][r.partition_id]
+    if first <= offset:
+        raise exc  # not below the log start: beyond the end, which planning rules out
+    problem = (
+        f"{r.topic}/{r.partition_id}: offsets [{offset}, {min(first, r.end)}) were removed "
+        "by retention before they were read"
+    )
+    if fail_on_data_loss:
+        raise DataLossError(problem + " (set failOnDataLoss=false to go on)") from exc
+    log.warning("%s; skipping them (failOnDataLoss=false)", problem)
+    return min(first, r.end)
 
 
 def _check_page(

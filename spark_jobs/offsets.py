@@ -74,10 +74,12 @@ def resolve(
     ends: TopicOffsets,
     *,
     missing: int,
+    starts: TopicOffsets | None = None,
 ) -> TopicOffsets:
     """Concrete offsets for every partition of ``partitions``. A partition the JSON does not
     name gets ``missing`` (EARLIEST or LATEST); a topic it names that is not subscribed, or a
-    partition that does not exist, is an error."""
+    partition that does not exist, is an error. EARLIEST is the partition's log start
+    (``starts``; 0 when not given)."""
     if isinstance(spec, dict):
         _check_names(spec, partitions)
     result: TopicOffsets = {}
@@ -90,16 +92,22 @@ def resolve(
             else:
                 wanted = spec.get(topic, {}).get(partition, missing)
             end = ends[topic][partition]
-            value = {EARLIEST: LOG_START_OFFSET, LATEST: end}.get(wanted, wanted)
+            first = (starts or {}).get(topic, {}).get(partition, LOG_START_OFFSET)
+            value = {EARLIEST: first, LATEST: end}.get(wanted, wanted)
             result.setdefault(topic, {})[partition] = value
     return result
 
 
 def check_start(
-    start: TopicOffsets, ends: TopicOffsets, *, fail_on_data_loss: bool
+    start: TopicOffsets,
+    ends: TopicOffsets,
+    *,
+    fail_on_data_loss: bool,
+    starts: TopicOffsets | None = None,
 ) -> tuple[TopicOffsets, list[str]]:
     """Starts beyond a partition's end mean the log lost messages (it only grows, so the
-    topic was re-created). Raise ``DataLossError``, or with ``failOnDataLoss=false`` restart
+    topic was re-created); starts below its log start (``starts``) mean retention removed
+    messages not read yet. Raise ``DataLossError``, or with ``failOnDataLoss=false`` restart
     such a partition at the log start, as Kafka resets to earliest. Returns the starts and
     a warning per reset."""
     fixed: TopicOffsets = {}
@@ -107,10 +115,16 @@ def check_start(
     for topic, partitions in start.items():
         for partition, offset in partitions.items():
             end = ends.get(topic, {}).get(partition)
+            first = (starts or {}).get(topic, {}).get(partition, LOG_START_OFFSET)
             if end is None:
                 problem = f"{topic}/{partition}: the partition no longer exists"
             elif offset > end:
                 problem = f"{topic}/{partition}: start offset {offset} is beyond the end {end}"
+            elif offset < first:
+                problem = (
+                    f"{topic}/{partition}: start offset {offset} is below the log start "
+                    f"{first} (retention removed what was not read yet)"
+                )
             else:
                 fixed.setdefault(topic, {})[partition] = offset
                 continue
@@ -118,7 +132,7 @@ def check_start(
                 raise DataLossError(problem + " (set failOnDataLoss=false to go on)")
             warnings.append(problem + "; restarting at the log start")
             if end is not None:
-                fixed.setdefault(topic, {})[partition] = LOG_START_OFFSET
+                fixed.setdefault(topic, {})[partition] = first
     return fixed, warnings
 
 

@@ -140,8 +140,11 @@ def plan_batch(options: ReadOptions) -> list[OffsetRange]:
     """Resolve ``startingOffsets``/``endingOffsets`` against the cluster and plan the tasks."""
     ids = cluster_io.partition_ids(options.endpoint, options.topics)
     ends = cluster_io.end_offsets(options.endpoint, options.topics)
-    start = resolve(options.starting_offsets, ids, ends, missing=EARLIEST)
-    start, warnings = check_start(start, ends, fail_on_data_loss=options.fail_on_data_loss)
+    starts = cluster_io.start_offsets(options.endpoint, options.topics)
+    start = resolve(options.starting_offsets, ids, ends, missing=EARLIEST, starts=starts)
+    start, warnings = check_start(
+        start, ends, fail_on_data_loss=options.fail_on_data_loss, starts=starts
+    )
     for warning in warnings:
         log.warning("%s", warning)
     end = resolve(options.ending_offsets, ids, ends, missing=LATEST)
@@ -199,7 +202,9 @@ class RaftQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict[str, dict[str, int]]:
         ids = cluster_io.partition_ids(self.options.endpoint, self.options.topics)
         ends = cluster_io.end_offsets(self.options.endpoint, self.options.topics)
-        return to_stream_dict(resolve(self.options.starting_offsets, ids, ends, missing=LATEST))
+        starts = cluster_io.start_offsets(self.options.endpoint, self.options.topics)
+        spec = self.options.starting_offsets
+        return to_stream_dict(resolve(spec, ids, ends, missing=LATEST, starts=starts))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         rows_max = self.options.max_offsets_per_trigger

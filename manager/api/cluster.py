@@ -1,4 +1,5 @@
-"""``/cluster``: answered by any manager, leader or not."""
+"""``/cluster`` (answered by any manager, leader or not) and ``/overview`` (the leader: it
+polls the brokers)."""
 
 from __future__ import annotations
 
@@ -12,3 +13,7 @@ def add_routes(api: App, view: ClusterView) -> None:
     @api.get("/cluster", Action.DESCRIBE)
     def cluster(http: HttpRequest) -> HttpResponse:
         return json_response(view.cluster())
+
+    @api.get("/overview", Action.DESCRIBE)
+    def overview(http: HttpRequest) -> HttpResponse:
+        return json_response(view.overview())

@@ -10,7 +10,10 @@ and the brokers' ``/metrics``, matching what was produced and popped."""
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -145,3 +148,60 @@ def test_consumer_lag_matches_what_was_produced_and_popped(cluster: Cluster) -> 
             assert metric[str(partition_id)] == lag.lag_messages
             shown += 1
     assert shown >= 1
+
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+"""Where the dashboard's screenshot is kept (git ignores it; CI may upload it)."""
+BROWSER_TIMEOUT_S = 90.0
+
+
+def _browser(*args: str) -> str:
+    """Headless Chromium (Debian's ``chromium``, installed by scripts/setup.sh); its stdout."""
+    done = subprocess.run(
+        [
+            "chromium",
+            "--headless",
+            "--no-sandbox",  # the tests may run as root
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--window-size=1280,1600",
+            "--virtual-time-budget=10000",  # the page's timers run; its requests are real
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=BROWSER_TIMEOUT_S,
+        check=True,
+    )
+    return done.stdout
+
+
+def _overview_shows(cluster: Cluster, topic: str, end: int) -> bool:
+    body = cluster.get("/overview").json()
+    return any(p["topic"] == topic and p["end_offset"] == end for p in body["partitions"])
+
+
+def test_the_dashboard_shows_the_cluster(cluster: Cluster) -> None:
+    _create(cluster, "shown")
+    _produce(cluster, "shown", 25)
+    with Consumer(cluster.lb_url, "shown", api_key=cluster.admin_key) as consumer:
+        me = consumer.consumer_id
+        poll_until(lambda: consumer.poll(5), WAIT_S, "a pop")
+    poll_until(lambda: _overview_shows(cluster, "shown", 25), WAIT_S, "the overview")
+    page = f"{cluster.lb_url}/ui#key={cluster.admin_key}"
+    dom = _browser("--dump-dom", page)
+    cells = re.findall(r"<td[^>]*>([^<]*)</td>", dom)
+    text = " | ".join(cells)
+    assert text.count("leader ★") == 1, text  # one manager leads, and it is marked
+    for broker_id in (1, 2, 3):
+        assert f"broker {broker_id} | " in text and "DOWN" not in text, text
+    # The partition: topic, id, its leader, log start 0 and end offset 25.
+    assert re.search(r"shown \| 0 \| broker \d \| 0 \| 25 \| ", text), text
+    # The consumer popped 5 of 25 (one pop may claim fewer: its row says how many are left).
+    row = re.search(rf"shown \| {me} \| 0 \| (\d+) \| (\d+) \| ", text)
+    assert row is not None and int(row[1]) + int(row[2]) == 25 and int(row[1]) > 0, text
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "dashboard.png"
+    shot.unlink(missing_ok=True)
+    _browser(f"--screenshot={shot}", page)
+    assert shot.stat().st_size > 10_000  # a rendered page, not an empty one

@@ -168,3 +168,16 @@ def test_plan_one_task_per_partition_and_min_partitions_splits() -> None:
     ]
     with pytest.raises(ValueError, match="before"):
         offset_ranges({"a": {0: 9}}, {"a": {0: 8}})
+
+
+def test_earliest_is_the_log_start_and_a_start_below_it_is_data_loss() -> None:
+    ids = {"a": [0, 1]}
+    ends, starts = {"a": {0: 10, 1: 3}}, {"a": {0: 6, 1: 0}}
+    assert resolve("earliest", ids, ends, missing=LATEST, starts=starts) == starts
+    spec = {"a": {0: EARLIEST}}
+    assert resolve(spec, ids, ends, missing=EARLIEST, starts=starts) == {"a": {0: 6, 1: 0}}
+    assert check_start(starts, ends, fail_on_data_loss=True, starts=starts) == (starts, [])
+    with pytest.raises(DataLossError, match="below the log start 6"):
+        check_start({"a": {0: 2}}, ends, fail_on_data_loss=True, starts=starts)
+    fixed, warnings = check_start({"a": {0: 2}}, ends, fail_on_data_loss=False, starts=starts)
+    assert fixed == {"a": {0: 6}} and "retention" in warnings[0]

@@ -476,3 +476,21 @@ def test_a_stale_map_after_a_partition_is_added_still_routes_correctly(cluster: 
         lb_offsets = through_lb.produce_batch(batch)
     assert [o.partition_id for o in direct_offsets] == [o.partition_id for o in lb_offsets]
     assert {o.partition_id for o in direct_offsets} == {0, 1, 2}
+
+
+def test_a_read_from_earliest_starts_at_the_log_start_after_retention(
+    spark: SparkSession, cluster: Cluster
+) -> None:
+    with Admin(cluster.lb_url, api_key=cluster.admin_key) as admin:
+        admin.create_topic("retained", partitions=1, retention_bytes=100)  # 10 x 10 characters
+        with Producer(cluster.lb_url, "retained", api_key=cluster.admin_key) as producer:
+            producer.produce_batch((f"{i:010d}", None) for i in range(50))
+        wait_until(lambda: admin.start_offsets("retained")[0] == 40, 60, "retention to act")
+    back = read(spark, cluster, "retained").collect()
+    assert sorted(row.offset for row in back) == list(range(40, 50))
+    below = '{"retained": {"0": 5}}'
+    with pytest.raises(Exception) as lost:
+        read(spark, cluster, "retained", startingOffsets=below).collect()
+    assert "below the log start 40" in str(lost.value)
+    skipped = read(spark, cluster, "retained", startingOffsets=below, failOnDataLoss="false")
+    assert sorted(row.offset for row in skipped.collect()) == list(range(40, 50))

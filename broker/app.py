@@ -23,10 +23,9 @@ from protocol.durable_files import make_directories
 from protocol.openapi import Node, api_document
 from protocol.requests import RegisterBroker
 from protocol.types import BrokerId, ReplicaSpec
-from runtime.http_api import App, add_document_route
+from runtime.http_api import App, add_document_route, count_requests
 from runtime.http_auth import authenticator
 from runtime.http_client import PeerLink
-from runtime.http_server import HttpRequest, HttpResponse
 from runtime.metrics import Metrics
 
 
@@ -52,9 +51,9 @@ def create_app(config: BrokerConfig) -> App:
     app = App("broker", config.limits, authenticator(link.node_token, keys.grant))
     add_status_routes(app, service, config.broker_id, metrics)
     add_document_route(app, api_document(Node.BROKER))
-    add_log_routes(app, service, config.limits)
+    add_log_routes(app, service, config.limits, metrics)
     add_partition_routes(app, service, config.broker_id, config.limits)
-    _count_requests(app, metrics)
+    count_requests(app, metrics)
 
     registration = Registration(config.managers_url, _announcement(config), config.limits, link)
     registration.start()
@@ -98,6 +97,20 @@ def _register_gauges(metrics: Metrics, service: BrokerService) -> None:
 
     metrics.gauge("replica_flush_lag_messages", flush_lag)
 
+    def raft(field: str) -> Callable[[], dict[Labels, float]]:
+        def values() -> dict[Labels, float]:
+            return {
+                (("partition", str(s["partition_id"])), ("topic", str(s["topic"]))): float(
+                    str(s[field])
+                )
+                for s in service.raft_statuses()
+            }
+
+        return values
+
+    metrics.gauge("partition_raft_term", raft("term"))
+    metrics.gauge("partition_raft_commit_index", raft("commit_index"))
+
     def consumer_lag(field: str) -> Callable[[], dict[Labels, float]]:
         def values() -> dict[Labels, float]:
             topics = {s.spec.topic for s in service.statuses() if s.is_leader}
@@ -119,10 +132,3 @@ def _register_gauges(metrics: Metrics, service: BrokerService) -> None:
 
 def _partition_labels(status: ReplicaStatus) -> Labels:
     return (("partition", str(status.spec.partition_id)), ("topic", status.spec.topic))
-
-
-def _count_requests(app: App, metrics: Metrics) -> None:
-    def count(request: HttpRequest, response: HttpResponse, _route: str | None) -> None:
-        metrics.inc("http_requests", method=request.method, status=str(response.status))
-
-    app.after_request(count)

@@ -234,6 +234,23 @@ class BrokerService:
         start, end = max(offset, log_start), min(offset + max_messages, log_end)
         return self._read(replica, start, end) if start < end else []
 
+    def transfer_leadership(
+        self, topic: str, partition_id: PartitionId, raft_address: str
+    ) -> dict[str, object]:
+        """Ask this broker's replica, which must lead, to hand leadership to the replica at
+        ``raft_address`` (one of the partition's); asynchronous: the answer says it was
+        asked, ``GET /partitions`` later shows who leads."""
+        replica = self._replica(topic, partition_id)
+        if raft_address not in replica.spec.partners:
+            raise RaftQError(
+                ErrorCode.INVALID_FIELD,
+                f"{raft_address!r} is not another replica of {replica.partition.name}",
+            )
+        if replica.partition.status().role is not RaftRole.LEADER:
+            raise RaftQError(ErrorCode.NOT_LEADER, f"{replica.partition.name} does not lead")
+        replica.partition.transfer_leadership(raft_address)
+        return {"topic": topic, "partition_id": partition_id, "to": raft_address}
+
     def consumer_lag(self, topic: str) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
         """For each partition of ``topic`` this broker leads (the leader's figures are the
         current ones): per consumer that has popped there, its position, the partition's

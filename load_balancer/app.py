@@ -14,7 +14,7 @@ from load_balancer.forwarder import Forwarder, IncomingRequest
 from load_balancer.leader_tracker import LeaderTracker
 from protocol.access import Action
 from protocol.openapi import Node, api_document
-from runtime.http_api import App, add_document_route, json_response, text_response
+from runtime.http_api import App, add_document_route, count_requests, json_response, text_response
 from runtime.http_server import HttpRequest, HttpResponse
 from runtime.metrics import Metrics
 from runtime.tls import client_context
@@ -39,6 +39,7 @@ def create_app(config: LoadBalancerConfig) -> App:
     metrics.gauge("leader_known", lambda: {(): 0.0 if tracker.leader_url is None else 1.0})
     app = App("load_balancer", config.limits)
     _add_own_routes(app, tracker, metrics)
+    count_requests(app, metrics)
     _add_dashboard(app)
     add_document_route(app, api_document(Node.LOAD_BALANCER))
     _add_forwarding(app, forwarder)

@@ -22,10 +22,11 @@ from manager.config import ManagerConfig
 from manager.leader_duties import LeaderDuties
 from manager.log_router import LogRouter
 from manager.raft import ManagerRaft
+from manager.registry.state import ManagerState
 from manager.service import ManagerService
 from protocol.errors import ErrorCode, RaftQError
 from protocol.openapi import Node, api_document
-from runtime.http_api import App, add_document_route, json_response
+from runtime.http_api import App, add_document_route, count_requests, json_response
 from runtime.http_auth import authenticator
 from runtime.http_client import PeerLink
 from runtime.http_server import HttpRequest, HttpResponse
@@ -58,7 +59,7 @@ def create_app(config: ManagerConfig) -> App:
     app = App("manager", limits, authenticator(link.node_token, service.grant))
     _install_leader_gate(app, raft, view)
     _install_refusal_passthrough(app)
-    _install_request_metrics(app, metrics)
+    count_requests(app, metrics)
     status.add_routes(app, config.manager_id, view, metrics)
     add_document_route(app, api_document(Node.MANAGER))
     cluster.add_routes(app, view)
@@ -98,21 +99,11 @@ def _install_refusal_passthrough(app: App) -> None:
     app.error_handler(BrokerRefusalError, refusal)
 
 
-def _install_request_metrics(app: App, metrics: Metrics) -> None:
-    def count(request: HttpRequest, response: HttpResponse, route: str | None) -> None:
-        metrics.inc(
-            "http_requests",
-            method=request.method,
-            path=route or "unknown",
-            status=str(response.status),
-        )
-
-    app.after_request(count)
-
-
 def _metrics(raft: ManagerRaft) -> Metrics:
     metrics = Metrics("raftq_manager")
     metrics.gauge("is_leader", lambda: {(): 1.0 if raft.is_leader() else 0.0})
+    metrics.gauge("raft_term", lambda: {(): float(raft.status().term)})
+    metrics.gauge("raft_commit_index", lambda: {(): float(raft.status().commit_index)})
     metrics.gauge(
         "registry_objects",
         lambda: raft.read(
@@ -123,4 +114,15 @@ def _metrics(raft: ManagerRaft) -> Metrics:
             }
         ),
     )
+    metrics.gauge("under_replicated_partitions", lambda: {(): float(raft.read(_under_replicated))})
     return metrics
+
+
+def _under_replicated(state: ManagerState) -> int:
+    """Partitions with a replica on a broker the managers hold dead."""
+    dead = {b.broker_id for b in state.brokers.all() if not b.alive}
+    return sum(
+        any(r.broker_id in dead for r in partition.replicas)
+        for topic in state.topics.all()
+        for partition in topic.partitions
+    )

@@ -46,6 +46,14 @@ class BrokerClient:
             raise RaftQError(ErrorCode.UNAVAILABLE, f"{address}/partitions: malformed answer")
         return [item for item in items if isinstance(item, dict)]
 
+    def transfer_leadership(
+        self, address: str, topic: str, partition_id: int, raft_address: str
+    ) -> None:
+        """Ask the broker at ``address``, whose replica leads, to hand leadership to the
+        replica at ``raft_address``. Raises ``RaftQError``."""
+        body = {"topic": topic, "partition_id": partition_id, "raft_address": raft_address}
+        self._http.call_ok("POST", f"{address}/leadership", body, idempotent=True)
+
     def consumer_lag(
         self, address: str, topic: str
     ) -> tuple[list[dict[str, object]], list[dict[str, object]]]:

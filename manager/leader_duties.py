@@ -4,8 +4,9 @@ Every ``broker_poll_period_s`` it polls each registered broker's ``GET /partitio
 heartbeat, and who leads each partition) into the ``BrokerMonitor``, and proposes
 ``set_broker_alive`` only when a broker's liveness changes. Every ``reconcile_period_s`` it
 resumes half-done topic operations and forgets client registrations whose lease ran out
-(``client_idle_expiry_s``). Its side effects are idempotent, so two managers that
-briefly both believe they lead do no harm.
+(``client_idle_expiry_s``). Every ``leader_balance_period_s`` it asks for one leadership
+transfer when brokers lead unevenly (``leader_balance``). Its side effects are idempotent,
+so two managers that briefly both believe they lead do no harm.
 
 Thread: one daemon thread per manager process, started by ``create_app``.
 """
@@ -19,8 +20,10 @@ from concurrent.futures import Executor
 
 from manager.broker_client import BrokerClient
 from manager.broker_monitor import BrokerMonitor
+from manager.leader_balance import Placed, next_transfer
 from manager.registry.brokers import BrokerRecord
 from manager.registry.commands import SetBrokerAlive
+from manager.registry.topics import PartitionState
 from manager.replicated import ReplicatedRegistry
 from manager.service import ManagerService
 from protocol.errors import RaftQError
@@ -49,6 +52,7 @@ class LeaderDuties:
         self._thread = threading.Thread(target=self._run, name="leader-duties", daemon=True)
         self._was_leader = False
         self._next_reconcile_s = 0.0
+        self._next_balance_s = 0.0
 
     def start(self) -> None:
         self._thread.start()
@@ -79,6 +83,34 @@ class LeaderDuties:
             self._service.resume_pending()
             self._service.expire_idle_clients()
             self._next_reconcile_s = time.monotonic() + self._limits.reconcile_period_s
+        if time.monotonic() >= self._next_balance_s:
+            self._balance_leaders(brokers)
+            self._next_balance_s = time.monotonic() + self._limits.leader_balance_period_s
+
+    def _balance_leaders(self, brokers: list[BrokerRecord]) -> None:
+        topics = self._raft.read(lambda s: s.topics.all())
+        placed = [
+            Placed(
+                topic.name,
+                partition.partition_id,
+                self._monitor.leader_of(topic.name, partition.partition_id),
+                {r.broker_id: r.raft_address for r in partition.replicas},
+            )
+            for topic in topics
+            for partition in topic.partitions
+            if partition.state is PartitionState.ACTIVE
+        ]
+        transfer = next_transfer(placed, (b.broker_id for b in brokers if b.alive))
+        if transfer is None:
+            return
+        address = next(b.address for b in brokers if b.broker_id == transfer.from_broker)
+        try:
+            self._brokers.transfer_leadership(
+                address, transfer.topic, transfer.partition_id, transfer.to_raft_address
+            )
+            _log.info("asked %s to lead on broker %s", transfer, transfer.to_broker)
+        except RaftQError as exc:
+            _log.warning("leader balance: %s not asked: %s", transfer, exc.message)
 
     def _poll(self, brokers: list[BrokerRecord]) -> None:
         futures = [(b, self._poll_executor.submit(self._poll_one, b)) for b in brokers]

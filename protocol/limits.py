@@ -218,6 +218,9 @@ class Limits:
     manager_poll_timeout_s: float = 0.5
     """Longest wait for one manager's /raft_status answer: a paused manager must not hold
     back the load balancer's view of the others."""
+    leader_balance_period_s: float = 10.0
+    """How often the manager leader asks for one leadership transfer when brokers lead
+    unevenly (``manager/leader_balance.py``)."""
     reconcile_period_s: float = 0.5
     """How often the manager leader resumes half-done multi-step operations."""
     registry_topics_max: int = 10_000

@@ -414,6 +414,25 @@ class ReplicaConsumer:
 
 
 @dataclass(frozen=True, slots=True)
+class TransferLeadership:
+    """``POST /leadership {"topic", "partition_id", "raft_address"}`` at a broker (the
+    manager leader's leader balancing): hand the partition's leadership to that replica."""
+
+    topic: str
+    partition_id: PartitionId
+    raft_address: str
+
+    @classmethod
+    def parse(cls, params: Params, limits: Limits) -> TransferLeadership:
+        topic, partition_id = partition_ref(params, limits)
+        address = require_str(params, "raft_address", 300)
+        host, _, port = address.rpartition(":")
+        if not host or not _PORT.fullmatch(port) or not 1 <= int(port) <= 65535:
+            raise invalid(f"field 'raft_address' must be host:port, got {address!r}")
+        return cls(topic, partition_id, address)
+
+
+@dataclass(frozen=True, slots=True)
 class ChecksumRange:
     """``GET /checksum?topic&partition_id&start&end``: a replica's database rows in
     ``[start, end)``; ``start`` defaults to 0."""

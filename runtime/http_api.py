@@ -22,6 +22,7 @@ from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 from protocol.requests import QueryText
 from runtime.http_server import HttpRequest, HttpResponse, ServerLimits
+from runtime.metrics import Metrics
 
 _log = logging.getLogger(__name__)
 
@@ -59,6 +60,20 @@ def request_deadline(request: HttpRequest, limits: Limits) -> Deadline:
 def json_response(body: object, status: int = 200) -> HttpResponse:
     # orjson: a pop or fetch answer holds up to fetch_messages_max messages.
     return HttpResponse(status, orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS), _JSON)
+
+
+def count_requests(app: App, metrics: Metrics) -> None:
+    """Every answer counted by method, route and status, and its handling time observed per
+    route (``route``: the matched path, or ``other``: forwarded or unknown; bounded)."""
+
+    def count(request: HttpRequest, response: HttpResponse, route: str | None) -> None:
+        label = route or "other"
+        metrics.inc(
+            "http_requests", method=request.method, route=label, status=str(response.status)
+        )
+        metrics.observe("http_request_seconds", time.monotonic() - request.received_s, route=label)
+
+    app.after_request(count)
 
 
 def text_response(text: str) -> HttpResponse:

@@ -75,6 +75,8 @@ class HttpRequest:
     query_string: str = field(init=False)
     principal: Principal | None = field(default=None, init=False)
     """Who sent it, once the app authenticated it (``protocol.access``); ``None``: nobody."""
+    received_s: float = field(default_factory=time.monotonic, init=False)
+    """When it had arrived whole (monotonic): its handling time is measured from here."""
 
     def __post_init__(self) -> None:
         path, _, self.query_string = self.target.partition("?")

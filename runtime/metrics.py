@@ -1,45 +1,104 @@
-"""A minimal Prometheus text-format registry (counters and gauges), thread-safe."""
+"""``Metrics``: one process's Prometheus metrics (prometheus-client), thread-safe.
+
+Counters and histograms are made at their first use, named ``<prefix>_<name>``; gauges are
+read when ``/metrics`` is scraped (``gauge(name, read)``), so they never go stale and cost
+nothing between scrapes. ``runtime.http_api.count_requests`` gives every node the same
+request counter and latency histogram.
+"""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+Labels = tuple[tuple[str, str], ...]
+"""A gauge value's labels: ``(name, value)`` pairs, always in the same order."""
+GaugeRead = Callable[[], Mapping[Labels, float]]
+
+REQUEST_SECONDS_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+"""Request handling time: from half a millisecond (one message at a broker) to the HTTP
+timeout."""
 
 
 class Metrics:
     def __init__(self, prefix: str) -> None:
         self._prefix = prefix
         self._lock = threading.Lock()
-        self._counters: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
-        self._gauges: dict[str, Callable[[], dict[tuple[tuple[str, str], ...], float]]] = {}
+        self._registry = CollectorRegistry(auto_describe=False)
+        self._counters: dict[str, Counter] = {}
+        self._histograms: dict[str, Histogram] = {}
+        self._gauges = _Gauges(prefix)
+        self._registry.register(self._gauges)
 
     def inc(self, name: str, amount: float = 1.0, **labels: str) -> None:
-        key = (name, tuple(sorted(labels.items())))
         with self._lock:
-            self._counters[key] = self._counters.get(key, 0.0) + amount
+            counter = self._counters.get(name)
+            if counter is None:
+                counter = Counter(
+                    f"{self._prefix}_{name}", name, sorted(labels), registry=self._registry
+                )
+                self._counters[name] = counter
+        (counter.labels(**labels) if labels else counter).inc(amount)
 
-    def gauge(
-        self, name: str, read: Callable[[], dict[tuple[tuple[str, str], ...], float]]
-    ) -> None:
-        """Register a gauge whose labelled values are read when metrics are rendered."""
+    def observe(self, name: str, value: float, **labels: str) -> None:
+        """One observation of histogram ``name`` (seconds: ``REQUEST_SECONDS_BUCKETS``)."""
         with self._lock:
-            self._gauges[name] = read
+            histogram = self._histograms.get(name)
+            if histogram is None:
+                histogram = Histogram(
+                    f"{self._prefix}_{name}",
+                    name,
+                    sorted(labels),
+                    buckets=REQUEST_SECONDS_BUCKETS,
+                    registry=self._registry,
+                )
+                self._histograms[name] = histogram
+        (histogram.labels(**labels) if labels else histogram).observe(value)
+
+    def gauge(self, name: str, read: GaugeRead) -> None:
+        """Register a gauge whose labelled values are read when metrics are rendered."""
+        self._gauges.add(name, read)
 
     def render(self) -> str:
-        lines: list[str] = []
+        return generate_latest(self._registry).decode("utf-8")
+
+
+class _Gauges(Collector):
+    def __init__(self, prefix: str) -> None:
+        self._prefix = prefix
+        self._lock = threading.Lock()
+        self._reads: dict[str, GaugeRead] = {}
+
+    def add(self, name: str, read: GaugeRead) -> None:
         with self._lock:
-            counters = sorted(self._counters.items())
-            gauges = list(self._gauges.items())
-        for (name, labels), value in counters:
-            lines.append(f"{self._prefix}_{name}_total{_labels(labels)} {value:g}")
-        for name, read in gauges:
-            for labels, value in sorted(read().items()):
-                lines.append(f"{self._prefix}_{name}{_labels(labels)} {value:g}")
-        return "\n".join(lines) + "\n"
+            self._reads[name] = read
 
-
-def _labels(labels: tuple[tuple[str, str], ...]) -> str:
-    if not labels:
-        return ""
-    inner = ",".join(f'{k}="{v}"' for k, v in labels)
-    return "{" + inner + "}"
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        with self._lock:
+            reads = list(self._reads.items())
+        for name, read in reads:
+            values = read()
+            label_names = [label for label, _ in next(iter(values), ())]
+            family = GaugeMetricFamily(f"{self._prefix}_{name}", name, labels=label_names)
+            for labels, value in sorted(values.items()):
+                family.add_metric([v for _, v in labels], value)
+            yield family

@@ -96,7 +96,7 @@ ensure_venv() {
 }
 
 inputs_hash() {
-    cat requirements.txt requirements-dev.txt requirements-spark.txt pyproject.toml | sha256sum | cut -d' ' -f1
+    cat requirements*.txt pyproject.toml | sha256sum | cut -d' ' -f1
 }
 
 ensure_packages() {

@@ -34,6 +34,7 @@ CLUSTER_BASE_PORTS = {
     "tls": 30000,
     "openapi_fuzz": 30400,
     "operations": 25000,
+    "installed_client": 23500,
 }
 """Every test module's cluster in one table, so no two blocks overlap (a socket of the
 previous module's cluster may still be in TIME_WAIT), all below the kernel's ephemeral range

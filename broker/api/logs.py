@@ -1,4 +1,8 @@
-"""``/logs``: produce (POST), pop by consumer and fetch by offset (GET)."""
+"""``/logs``: produce (POST), pop by consumer and fetch by offset (GET).
+
+Counted per topic for ``/metrics`` (their rates are the produce and consume rates): messages
+acknowledged to producers (a retried batch answered from memory counts again), popped and
+fetched."""
 
 from __future__ import annotations
 
@@ -9,9 +13,10 @@ from protocol.requests import Fetch, Pop, Produce, partition_ref
 from protocol.types import PartitionId, StoredMessage
 from runtime.http_api import App, json_response, request_deadline, request_params
 from runtime.http_server import HttpRequest, HttpResponse
+from runtime.metrics import Metrics
 
 
-def add_log_routes(api: App, service: BrokerService, limits: Limits) -> None:
+def add_log_routes(api: App, service: BrokerService, limits: Limits, metrics: Metrics) -> None:
     @api.post("/logs", Action.PRODUCE)
     def produce(http: HttpRequest) -> HttpResponse:
         request, partition_id = Produce.parse_one_partition(request_params(http), limits)
@@ -26,6 +31,7 @@ def add_log_routes(api: App, service: BrokerService, limits: Limits) -> None:
             request.durability,
         )
         body = {"partition_id": partition_id, "offsets": offsets, "ack": ack.to_json()}
+        metrics.inc("produced_messages", len(request.messages), topic=request.topic)
         return json_response(body, 201)
 
     @api.get("/logs", Action.CONSUME)
@@ -44,9 +50,11 @@ def add_log_routes(api: App, service: BrokerService, limits: Limits) -> None:
                 pop.sequence,
                 request_deadline(http, limits),
             )
+            metrics.inc("popped_messages", len(messages), topic=topic)
         else:
             fetch = Fetch.parse(params, limits)
             messages = service.fetch(topic, partition_id, fetch.offset, fetch.max_messages)
+            metrics.inc("fetched_messages", len(messages), topic=topic)
         return json_response({"messages": _to_json(topic, partition_id, messages)})
 
 

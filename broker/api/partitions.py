@@ -5,7 +5,13 @@ from __future__ import annotations
 from broker.service import BrokerService
 from protocol.access import Action, require_topic
 from protocol.limits import Limits
-from protocol.requests import ChecksumRange, ReplicaConsumer, TopicRef, parse_replica_spec
+from protocol.requests import (
+    ChecksumRange,
+    ReplicaConsumer,
+    TopicRef,
+    TransferLeadership,
+    parse_replica_spec,
+)
 from runtime.http_api import App, json_response, request_params
 from runtime.http_server import HttpRequest, HttpResponse
 
@@ -35,6 +41,14 @@ def add_partition_routes(api: App, service: BrokerService, broker_id: int, limit
             "consumer_id": request.consumer_id,
         }
         return json_response(body, 201)
+
+    @api.post("/leadership", Action.NODE)
+    def transfer_leadership(http: HttpRequest) -> HttpResponse:
+        request = TransferLeadership.parse(request_params(http), limits)
+        body = service.transfer_leadership(
+            request.topic, request.partition_id, request.raft_address
+        )
+        return json_response(body, 202)
 
     @api.get("/lag", Action.DESCRIBE)
     def consumer_lag(http: HttpRequest) -> HttpResponse:

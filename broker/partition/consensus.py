@@ -83,6 +83,11 @@ class PartitionConsensus(Protocol):
 
     def status(self) -> ConsensusStatus: ...
 
+    def transfer_leadership(self, raft_address: str) -> None:
+        """Ask this replica, if it leads, to hand leadership to the replica at
+        ``raft_address`` (Raft's TimeoutNow). Best effort and asynchronous: refused by the
+        Raft layer unless that replica has every entry; the new leader shows in ``status``."""
+
     def destroy(self) -> None: ...
 
 
@@ -140,6 +145,9 @@ class MemoryConsensus:
         with self._lock:
             entries = self._entries
         return ConsensusStatus(RaftRole.LEADER, self._name, 1, entries, entries, True, (), entries)
+
+    def transfer_leadership(self, raft_address: str) -> None:
+        pass  # one replica: it always leads
 
     def destroy(self) -> None:
         pass

@@ -156,6 +156,10 @@ class PartitionRaft:
         )
         self._sync.leave_unsynced(self.state, "run_group_unsynced")
         self._sync.addOnTickCallback(self._compact_when_large)
+        self._transfer_to: str | None = None
+        """Set by a request thread, taken by the tick thread: pysyncobj's calls are not
+        thread-safe (``transferLeadership`` sends on the tick thread's connections)."""
+        self._sync.addOnTickCallback(self._transfer_when_asked)
 
     def _compact_when_large(self) -> None:
         """Tick thread: bound the memory the Raft log holds by bytes (see the limit)."""
@@ -165,6 +169,16 @@ class PartitionRaft:
             and journal.entry_bytes >= self._limits.raft_log_compaction_bytes_min
         ):
             self._sync.forceLogCompaction()
+
+    def transfer_leadership(self, raft_address: str) -> None:
+        self._transfer_to = raft_address
+
+    def _transfer_when_asked(self) -> None:
+        """Tick thread: one transfer asked since the last tick, if this replica leads
+        (pysyncobj refuses unless the target has every entry; nothing to wait for)."""
+        target, self._transfer_to = self._transfer_to, None
+        if target is not None and target in self.spec.partners and self._sync._isLeader():
+            self._sync.transferLeadership(target)
 
     def propose(
         self, commands: Sequence[Command], *, synced: bool = True

@@ -89,6 +89,9 @@ class PartitionReplica:
     def caught_up(self) -> bool:
         return self._consensus.caught_up()
 
+    def transfer_leadership(self, raft_address: str) -> None:
+        self._consensus.transfer_leadership(raft_address)
+
     def status(self) -> ConsensusStatus:
         return self._consensus.status()
 

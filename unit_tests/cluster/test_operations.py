@@ -5,7 +5,12 @@ removes the older rows from every broker's database, and nothing else; a fetch b
 start answers 416 with the valid range; a new consumer starts at the log start.
 
 Consumer lag: in messages and seconds per consumer and partition, through the API, the CLI
-and the brokers' ``/metrics``, matching what was produced and popped."""
+and the brokers' ``/metrics``, matching what was produced and popped.
+
+Leader balance: after a broker is killed and comes back (leading nothing), the brokers again
+lead within one partition of each other.
+
+The dashboard: headless Chromium loads ``/ui`` and shows what the cluster holds."""
 
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from raftq import Admin, Consumer, ConsumerLag, Producer
 from stress_tests.cluster_view import replica_status
@@ -27,7 +33,7 @@ from unit_tests.ports import CLUSTER_BASE_PORTS
 pytestmark = pytest.mark.cluster
 
 WAIT_S = 60.0
-LIMITS = {"retention_check_period_s": "0.2"}
+LIMITS = {"retention_check_period_s": "0.2", "leader_balance_period_s": "0.5"}
 VALUE_CHARS = 10
 RETENTION_BYTES = 1_000
 """100 messages of 10 characters."""
@@ -205,3 +211,69 @@ def test_the_dashboard_shows_the_cluster(cluster: Cluster) -> None:
     shot.unlink(missing_ok=True)
     _browser(f"--screenshot={shot}", page)
     assert shot.stat().st_size > 10_000  # a rendered page, not an empty one
+
+
+def _leaders(cluster: Cluster) -> dict[int, int] | None:
+    """Partitions led per broker, once every partition's leader is known."""
+    partitions = cluster.get("/overview").json()["partitions"]
+    if any(p["leader"] is None for p in partitions):
+        return None
+    counts = dict.fromkeys((1, 2, 3), 0)
+    for partition in partitions:
+        counts[partition["leader"]] += 1
+    return counts
+
+
+def _balanced(cluster: Cluster) -> dict[int, int] | None:
+    counts = _leaders(cluster)
+    return counts if counts and max(counts.values()) - min(counts.values()) <= 1 else None
+
+
+def test_leadership_is_spread_again_after_a_broker_comes_back(cluster: Cluster) -> None:
+    _create(cluster, "balanced", partitions=6)
+    poll_until(lambda: _balanced(cluster), WAIT_S, "balanced leaders")
+    cluster.kill("broker-1")
+    # Its partitions elect leaders among brokers 2 and 3, and it leads nothing.
+    poll_until(
+        lambda: (counts := _leaders(cluster)) and counts[1] == 0, WAIT_S, "broker 1 to lead none"
+    )
+    cluster.up()  # broker-1 back: it leads nothing until leadership is handed to it
+    counts = poll_until(lambda: _balanced(cluster), WAIT_S, "balanced leaders again")
+    assert counts[1] >= sum(counts.values()) // 3 - 1
+
+
+def _scrape(cluster: Cluster, url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = cluster.http.get(f"{url}/metrics", timeout=10).text
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_metrics_count_what_was_produced_and_consumed(cluster: Cluster) -> None:
+    _create(cluster, "counted", partitions=2)
+    _produce(cluster, "counted", 40, keyed=True)
+    with Consumer(cluster.lb_url, "counted", api_key=cluster.admin_key) as consumer:
+        popped: list[int] = []
+
+        def all_popped() -> bool:
+            popped.extend(r.offset for r in consumer.poll(40 - len(popped)))
+            return len(popped) >= 40
+
+        poll_until(all_popped, WAIT_S, "every message popped")
+    topic = (("topic", "counted"),)
+    brokers = [_scrape(cluster, cluster.broker_url(b)) for b in (1, 2, 3)]
+    assert sum(s.get(("raftq_broker_produced_messages_total", topic), 0) for s in brokers) == 40
+    assert sum(s.get(("raftq_broker_popped_messages_total", topic), 0) for s in brokers) == 40
+    led = [s for s in brokers if any(k[0] == "raftq_broker_partition_raft_term" for k in s)]
+    assert led and all(
+        v >= 1 for s in led for k, v in s.items() if k[0] == "raftq_broker_partition_raft_term"
+    )
+    leader = _scrape(cluster, cluster.node(cluster.manager_leader())["http_address"])
+    assert leader[("raftq_manager_is_leader", ())] == 1
+    assert leader[("raftq_manager_raft_term", ())] >= 1
+    assert leader[("raftq_manager_under_replicated_partitions", ())] == 0
+    balancer = _scrape(cluster, cluster.lb_url)
+    forwarded = [v for k, v in balancer.items() if k[0] == "raftq_lb_http_request_seconds_count"]
+    assert sum(forwarded) >= 1  # every request the load balancer forwarded was timed

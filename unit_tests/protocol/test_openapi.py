@@ -45,6 +45,7 @@ from protocol.requests import (
     RegisterProducer,
     ReplicaConsumer,
     TopicRef,
+    TransferLeadership,
     VerifyKey,
     invalid,
     parse_replica_spec,
@@ -326,6 +327,13 @@ PARSED = [
     Parsed(M, "GET", "/partitions", TopicRef.parse, {"topic": "orders"}),
     Parsed(M, "GET", "/lag", TopicRef.parse, {"topic": "orders"}),
     Parsed(B, "GET", "/lag", TopicRef.parse, {"topic": "orders"}),
+    Parsed(
+        B,
+        "POST",
+        "/leadership",
+        TransferLeadership.parse,
+        {"topic": "orders", "partition_id": 0, "raft_address": "127.0.0.1:17401"},
+    ),
     Parsed(M, "POST", "/partitions", TopicRef.parse, {"topic": "orders"}),
     Parsed(
         M,
@@ -519,8 +527,10 @@ def _string_probes(schema: Schema) -> Iterator[tuple[object, bool]]:
 
 def _text(schema: Schema, length: int) -> str:
     """A string of ``length`` characters that matches the schema's pattern."""
-    prefix = "http://" if str(schema.get("pattern", "")).startswith("^https?://") else ""
-    text = prefix + "a" * max(length - len(prefix), 0)
+    pattern = str(schema.get("pattern", ""))
+    prefix = "http://" if pattern.startswith("^https?://") else ""
+    suffix = ":1" if pattern.endswith(":[0-9]{1,5}$") else ""  # host:port
+    text = prefix + "a" * max(length - len(prefix) - len(suffix), 0) + suffix
     assert re.search(str(schema.get("pattern", "")), text)
     return text
 

@@ -126,7 +126,7 @@ class ManagerService:
                 )
             )
             check_outcome(outcome, f"topic {request.name!r}")
-            self._complete(request.name, tuple(range(request.partitions)))
+            self._complete_recorded(request.name, tuple(range(request.partitions)))
         return topic_created(self._topic(request.name), self._monitor.leader_of)
 
     def add_partition(self, request: TopicRef) -> dict[str, object]:
@@ -155,7 +155,7 @@ class ManagerService:
                 )
             )
             check_outcome(outcome, f"partition {partition_id} of {topic.name!r}")
-            self._complete(topic.name, (partition_id,))
+            self._complete_recorded(topic.name, (partition_id,))
         return self._partition_json(self._topic(request.topic), partition_id)
 
     def partitions(self, request: TopicRef) -> dict[str, object]:
@@ -237,6 +237,22 @@ class ManagerService:
                 _log.info("resumed topic %s partitions %s", name, partition_ids)
             except RaftQError as exc:
                 _log.warning("topic %s still not created: %s", name, exc.message)
+
+    def _complete_recorded(self, name: str, partition_ids: tuple[int, ...]) -> None:
+        """``_complete`` for an operation whose first step was just committed: a failure now
+        must not answer a code that proves nothing was done (say NOT_LEADER after this
+        manager lost leadership): the placement is recorded, a retry would find the topic
+        (409), and the load balancer repeats NOT_LEADER answers at once. It is an unknown
+        outcome, finished in the background (``resume_pending``)."""
+        try:
+            self._complete(name, partition_ids)
+        except RaftQError as exc:
+            if not exc.code.proves_nothing_done:
+                raise
+            raise RaftQError(
+                ErrorCode.UNAVAILABLE,
+                f"topic {name!r}: recorded, and finished in the background ({exc.message})",
+            ) from exc
 
     def _complete(self, name: str, partition_ids: tuple[int, ...]) -> None:
         """Steps (b) and (c) of a topic operation; (a), the recorded placement, is done."""

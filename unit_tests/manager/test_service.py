@@ -136,6 +136,33 @@ def test_failed_broker_call_leaves_creating_and_is_resumed(
     assert topic is not None and topic.is_active
 
 
+def test_a_leadership_lost_after_the_topic_was_recorded_is_an_unknown_outcome(
+    setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The placement is committed, then this manager loses leadership before it records the
+    partitions active: NOT_LEADER would tell the client (and the load balancer, which
+    repeats it at once) that nothing was done, and the repeat would get 409 (seen in the
+    power-loss run). The answer is UNAVAILABLE, and the topic finishes in the background."""
+    registry, _, service, _ = setup
+    propose = registry.propose
+
+    def leadership_lost_at_finish(command: object) -> object:
+        if type(command).__name__ == "FinishPartitions":
+            raise RaftQError(ErrorCode.NOT_LEADER, "no longer the leader")
+        return propose(command)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(registry, "propose", leadership_lost_at_finish)
+    with pytest.raises(RaftQError) as caught:
+        service.create_topic(CreateTopic("t", 1, 3))
+    assert caught.value.code is ErrorCode.UNAVAILABLE
+    assert not caught.value.code.proves_nothing_done
+    monkeypatch.setattr(registry, "propose", propose)
+    service.resume_pending()
+    topic = registry.read(lambda s: s.topics.get("t"))
+    assert topic is not None and topic.is_active
+
+
 def test_not_enough_brokers(
     setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter],
 ) -> None:

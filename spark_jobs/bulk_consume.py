@@ -34,6 +34,7 @@ from spark_jobs.offsets import (
     resolve,
 )
 from spark_jobs.options import Endpoint, add_api_key_option, api_key_from, endpoint_options
+from spark_jobs.progress import TaskProgress
 from spark_jobs.session import build_session, default_master
 
 
@@ -68,7 +69,8 @@ def write_staging(spark: SparkSession, endpoint: Endpoint, topic: str, plan: Run
         .option("endingOffsets", offsets_to_json(plan.end))
         .load()
     )
-    frame.write.mode("overwrite").parquet(plan.staging)
+    with TaskProgress(spark, f"bulk_consume {topic} run {plan.run}"):
+        frame.write.mode("overwrite").parquet(plan.staging)
 
 
 def consume(

@@ -25,6 +25,7 @@ from pyspark.sql import functions as sf
 
 from spark_jobs import cluster_io
 from spark_jobs.options import Endpoint, add_api_key_option, api_key_from, endpoint_options
+from spark_jobs.progress import TaskProgress
 from spark_jobs.session import build_session, default_master
 
 FORMATS = {".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
@@ -127,7 +128,8 @@ def run(
     started = time.monotonic()
     reporter.start()
     try:
-        produce(frame, endpoint, topic, job_id=job_id, batch_messages_max=batch_messages_max)
+        with TaskProgress(spark, f"bulk_produce {topic}"):
+            produce(frame, endpoint, topic, job_id=job_id, batch_messages_max=batch_messages_max)
     finally:
         added = reporter.stop()
     return ProduceReport(added, time.monotonic() - started)

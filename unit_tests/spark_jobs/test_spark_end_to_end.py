@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -23,6 +25,7 @@ from spark_jobs import bulk_consume, bulk_produce
 from spark_jobs.cluster_io import FETCH_ONLY_CONSUMER
 from spark_jobs.commit_protocol import Layout, committed_offsets
 from spark_jobs.options import Endpoint
+from spark_jobs.progress import TaskProgress
 from unit_tests.cluster.harness import Cluster, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
@@ -494,3 +497,16 @@ def test_a_read_from_earliest_starts_at_the_log_start_after_retention(
     assert "below the log start 40" in str(lost.value)
     skipped = read(spark, cluster, "retained", startingOffsets=below, failOnDataLoss="false")
     assert sorted(row.offset for row in skipped.collect()) == list(range(40, 50))
+
+
+def test_the_bulk_jobs_progress_bar_counts_tasks_with_rate_and_eta(spark: SparkSession) -> None:
+    out = io.StringIO()
+    with TaskProgress(spark, "counting", period_s=0.05, out=out, show=True):
+        assert spark.range(60_000, numPartitions=6).selectExpr("sum(id)").collect()
+    text = out.getvalue()
+    last = text.replace("\r", "\n").strip().splitlines()[-1]
+    # e.g. "counting: 100%|██████████| 7/7 [00:01<00:00,  5.9task/s]": done of total, the
+    # elapsed time < the time left, and the rate.
+    assert re.search(r"counting: 100%.* (\d+)/\1 \[\d\d:\d\d<\d\d:\d\d, +[\d.]+task/s\]", last), (
+        text
+    )

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import TextIO
+from urllib.parse import urlsplit
 
 from raftq.admin import Admin
 from raftq.client_limits import ClientLimits
@@ -173,9 +174,9 @@ def _add_cluster_commands(commands: argparse._SubParsersAction[argparse.Argument
 def resolve_url(url: str | None, directory: str | None, env_url: str | None) -> str:
     """``--url``, else ``--dir``'s cluster.json, else ``$RAFTQ_URL``, else the default dir."""
     if url:
-        return url.rstrip("/")
+        return _checked_url(url, "--url")
     if directory is None and env_url:
-        return env_url.rstrip("/")
+        return _checked_url(env_url, "RAFTQ_URL")
     found = _cluster_file(directory).get("load_balancer_url")
     if not isinstance(found, str):
         raise UsageError(
@@ -213,6 +214,14 @@ def resolve_tls_ca(args: argparse.Namespace, context: Context) -> str | None:
             found = _cluster_file(args.dir).get("tls_ca")
             return found if isinstance(found, str) else None
     return None
+
+
+def _checked_url(url: str, where: str) -> str:
+    """A URL the client can call, else a usage error now (not eight failed attempts)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"{where} must be http(s)://host:port of the load balancer, not {url!r}")
+    return url.rstrip("/")
 
 
 def resolve_api_key(args: argparse.Namespace, context: Context) -> str:

@@ -59,6 +59,15 @@ def test_url_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     assert resolve_url(None, None, None) == "http://dflt"
 
 
+def test_a_wrong_url_is_a_one_line_usage_error_at_once() -> None:
+    for url in ("nonsense", "127.0.0.1:17100", "ftp://host:1", "http://"):
+        code, out, err = _run(["topic", "list", "--url", url])
+        assert code == 2 and out == "", url
+        assert err.startswith("raftq: --url must be http(s)://host:port") and err.count("\n") == 1
+    with pytest.raises(UsageError, match="RAFTQ_URL must be"):
+        resolve_url(None, None, "localhost")
+
+
 TEST_KEY = "rq_0123456789ab_" + "k" * 43
 
 

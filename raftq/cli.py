@@ -5,7 +5,8 @@
     raftq topic list
     raftq produce --topic T [--key K] [--partition P] [--no-direct] [MESSAGE ...]
                                                   (else one message per stdin line)
-    raftq consume --topic T [--partition P] [--max-messages N] [--consumer-id C] [--no-direct]
+    raftq consume --topic T [--partition P] [--max-messages N] [--consumer-id C] [--follow]
+                  [--no-direct]
     raftq key create --role admin|producer|consumer [--topic T ...] [--name N]
     raftq key list
     raftq key revoke KEY_ID
@@ -25,6 +26,7 @@ import json
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
@@ -39,6 +41,7 @@ from raftq.cluster_layout import CLUSTER_FILE, LayoutError, admin_key_of
 from raftq.consumer import Consumer
 from raftq.errors import RaftQClientError
 from raftq.producer import Producer
+from raftq.records import Record
 
 DEFAULT_DIR = ".cluster"
 EXIT_FAILURE = 1
@@ -59,6 +62,7 @@ class Context:
     stdin: TextIO
     stdout: TextIO
     stderr: TextIO
+    sleep: Callable[[float], None] = time.sleep
 
 
 def _limit(text: str) -> tuple[str, str]:
@@ -124,6 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument("--partition", type=int)
     consume.add_argument("--max-messages", type=_positive, default=100)
     consume.add_argument("--consumer-id", help="resume this consumer instead of registering one")
+    consume.add_argument(
+        "--follow", action="store_true", help="keep popping as messages arrive (Ctrl-C ends)"
+    )
 
     lag = commands.add_parser("lag", parents=[target], help="how far consumers are behind")
     lag.add_argument("--topic", required=True)
@@ -326,22 +333,27 @@ def cmd_consume(args: argparse.Namespace, context: Context) -> int:
         tls_ca=target.tls_ca,
     ) as consumer:
         context.stderr.write(f"consumer_id {consumer.consumer_id}\n")
-        records = consumer.poll(args.max_messages)
-        _print_json_lines(
-            (
-                {
-                    "topic": r.topic,
-                    "partition_id": r.partition_id,
-                    "offset": r.offset,
-                    "key": r.key,
-                    "message": r.value,
-                    "timestamp_ms": r.timestamp_ms,
-                }
-                for r in records
-            ),
-            context.stdout,
-        )
-    return 0
+        while True:
+            records = consumer.poll(args.max_messages)
+            _print_json_lines((_record_json(r) for r in records), context.stdout)
+            if not args.follow:
+                return 0
+            if not records:
+                try:
+                    context.sleep(ClientLimits().follow_idle_poll_s)
+                except KeyboardInterrupt:  # Ctrl-C ends a follow, like tail -f
+                    return 0
+
+
+def _record_json(record: Record) -> dict[str, object]:
+    return {
+        "topic": record.topic,
+        "partition_id": record.partition_id,
+        "offset": record.offset,
+        "key": record.key,
+        "message": record.value,
+        "timestamp_ms": record.timestamp_ms,
+    }
 
 
 def cmd_lag(args: argparse.Namespace, context: Context) -> int:

@@ -35,6 +35,8 @@ class ClientLimits:
     """Direct path: longest wait for a broker's answer once sent. Above the broker's own
     ``raft_leader_wait_s_max + raft_commit_timeout_s`` (7.5 s), so its precise 503 arrives
     first; a paused broker costs at most this before the request goes to the load balancer."""
+    follow_idle_poll_s: float = 0.5
+    """``raftq consume --follow``: the pause after a poll that found nothing new."""
     direct_parallel_requests_max: int = 8
     """Direct path: most partition groups of one batch sent at once (worker threads)."""
     partition_map_age_s_max: float = 10.0

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from raftq.cli import DEFAULT_DIR, Context, UsageError, build_parser, main, resolve_url, run
+from raftq.client_limits import ClientLimits
 from unit_tests.raftq.fake_service import FakeService
 
 
@@ -106,6 +107,31 @@ def test_consume_prints_json_lines(service: FakeService) -> None:
     code, out, err = _run(["consume", "--url", service.url, "--topic", "t", "--partition", "0"])
     assert code == 0 and json.loads(out) == message
     assert "consumer_id c-1" in err
+
+
+def test_consume_follow_keeps_popping_until_interrupted(service: FakeService) -> None:
+    """Pops until an empty answer, waits, pops again, ... until Ctrl-C (here raised by the
+    second wait): every message printed once, exit 0."""
+
+    def message(offset: int) -> dict[str, object]:
+        body = {"topic": "t", "partition_id": 0, "offset": offset, "key": None}
+        return {**body, "message": f"m{offset}", "timestamp_ms": 9}
+
+    pages = [[message(o) for o in offsets] for offsets in ([0, 1], [], [2], [])]
+    service.default("GET", "/logs", lambda _p: (200, {"messages": pages.pop(0) if pages else []}))
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) == 2:
+            raise KeyboardInterrupt
+
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["consume", "--url", service.url, "--topic", "t", "--partition", "0", "--follow"]
+    context = Context(None, TEST_KEY, None, io.StringIO(), out, err, sleep)
+    assert run(build_parser().parse_args(argv), context) == 0
+    assert [json.loads(line)["offset"] for line in out.getvalue().splitlines()] == [0, 1, 2]
+    assert waits == [ClientLimits().follow_idle_poll_s] * 2
 
 
 def test_topic_commands_and_errors(service: FakeService) -> None:

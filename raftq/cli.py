@@ -116,6 +116,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="per partition, the oldest messages leave while it holds more (default 0: none)",
     )
     topic_commands.add_parser("list", parents=[target], help="list topics")
+    describe = topic_commands.add_parser(
+        "describe", parents=[target], help="partitions, leaders, offsets and consumer lag"
+    )
+    describe.add_argument("name")
 
     produce = commands.add_parser("produce", parents=[target, data], help="send messages")
     produce.add_argument("--topic", required=True)
@@ -292,10 +296,33 @@ def cmd_topic(args: argparse.Namespace, context: Context) -> int:
                     f"{topic.name} partition {part.partition_id}: replicas on brokers "
                     f"{list(part.replicas)}, leader {part.leader}\n"
                 )
+        elif args.topic_command == "describe":
+            _describe(admin, args.name, context.stdout)
         else:
             for summary in admin.list_topics():
                 context.stdout.write(f"{summary.name}\t{summary.partition_count} partitions\n")
     return 0
+
+
+def _describe(admin: Admin, topic: str, out: TextIO) -> None:
+    """Each partition (leader, replicas, log start, end offset), then each consumer's lag."""
+    partitions = admin.partitions(topic)
+    ends, starts = admin.end_offsets(topic), admin.start_offsets(topic)
+    out.write(f"{'partition':>9} {'leader':>6} {'replicas':<12} {'log start':>10} {'end':>10}\n")
+    for p in partitions:
+        replicas = ",".join(str(r.broker_id) for r in p.replicas)
+        leader = "-" if p.leader is None else str(p.leader)
+        out.write(
+            f"{p.partition_id:>9} {leader:>6} {replicas:<12} "
+            f"{starts.get(p.partition_id, 0):>10} {ends.get(p.partition_id, 0):>10}\n"
+        )
+    lag = admin.consumer_lag(topic)
+    out.write(f"{'consumer':<34} {'partition':>9} {'offset':>10} {'lag':>10} age_s\n")
+    for c in lag.consumers:
+        out.write(
+            f"{c.consumer_id:<34} {c.partition_id:>9} {c.offset:>10} {c.lag_messages:>10} "
+            f"{c.lag_s:.1f}\n"
+        )
 
 
 def cmd_produce(args: argparse.Namespace, context: Context) -> int:

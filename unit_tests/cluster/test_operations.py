@@ -144,6 +144,11 @@ def test_consumer_lag_matches_what_was_produced_and_popped(cluster: Cluster) -> 
     out = cluster._cli("lag", "--topic", "lagging", "--json", "--dir", str(cluster.directory))
     lines = [json.loads(line) for line in out.splitlines()]
     assert sum(line["lag_messages"] for line in lines if line["consumer_id"] == me) == 18
+    described = cluster._cli("topic", "describe", "lagging", "--dir", str(cluster.directory))
+    rows = [line.split() for line in described.splitlines()]
+    partition_rows = [r for r in rows if len(r) == 5 and r[0] in ("0", "1")]
+    assert sum(int(r[4]) for r in partition_rows) == 30, described  # the end offsets
+    assert sum(int(r[3]) for r in rows if r[0] == me) == 18, described  # the consumer's lag
     # The leaders' /metrics show the partitions where the consumer has an offset (it has
     # popped there; 12 pops made at least one).
     shown = 0

@@ -89,6 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--dir", help=f"local cluster directory (default {DEFAULT_DIR})")
     target.add_argument("--api-key-file", help="file holding the API key to use")
     target.add_argument(
+        "--output",
+        choices=["table", "json"],
+        help="table (for people; the default but for consume) or json (one object per line)",
+    )
+    target.add_argument(
         "--tls-ca", help="CA bundle (PEM) to check an https:// cluster's certificate against"
     )
     data = argparse.ArgumentParser(add_help=False)
@@ -138,7 +143,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     lag = commands.add_parser("lag", parents=[target], help="how far consumers are behind")
     lag.add_argument("--topic", required=True)
-    lag.add_argument("--json", action="store_true", help="one JSON object per line")
 
     key = commands.add_parser("key", help="create, list and revoke API keys (admin)")
     key_commands = key.add_subparsers(dest="key_command", required=True, metavar="ACTION")
@@ -297,17 +301,37 @@ def cmd_topic(args: argparse.Namespace, context: Context) -> int:
                     f"{list(part.replicas)}, leader {part.leader}\n"
                 )
         elif args.topic_command == "describe":
-            _describe(admin, args.name, context.stdout)
+            _describe(admin, args.name, context.stdout, args.output or "table")
+        elif args.output == "json":
+            _print_json_lines((dataclasses.asdict(t) for t in admin.list_topics()), context.stdout)
         else:
             for summary in admin.list_topics():
                 context.stdout.write(f"{summary.name}\t{summary.partition_count} partitions\n")
     return 0
 
 
-def _describe(admin: Admin, topic: str, out: TextIO) -> None:
+def _describe(admin: Admin, topic: str, out: TextIO, output: str) -> None:
     """Each partition (leader, replicas, log start, end offset), then each consumer's lag."""
     partitions = admin.partitions(topic)
     ends, starts = admin.end_offsets(topic), admin.start_offsets(topic)
+    lag = admin.consumer_lag(topic)
+    if output == "json":
+        body = {
+            "topic": topic,
+            "partitions": [
+                {
+                    "partition_id": p.partition_id,
+                    "leader": p.leader,
+                    "replicas": [r.broker_id for r in p.replicas],
+                    "log_start_offset": starts.get(p.partition_id),
+                    "end_offset": ends.get(p.partition_id),
+                }
+                for p in partitions
+            ],
+            "consumers": [dataclasses.asdict(c) for c in lag.consumers],
+        }
+        out.write(json.dumps(body) + "\n")
+        return
     out.write(f"{'partition':>9} {'leader':>6} {'replicas':<12} {'log start':>10} {'end':>10}\n")
     for p in partitions:
         replicas = ",".join(str(r.broker_id) for r in p.replicas)
@@ -316,7 +340,6 @@ def _describe(admin: Admin, topic: str, out: TextIO) -> None:
             f"{p.partition_id:>9} {leader:>6} {replicas:<12} "
             f"{starts.get(p.partition_id, 0):>10} {ends.get(p.partition_id, 0):>10}\n"
         )
-    lag = admin.consumer_lag(topic)
     out.write(f"{'consumer':<34} {'partition':>9} {'offset':>10} {'lag':>10} age_s\n")
     for c in lag.consumers:
         out.write(
@@ -362,7 +385,14 @@ def cmd_consume(args: argparse.Namespace, context: Context) -> int:
         context.stderr.write(f"consumer_id {consumer.consumer_id}\n")
         while True:
             records = consumer.poll(args.max_messages)
-            _print_json_lines((_record_json(r) for r in records), context.stdout)
+            if args.output == "table":
+                for r in records:
+                    context.stdout.write(
+                        f"{r.partition_id}\t{r.offset}\t{r.key or ''}\t{r.value}\n"
+                    )
+                context.stdout.flush()
+            else:
+                _print_json_lines((_record_json(r) for r in records), context.stdout)
             if not args.follow:
                 return 0
             if not records:
@@ -388,7 +418,7 @@ def cmd_lag(args: argparse.Namespace, context: Context) -> int:
     with Admin(target.url, api_key=target.api_key, tls_ca=target.tls_ca) as admin:
         lag = admin.consumer_lag(args.topic)
     out = context.stdout
-    if args.json:
+    if args.output == "json":
         _print_json_lines((dataclasses.asdict(c) for c in lag.consumers), out)
     else:
         out.write(
@@ -417,6 +447,8 @@ def cmd_key(args: argparse.Namespace, context: Context) -> int:
                 f"key {made.info.key_id} ({made.info.role}); shown once, keep it secret:\n"
             )
             context.stdout.write(made.key + "\n")
+        elif args.key_command == "list" and args.output == "json":
+            _print_json_lines((dataclasses.asdict(k) for k in admin.list_keys()), context.stdout)
         elif args.key_command == "list":
             for info in admin.list_keys():
                 topics = ",".join(info.topics) or "-"

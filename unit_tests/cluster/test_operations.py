@@ -141,7 +141,9 @@ def test_consumer_lag_matches_what_was_produced_and_popped(cluster: Cluster) -> 
     for lag in after.values():
         assert lag.end_offset - lag.offset == lag.lag_messages
         assert (lag.lag_s > 0) == (lag.lag_messages > 0) and lag.lag_s < WAIT_S * 10
-    out = cluster._cli("lag", "--topic", "lagging", "--json", "--dir", str(cluster.directory))
+    out = cluster._cli(
+        "lag", "--topic", "lagging", "--output", "json", "--dir", str(cluster.directory)
+    )
     lines = [json.loads(line) for line in out.splitlines()]
     assert sum(line["lag_messages"] for line in lines if line["consumer_id"] == me) == 18
     described = cluster._cli("topic", "describe", "lagging", "--dir", str(cluster.directory))
@@ -149,6 +151,12 @@ def test_consumer_lag_matches_what_was_produced_and_popped(cluster: Cluster) -> 
     partition_rows = [r for r in rows if len(r) == 5 and r[0] in ("0", "1")]
     assert sum(int(r[4]) for r in partition_rows) == 30, described  # the end offsets
     assert sum(int(r[3]) for r in rows if r[0] == me) == 18, described  # the consumer's lag
+    as_json = json.loads(
+        cluster._cli(
+            "topic", "describe", "lagging", "--output", "json", "--dir", str(cluster.directory)
+        )
+    )
+    assert sum(p["end_offset"] for p in as_json["partitions"]) == 30
     # The leaders' /metrics show the partitions where the consumer has an offset (it has
     # popped there; 12 pops made at least one).
     shown = 0

@@ -107,6 +107,8 @@ def test_consume_prints_json_lines(service: FakeService) -> None:
     code, out, err = _run(["consume", "--url", service.url, "--topic", "t", "--partition", "0"])
     assert code == 0 and json.loads(out) == message
     assert "consumer_id c-1" in err
+    argv = ["consume", "--url", service.url, "--topic", "t", "--partition", "0"]
+    assert _run([*argv, "--output", "table"])[1] == "0\t3\t\tm\n"
 
 
 def test_consume_follow_keeps_popping_until_interrupted(service: FakeService) -> None:
@@ -141,6 +143,8 @@ def test_topic_commands_and_errors(service: FakeService) -> None:
         lambda _p: (200, {"topics": [{"name": "t", "partitions": 2, "active_partitions": 2}]}),
     )
     assert _run(["topic", "list", "--url", service.url])[1] == "t\t2 partitions\n"
+    listed = _run(["topic", "list", "--url", service.url, "--output", "json"])[1]
+    assert json.loads(listed) == {"name": "t", "partition_count": 2, "active_partition_count": 2}
     service.default("POST", "/topics", lambda _p: (409, {"error_code": 40901, "message": "exists"}))
     code, _, err = _run(["topic", "create", "t", "--url", service.url])
     assert code == 1 and "exists" in err

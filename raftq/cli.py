@@ -159,6 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
     key_commands.add_parser("list", parents=[target], help="list API keys (never the keys)")
     revoke = key_commands.add_parser("revoke", parents=[target], help="revoke an API key")
     revoke.add_argument("key_id")
+    completion = commands.add_parser(
+        "completion", help='print a shell completion script: eval "$(raftq completion bash)"'
+    )
+    completion.add_argument("shell", choices=["bash"])
     return parser
 
 
@@ -518,6 +522,57 @@ def format_status(status: ClusterStatus) -> str:
     return "\n".join(lines) + "\n"
 
 
+def cmd_completion(args: argparse.Namespace, context: Context) -> int:
+    context.stdout.write(bash_completion(build_parser()))
+    return 0
+
+
+def bash_completion(parser: argparse.ArgumentParser) -> str:
+    """A bash completion function for every command, action and option of ``parser``
+    (written out from the parser itself, so it never lags behind it)."""
+    cases = []
+    for name, command in _subcommands(parser).items():
+        actions = _subcommands(command)
+        if actions:
+            inner = [
+                f"                {action}) opts={_quoted(_options(sub))} ;;"
+                for action, sub in actions.items()
+            ]
+            body = (
+                f'        if [ "$COMP_CWORD" -eq 2 ]; then opts={_quoted(list(actions))}\n'
+                '        else case "${COMP_WORDS[2]}" in\n'
+                + "\n".join(inner)
+                + "\n            esac\n        fi"
+            )
+        else:
+            body = f"        opts={_quoted(_options(command))}"
+        cases.append(f"    {name})\n{body}\n        ;;")
+    return (
+        "_raftq() {\n"
+        '    local cur="${COMP_WORDS[COMP_CWORD]}" opts=""\n'
+        f'    if [ "$COMP_CWORD" -eq 1 ]; then opts={_quoted(list(_subcommands(parser)))}\n'
+        '    else case "${COMP_WORDS[1]}" in\n' + "\n".join(cases) + "\n    esac\n    fi\n"
+        '    COMPREPLY=($(compgen -W "$opts" -- "$cur"))\n'
+        "}\n"
+        "complete -F _raftq raftq\n"
+    )
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:  # argparse has no public way to list them
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _options(parser: argparse.ArgumentParser) -> list[str]:
+    return [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+
+
+def _quoted(words: list[str]) -> str:
+    return '"' + " ".join(words) + '"'
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, Context], int]] = {
     "cluster": cmd_cluster,
     "topic": cmd_topic,
@@ -525,6 +580,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Context], int]] = {
     "consume": cmd_consume,
     "key": cmd_key,
     "lag": cmd_lag,
+    "completion": cmd_completion,
 }
 
 

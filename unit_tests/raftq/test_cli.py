@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -207,3 +208,19 @@ def test_status_of_a_directory_without_a_cluster(tmp_path: Path) -> None:
     status = json.loads(out)
     assert [n["name"] for n in status["nodes"]][:2] == ["lb", "manager-1"]
     assert not any(n["process_alive"] for n in status["nodes"])
+
+
+def test_the_bash_completion_completes_commands_actions_and_options() -> None:
+    code, script, _ = _run(["completion", "bash"])
+    assert code == 0
+    probe = "\n".join(
+        [
+            script,
+            'for line in "raftq top" "raftq topic d" "raftq consume --fo" "raftq lag --ou"; do',
+            "  COMP_WORDS=($line); COMP_CWORD=$((${#COMP_WORDS[@]}-1)); _raftq",
+            '  echo "${COMPREPLY[*]}"',
+            "done",
+        ]
+    )
+    done = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines() == ["topic", "describe", "--follow", "--output"]

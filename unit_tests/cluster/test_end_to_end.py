@@ -18,6 +18,7 @@ from protocol.limits import Limits
 from unit_tests.cluster.client_ops import (
     Ack,
     checksums,
+    create_topic_answer,
     end_offset,
     partition_leader,
     pop,
@@ -36,10 +37,7 @@ SLOW_CLIENT_WAIT_S = 20.0
 
 
 def create_topic(cluster: Cluster, name: str, partitions: int) -> dict[str, Any]:
-    response = post_when_ready(cluster, "/topics", {"name": name, "partitions": partitions})
-    assert response.status_code == 201, response.text
-    body: dict[str, Any] = response.json()
-    return body
+    return create_topic_answer(cluster, {"name": name, "partitions": partitions})
 
 
 def register(cluster: Cluster, kind: str, body: dict[str, Any]) -> str:

@@ -31,7 +31,7 @@ from schemathesis import Case
 from protocol.errors import proves_nothing_done
 from protocol.openapi import Node
 from raftq import Admin
-from unit_tests.cluster.client_ops import post_when_ready
+from unit_tests.cluster.client_ops import create_topic_answer, post_when_ready
 from unit_tests.cluster.harness import Cluster, running_cluster
 from unit_tests.openapi_fuzzing import fuzz_schema, judge
 from unit_tests.ports import CLUSTER_BASE_PORTS
@@ -73,8 +73,8 @@ def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzzed]:
 def _seed(cluster: Cluster) -> None:
     """The topic, producer and consumer the document's examples name, so that generated
     requests also reach the paths behind a successful lookup."""
+    create_topic_answer(cluster, {"name": "orders", "partitions": 2})
     for path, body in (
-        ("/topics", {"name": "orders", "partitions": 2}),
         ("/producers", {"topic": "orders", "producer_id": "producer-1"}),
         ("/consumers", {"topic": "orders", "consumer_id": "consumer-1"}),
         (

@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from raftq import Admin, Consumer, ConsumerLag, Producer
 from stress_tests.cluster_view import replica_status
 from stress_tests.polling import poll_until
-from unit_tests.cluster.client_ops import checksums, partition_leader, post_when_ready
+from unit_tests.cluster.client_ops import checksums, create_topic_answer, partition_leader
 from unit_tests.cluster.harness import Cluster, running_cluster
 from unit_tests.ports import CLUSTER_BASE_PORTS
 
@@ -46,8 +46,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def _create(cluster: Cluster, topic: str, **settings: int) -> None:
-    answer = post_when_ready(cluster, "/topics", {"name": topic, "partitions": 1, **settings})
-    assert answer.status_code == 201, answer.text
+    create_topic_answer(cluster, {"name": topic, "partitions": 1, **settings})
 
 
 def _produce(cluster: Cluster, topic: str, count: int, *, keyed: bool = False) -> None:

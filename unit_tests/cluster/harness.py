@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -137,7 +137,7 @@ class Cluster:
 
 def running_cluster(
     directory: Path, base_port: int, limits: dict[str, str] | None = None, *, tls: bool = False
-) -> Iterator[Cluster]:
+) -> Generator[Cluster, None, None]:
     """A module's cluster: up before its first test, down after its last (``yield from``
     it in a module-scoped fixture)."""
     instance = Cluster(directory, base_port, limits=limits, tls=tls)

@@ -425,11 +425,7 @@ class TransferLeadership:
     @classmethod
     def parse(cls, params: Params, limits: Limits) -> TransferLeadership:
         topic, partition_id = partition_ref(params, limits)
-        address = require_str(params, "raft_address", 300)
-        host, _, port = address.rpartition(":")
-        if not host or not _PORT.fullmatch(port) or not 1 <= int(port) <= 65535:
-            raise invalid(f"field 'raft_address' must be host:port, got {address!r}")
-        return cls(topic, partition_id, address)
+        return cls(topic, partition_id, _raft_address(params, "field 'raft_address'"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -503,7 +499,7 @@ def parse_replica_spec(params: Params, limits: Limits) -> ReplicaSpec:
                 replica_id=ReplicaId(get_int(item, "replica_id", minimum=index, maximum=index)),
                 broker_id=BrokerId(get_int(item, "broker_id", minimum=0, maximum=1_000_000)),
                 address=require_str(item, "address", 300).rstrip("/"),
-                raft_address=_raft_address(item, index),
+                raft_address=_raft_address(item, f"replicas[{index}].raft_address"),
             )
         )
     if replica_id >= len(replicas):
@@ -522,14 +518,14 @@ def parse_replica_spec(params: Params, limits: Limits) -> ReplicaSpec:
 _PORT = re.compile(r"[0-9]{1,5}")
 
 
-def _raft_address(item: Params, index: int) -> str:
+def _raft_address(item: Params, where: str) -> str:
     """``host:port``, as pysyncobj splits it (at the last ':'). Checked here because the
     broker records a spec before it builds the replica, and pysyncobj raises on anything
     else: a 500, and a replica that fails again at every start."""
     address = require_str(item, "raft_address", 300)
     host, _, port = address.rpartition(":")
     if not host or not _PORT.fullmatch(port) or not 1 <= int(port) <= 65535:
-        raise invalid(f"replicas[{index}].raft_address must be host:port, got {address!r}")
+        raise invalid(f"{where} must be host:port, got {address!r}")
     return address
 
 

@@ -10,7 +10,13 @@ names, durable (roughly ext4 with ``data=ordered``, which commits the name with 
 
 Threads: libfuse calls these methods from its worker threads. ``_lock`` guards the
 per-inode maps; a per-inode sync lock keeps two syncs of one file or directory from
-interleaving their copies (the later one must win)."""
+interleaving their copies (the later one must win). ``_namespace`` makes each change of a
+name and the bookkeeping of its inode one step: the kernel serialises the operations of one
+directory only, and the backing file system reuses a freed inode number at once. Without it,
+a file created in one directory could take the inode number an unlink or a rename-over in
+another had just freed, before that operation forgot the old inode: the new file lost its
+object id, so a later directory sync named it with a fresh id that no sync had written (an
+empty file after a cut: the 0-byte ``raft.dump`` of the power-loss run of 2026-11-24)."""
 
 from __future__ import annotations
 
@@ -53,6 +59,7 @@ class PowerCutOperations:
         self._ids = ids
         self._strict_directories = strict_directories
         self._lock = threading.Lock()
+        self._namespace = threading.Lock()
         self._dirty: dict[int, DirtyRegion] = {}
         self._sync_locks: dict[int, threading.Lock] = {}
         self._inode_by_fd: dict[int, int] = {}
@@ -80,27 +87,31 @@ class PowerCutOperations:
         return [".", "..", *os.listdir(self._live(path))]
 
     def mkdir(self, path: str, mode: int) -> None:
-        os.mkdir(self._live(path), mode)
-        self._created(os.lstat(self._live(path)).st_ino)
+        with self._namespace:
+            os.mkdir(self._live(path), mode)
+            self._created(os.lstat(self._live(path)).st_ino)
 
     def rmdir(self, path: str) -> None:
-        inode = os.lstat(self._live(path)).st_ino
-        os.rmdir(self._live(path))
-        self._forget(inode)
+        with self._namespace:
+            inode = os.lstat(self._live(path)).st_ino
+            os.rmdir(self._live(path))
+            self._forget(inode)
 
     def unlink(self, path: str) -> None:
-        inode = os.lstat(self._live(path)).st_ino
-        os.unlink(self._live(path))
-        self._forget(inode)
+        with self._namespace:
+            inode = os.lstat(self._live(path)).st_ino
+            os.unlink(self._live(path))
+            self._forget(inode)
 
     def rename(self, old: str, new: str) -> None:
-        try:
-            replaced: int | None = os.lstat(self._live(new)).st_ino
-        except FileNotFoundError:
-            replaced = None
-        os.rename(self._live(old), self._live(new))
-        if replaced is not None and replaced != os.lstat(self._live(new)).st_ino:
-            self._forget(replaced)
+        with self._namespace:
+            try:
+                replaced: int | None = os.lstat(self._live(new)).st_ino
+            except FileNotFoundError:
+                replaced = None
+            os.rename(self._live(old), self._live(new))
+            if replaced is not None and replaced != os.lstat(self._live(new)).st_ino:
+                self._forget(replaced)
 
     def link(self, target: str, source: str) -> None:
         raise OSError(errno.EPERM, "hard links are not supported")
@@ -131,9 +142,11 @@ class PowerCutOperations:
     # --- file data ---
 
     def create(self, path: str, mode: int) -> int:
-        fd = os.open(self._live(path), _live_flags(os.O_WRONLY | os.O_CREAT | os.O_TRUNC), mode)
-        inode = os.fstat(fd).st_ino
-        self._created(inode)
+        flags = _live_flags(os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        with self._namespace:
+            fd = os.open(self._live(path), flags, mode)
+            inode = os.fstat(fd).st_ino
+            self._created(inode)
         with self._lock:
             self._inode_by_fd[fd] = inode
         return fd
@@ -196,7 +209,9 @@ class PowerCutOperations:
         directory = self._live(path)
         inode = os.lstat(directory).st_ino
         with self._sync_lock(inode):
-            self._store.write_dir(self._ids.get(inode), self._live_entries(directory))
+            with self._namespace:  # the listing and its ids as of one moment
+                entries = self._live_entries(directory)
+            self._store.write_dir(self._ids.get(inode), entries)
 
     def _make_names_durable(self, path: str) -> None:
         """ext4-like mode: each name on the path, from the file up to the root, is put into
@@ -205,7 +220,8 @@ class PowerCutOperations:
         for depth in range(len(parts), 0, -1):
             parent = self._live("/" + "/".join(parts[: depth - 1]))
             name = parts[depth - 1]
-            entry = self._entry(os.lstat(parent / name))
+            with self._namespace:
+                entry = self._entry(os.lstat(parent / name))
             parent_inode = os.lstat(parent).st_ino
             parent_id = self._ids.get(parent_inode)
             with self._sync_lock(parent_inode):

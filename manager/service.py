@@ -168,8 +168,8 @@ class ManagerService:
     def consumer_lag(self, request: TopicRef) -> dict[str, object]:
         """Every consumer's lag on each partition of the topic, from the partitions' leaders
         (``GET {broker}/lag``, one call per leading broker). A partition whose leader is not
-        known or does not answer is listed in ``unavailable_partitions`` (the others are
-        still answered)."""
+        known, does not answer, or no longer leads it is listed in ``unavailable_partitions``
+        (the others are still answered)."""
         topic = self._topic(request.topic)
         brokers = self._raft.read(lambda s: {b.broker_id: b.address for b in s.brokers.all()})
         leaders: dict[str, list[int]] = {}
@@ -189,8 +189,12 @@ class ManagerService:
             except RaftQError:
                 unavailable.extend(partition_ids)
                 continue
-            consumers.extend(c for c in found if c.get("partition_id") in partition_ids)
-            partitions.update((p.get("partition_id"), p) for p in figures)
+            answered = {p.get("partition_id"): p for p in figures}
+            # A broker that no longer leads a partition leaves it out: leadership moved
+            # since the last poll, so that partition has no answer here.
+            unavailable.extend(p for p in partition_ids if p not in answered)
+            consumers.extend(c for c in found if c.get("partition_id") in answered)
+            partitions.update((p, answered[p]) for p in partition_ids if p in answered)
         consumers += self._not_popped_yet(topic.name, consumers, partitions)
         consumers.sort(
             key=lambda c: (str(c.get("consumer_id")), str(c.get("partition_id")).zfill(9))

@@ -326,3 +326,43 @@ def test_a_pop_routed_for_fewer_partitions_visits_only_those(
     with pytest.raises(RaftQError) as caught:
         router.pop(Pop.parse({**params, "partition_count": 3 + 1}, LIMITS))
     assert caught.value.code is ErrorCode.REFUSED
+
+
+class LagBrokers(StubBrokers):
+    """Answers ``GET /lag`` for the partitions each address leads now."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.leads: dict[str, set[int]] = {}
+
+    def consumer_lag(
+        self, address: str, topic: str
+    ) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+        led = sorted(self.leads.get(address, set()))
+        figures: dict[str, object] = {"topic": topic, "offset": 0, "end_offset": 5}
+        consumers = [{**figures, "partition_id": p, "consumer_id": "c"} for p in led]
+        partitions = [{**figures, "partition_id": p, "consumer_id": None} for p in led]
+        return consumers, partitions
+
+
+def test_lag_lists_a_partition_whose_leader_moved_since_the_last_poll_as_unavailable(
+    executor: ThreadPoolExecutor,
+) -> None:
+    registry, brokers = LocalRegistry(), LagBrokers()
+    monitor = BrokerMonitor(LIMITS.broker_dead_after_s)
+    service = ManagerService(LIMITS, registry, brokers, monitor, executor)
+    for broker_id in (1, 2, 3):
+        request = RegisterBroker(BrokerId(broker_id), f"http://b{broker_id}", "h", 9000, 9099)
+        service.register_broker(request)
+    service.create_topic(CreateTopic("t", 2, 3))
+    # The manager's last poll: broker 1 leads both partitions.
+    led = [{"topic": "t", "partition_id": p, "is_leader": True} for p in (0, 1)]
+    monitor.record_answer(BrokerId(1), led, now_s=0.0)
+    brokers.leads = {"http://b1": {0}, "http://b2": {1}}  # partition 1's leader moved since
+
+    answer = service.consumer_lag(TopicRef("t"))
+
+    assert answer["unavailable_partitions"] == [1]
+    consumers = answer["consumers"]
+    assert isinstance(consumers, list)
+    assert [(c["consumer_id"], c["partition_id"]) for c in consumers] == [("c", 0)]

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up the development environment, idempotently:
-#   - python3 (>= 3.11) with venv and pip (on Debian, installed with apt-get when missing);
+#   - python3 (>= 3.11) with venv and pip (on Debian, installed with apt-get when missing;
+#     every Debian package below the same way, with one `apt-get update` per run);
 #   - a Java runtime for PySpark (spark_jobs/; on Debian, default-jre-headless when `java`
 #     is missing);
 #   - libfuse 2 and fusermount for the power-cut file system (stress_tests/powercut, fusepy;
@@ -29,32 +30,36 @@ python_usable() {
         && "$PYTHON" -c "import ensurepip, venv" >/dev/null 2>&1
 }
 
-ensure_python() {
-    if ! python_usable; then
-        command -v apt-get >/dev/null 2>&1 \
-            || die "$PYTHON with venv and ensurepip is missing and apt-get is not available"
-        log "installing python3 with venv and pip (apt-get)"
+APT_UPDATED=no
+
+apt_install() {
+    # apt_install WHAT PACKAGE...: installs Debian packages for WHAT (one `apt-get update` per
+    # run, before the first install).
+    local what="$1"
+    shift
+    command -v apt-get >/dev/null 2>&1 \
+        || die "$what is missing and apt-get is not available: install $* by hand"
+    log "installing $* for $what (apt-get)"
+    if [ "$APT_UPDATED" = no ]; then
         as_root apt-get update
-        as_root env DEBIAN_FRONTEND=noninteractive \
-            apt-get install -y python3 python3-venv python3-pip python3-dev
-        python_usable || die "$PYTHON still lacks venv or ensurepip after apt-get install"
+        APT_UPDATED=yes
     fi
-    "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
-        || die "RaftQ needs Python >= 3.11; $PYTHON is $("$PYTHON" --version 2>&1)"
-    log "using $("$PYTHON" --version 2>&1) ($(command -v "$PYTHON"))"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@"
 }
 
-ensure_java() {
-    if command -v java >/dev/null 2>&1; then
+ensure() {
+    # ensure WHAT CHECK PACKAGE...: when the command CHECK fails, installs the packages and
+    # checks again.
+    local what="$1" check="$2"
+    shift 2
+    if "$check"; then
         return
     fi
-    command -v apt-get >/dev/null 2>&1 \
-        || die "java (17 or newer, for PySpark) is missing and apt-get is not available"
-    log "installing a Java runtime for PySpark (apt-get)"
-    as_root apt-get update
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y default-jre-headless
-    command -v java >/dev/null 2>&1 || die "java still missing after apt-get install"
+    apt_install "$what" "$@"
+    "$check" || die "$what still missing after apt-get install"
 }
+
+java_usable() { command -v java >/dev/null 2>&1; }
 
 libfuse_usable() {
     # What fusepy itself looks up: ctypes.util.find_library("fuse") (libfuse.so.2).
@@ -62,29 +67,14 @@ libfuse_usable() {
         && command -v fusermount >/dev/null 2>&1
 }
 
-ensure_libfuse() {
-    if libfuse_usable; then
-        return
-    fi
-    command -v apt-get >/dev/null 2>&1 \
-        || die "libfuse 2 or fusermount (for stress_tests/powercut) is missing and apt-get is not available"
-    log "installing libfuse2 and fuse3 for the power-cut file system (apt-get)"
-    as_root apt-get update
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y libfuse2 fuse3
-    libfuse_usable || die "libfuse 2 or fusermount still missing after apt-get install"
-}
+chromium_usable() { command -v chromium >/dev/null 2>&1; }
 
-ensure_chromium() {
-    # Headless Chromium loads the load balancer's dashboard in its test.
-    if command -v chromium >/dev/null 2>&1; then
-        return
-    fi
-    command -v apt-get >/dev/null 2>&1 \
-        || die "chromium (for the dashboard's test) is missing and apt-get is not available"
-    log "installing chromium for the dashboard's test (apt-get)"
-    as_root apt-get update
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium
-    command -v chromium >/dev/null 2>&1 || die "chromium still missing after apt-get install"
+ensure_python() {
+    ensure "$PYTHON with venv and pip" python_usable \
+        python3 python3-venv python3-pip python3-dev
+    "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+        || die "RaftQ needs Python >= 3.11; $PYTHON is $("$PYTHON" --version 2>&1)"
+    log "using $("$PYTHON" --version 2>&1) ($(command -v "$PYTHON"))"
 }
 
 ensure_venv() {
@@ -113,9 +103,9 @@ ensure_packages() {
 }
 
 ensure_python
-ensure_java
-ensure_libfuse
-ensure_chromium
+ensure "a Java runtime (17 or newer, for PySpark)" java_usable default-jre-headless
+ensure "libfuse 2 and fusermount (stress_tests/powercut)" libfuse_usable libfuse2 fuse3
+ensure "headless chromium (the dashboard's test)" chromium_usable chromium
 ensure_venv
 ensure_packages
 [ -x "$VENV/bin/raftq" ] || die "$VENV/bin/raftq is missing after installation"

@@ -41,7 +41,7 @@ from raftq.cluster_layout import CLUSTER_FILE, LayoutError, admin_key_of
 from raftq.consumer import Consumer
 from raftq.errors import RaftQClientError
 from raftq.producer import Producer
-from raftq.records import Record
+from raftq.records import ConsumerLag, Record
 
 DEFAULT_DIR = ".cluster"
 EXIT_FAILURE = 1
@@ -344,11 +344,16 @@ def _describe(admin: Admin, topic: str, out: TextIO, output: str) -> None:
             f"{p.partition_id:>9} {leader:>6} {replicas:<12} "
             f"{starts.get(p.partition_id, 0):>10} {ends.get(p.partition_id, 0):>10}\n"
         )
-    out.write(f"{'consumer':<34} {'partition':>9} {'offset':>10} {'lag':>10} age_s\n")
-    for c in lag.consumers:
+    _write_lag_table(lag.consumers, out)
+
+
+def _write_lag_table(consumers: Iterable[ConsumerLag], out: TextIO) -> None:
+    """One row per consumer and partition: ``raftq lag`` and ``raftq topic describe``."""
+    out.write(f"{'consumer':<34} {'partition':>9} {'offset':>10} {'end':>10} {'lag':>10} age_s\n")
+    for c in consumers:
         out.write(
-            f"{c.consumer_id:<34} {c.partition_id:>9} {c.offset:>10} {c.lag_messages:>10} "
-            f"{c.lag_s:.1f}\n"
+            f"{c.consumer_id:<34} {c.partition_id:>9} {c.offset:>10} {c.end_offset:>10} "
+            f"{c.lag_messages:>10} {c.lag_s:.1f}\n"
         )
 
 
@@ -425,14 +430,7 @@ def cmd_lag(args: argparse.Namespace, context: Context) -> int:
     if args.output == "json":
         _print_json_lines((dataclasses.asdict(c) for c in lag.consumers), out)
     else:
-        out.write(
-            f"{'consumer':<34} {'partition':>9} {'offset':>10} {'end':>10} {'lag':>10} age_s\n"
-        )
-        for c in lag.consumers:
-            out.write(
-                f"{c.consumer_id:<34} {c.partition_id:>9} {c.offset:>10} {c.end_offset:>10} "
-                f"{c.lag_messages:>10} {c.lag_s:.1f}\n"
-            )
+        _write_lag_table(lag.consumers, out)
     if lag.unavailable_partitions:
         context.stderr.write(
             f"raftq: no answer for partitions {lag.unavailable_partitions}: their consumers "

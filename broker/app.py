@@ -100,8 +100,8 @@ def _register_gauges(metrics: Metrics, service: BrokerService) -> None:
     def raft(field: str) -> Callable[[], dict[Labels, float]]:
         def values() -> dict[Labels, float]:
             return {
-                (("partition", str(s["partition_id"])), ("topic", str(s["topic"]))): float(
-                    str(s[field])
+                (("partition", str(s["partition_id"])), ("topic", str(s["topic"]))): _number(
+                    s[field]
                 )
                 for s in service.raft_statuses()
             }
@@ -119,7 +119,7 @@ def _register_gauges(metrics: Metrics, service: BrokerService) -> None:
                     ("consumer", str(c["consumer_id"])),
                     ("partition", str(c["partition_id"])),
                     ("topic", str(c["topic"])),
-                ): float(str(c[field]))
+                ): _number(c[field])
                 for topic in sorted(topics)
                 for c in service.consumer_lag(topic)[0]
             }
@@ -128,6 +128,13 @@ def _register_gauges(metrics: Metrics, service: BrokerService) -> None:
 
     metrics.gauge("consumer_lag_messages", consumer_lag("lag_messages"))
     metrics.gauge("consumer_lag_seconds", consumer_lag("lag_s"))
+
+
+def _number(value: object) -> float:
+    """A figure of the service's JSON-shaped answers (``raft_statuses``, ``consumer_lag``)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"a gauge needs a number, got {value!r}")
+    return float(value)
 
 
 def _partition_labels(status: ReplicaStatus) -> Labels:

@@ -25,14 +25,17 @@ import dataclasses
 import json
 import os
 import signal
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import TextIO
+from typing import Never, TextIO
 from urllib.parse import urlsplit
+
+from tqdm import tqdm
 
 from raftq.admin import Admin
 from raftq.client_limits import ClientLimits
@@ -97,6 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--tls-ca", help="CA bundle (PEM) to check an https:// cluster's certificate against"
     )
     data = argparse.ArgumentParser(add_help=False)
+    data.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="a progress bar on stderr with rate and ETA (default: when stderr is a terminal)",
+    )
     data.add_argument(
         "--direct",
         action=argparse.BooleanOptionalAction,
@@ -370,14 +379,45 @@ def cmd_produce(args: argparse.Namespace, context: Context) -> int:
         api_key=target.api_key,
         tls_ca=target.tls_ca,
     ) as producer:
-        # Bounded chunks: stdin may be endless, and each chunk's offsets print as it lands.
-        while chunk := list(islice(source, limits.batch_messages_max)):
-            offsets = producer.produce_batch((value, args.key) for value in chunk)
-            _print_json_lines(
-                ({"partition_id": o.partition_id, "offset": o.offset} for o in offsets),
-                context.stdout,
-            )
+        total = len(args.messages) if args.messages else _lines_left(context.stdin, limits)
+        with _progress_bar(args, context, "produced", total) as bar:
+            # Bounded chunks: stdin may be endless, and each chunk's offsets print as it lands.
+            while chunk := list(islice(source, limits.batch_messages_max)):
+                offsets = producer.produce_batch((value, args.key) for value in chunk)
+                _print_json_lines(
+                    ({"partition_id": o.partition_id, "offset": o.offset} for o in offsets),
+                    context.stdout,
+                )
+                bar.update(len(chunk))
     return 0
+
+
+def _lines_left(stdin: TextIO, limits: ClientLimits) -> int | None:
+    """Lines from stdin's position to its end when it is a regular file (read through the
+    descriptor, which leaves stdin's own position alone); None for a pipe or a terminal."""
+    try:
+        descriptor = stdin.fileno()
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return None
+    except (OSError, ValueError):  # io.UnsupportedOperation is both
+        return None
+    offset, lines, last = os.lseek(descriptor, 0, os.SEEK_CUR), 0, b"\n"
+    while chunk := os.pread(descriptor, limits.line_count_chunk_bytes, offset):
+        lines, last, offset = lines + chunk.count(b"\n"), chunk[-1:], offset + len(chunk)
+    return lines + (last != b"\n")  # a last line without its newline
+
+
+def _progress_bar(
+    args: argparse.Namespace, context: Context, label: str, total: int | None
+) -> tqdm[Never]:
+    """Counts messages, with their rate and, when the total is known, the time left."""
+    shown = _shows_progress(args, context)
+    return tqdm(total=total, desc=label, unit="msg", file=context.stderr, disable=not shown)
+
+
+def _shows_progress(args: argparse.Namespace, context: Context) -> bool:
+    """``--progress``: always; ``--no-progress``: never; neither: when stderr is a terminal."""
+    return bool(context.stderr.isatty()) if args.progress is None else bool(args.progress)
 
 
 def cmd_consume(args: argparse.Namespace, context: Context) -> int:
@@ -392,23 +432,44 @@ def cmd_consume(args: argparse.Namespace, context: Context) -> int:
         tls_ca=target.tls_ca,
     ) as consumer:
         context.stderr.write(f"consumer_id {consumer.consumer_id}\n")
-        while True:
-            records = consumer.poll(args.max_messages)
-            if args.output == "table":
-                for r in records:
-                    context.stdout.write(
-                        f"{r.partition_id}\t{r.offset}\t{r.key or ''}\t{r.value}\n"
-                    )
-                context.stdout.flush()
-            else:
-                _print_json_lines((_record_json(r) for r in records), context.stdout)
-            if not args.follow:
+        total = _lag_total(target, args, consumer) if _shows_progress(args, context) else None
+        with _progress_bar(args, context, "consumed", total) as bar:
+            return _consume(args, context, consumer, bar)
+
+
+def _lag_total(target: Target, args: argparse.Namespace, consumer: Consumer) -> int | None:
+    """What a follow has to catch up on: the consumer's lag when it starts (None without
+    ``--follow``: a single poll has no end to estimate)."""
+    if not args.follow:
+        return None
+    with Admin(target.url, api_key=target.api_key, tls_ca=target.tls_ca) as admin:
+        lag = admin.consumer_lag(args.topic)
+    return sum(
+        c.lag_messages
+        for c in lag.consumers
+        if c.consumer_id == consumer.consumer_id and args.partition in (None, c.partition_id)
+    )
+
+
+def _consume(
+    args: argparse.Namespace, context: Context, consumer: Consumer, bar: tqdm[Never]
+) -> int:
+    while True:
+        records = consumer.poll(args.max_messages)
+        if args.output == "table":
+            for r in records:
+                context.stdout.write(f"{r.partition_id}\t{r.offset}\t{r.key or ''}\t{r.value}\n")
+            context.stdout.flush()
+        else:
+            _print_json_lines((_record_json(r) for r in records), context.stdout)
+        bar.update(len(records))
+        if not args.follow:
+            return 0
+        if not records:
+            try:
+                context.sleep(ClientLimits().follow_idle_poll_s)
+            except KeyboardInterrupt:  # Ctrl-C ends a follow, like tail -f
                 return 0
-            if not records:
-                try:
-                    context.sleep(ClientLimits().follow_idle_poll_s)
-                except KeyboardInterrupt:  # Ctrl-C ends a follow, like tail -f
-                    return 0
 
 
 def _record_json(record: Record) -> dict[str, object]:

@@ -37,6 +37,9 @@ class ClientLimits:
     first; a paused broker costs at most this before the request goes to the load balancer."""
     follow_idle_poll_s: float = 0.5
     """``raftq consume --follow``: the pause after a poll that found nothing new."""
+    line_count_chunk_bytes: int = 1024 * 1024
+    """``raftq produce`` from a file on stdin: bytes read per step when counting its lines
+    for the progress bar's total."""
     direct_parallel_requests_max: int = 8
     """Direct path: most partition groups of one batch sent at once (worker threads)."""
     partition_map_age_s_max: float = 10.0

@@ -137,6 +137,59 @@ def test_consume_follow_keeps_popping_until_interrupted(service: FakeService) ->
     assert waits == [ClientLimits().follow_idle_poll_s] * 2
 
 
+def test_produce_shows_a_progress_bar_with_the_total_of_a_file_on_stdin(
+    service: FakeService, tmp_path: Path
+) -> None:
+    def offsets(params: dict[str, object]) -> tuple[int, dict[str, object]]:
+        messages = params["messages"]
+        assert isinstance(messages, list)
+        return 201, {"offsets": [{"partition_id": 0, "offset": i} for i in range(len(messages))]}
+
+    service.default("POST", "/logs", offsets)
+    lines = tmp_path / "lines.txt"
+    lines.write_text("".join(f"m{i}\n" for i in range(2_499)) + "last, no newline")
+    argv = ["produce", "--url", service.url, "--topic", "t", "--progress"]
+    out, err = io.StringIO(), io.StringIO()
+    with lines.open() as stdin:
+        assert (
+            run(build_parser().parse_args(argv), Context(None, TEST_KEY, None, stdin, out, err))
+            == 0
+        )
+    assert len(out.getvalue().splitlines()) == 2_500
+    final = err.getvalue().split("\r")[-1]
+    assert "produced" in final and "2500/2500" in final and "msg/s" in final, final
+    # Without --progress and not on a terminal: no bar.
+    assert _run(["produce", "--url", service.url, "--topic", "t", "a"])[2] == ""
+
+
+def test_consume_follow_counts_against_the_lag_it_started_with(service: FakeService) -> None:
+    page = [
+        {"topic": "t", "partition_id": 0, "offset": o, "key": None, "message": "m"}
+        for o in range(3)
+    ]
+    for record in page:
+        record["timestamp_ms"] = 9
+    pages = [page, []]
+    service.default("GET", "/logs", lambda _p: (200, {"messages": pages.pop(0) if pages else []}))
+    lag = {"topic": "t", "consumer_id": "c-1", "offset": 0, "end_offset": 4, "lag_s": 1.0}
+    other = {**lag, "partition_id": 0, "consumer_id": "someone-else", "lag_messages": 50}
+    body = {
+        "consumers": [{**lag, "partition_id": 0, "lag_messages": 4}, other],
+        "unavailable_partitions": [],
+    }
+    service.default("GET", "/lag", lambda _p: (200, body))
+
+    def interrupt(_seconds: float) -> None:
+        raise KeyboardInterrupt
+
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["consume", "--url", service.url, "--topic", "t", "--follow", "--progress"]
+    context = Context(None, TEST_KEY, None, io.StringIO(), out, err, interrupt)
+    assert run(build_parser().parse_args(argv), context) == 0, err.getvalue()
+    final = err.getvalue().split("\r")[-1]
+    assert "consumed" in final and "3/4" in final, final
+
+
 def test_topic_commands_and_errors(service: FakeService) -> None:
     service.default(
         "GET",

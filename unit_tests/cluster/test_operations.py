@@ -219,8 +219,8 @@ def test_the_dashboard_shows_the_cluster(cluster: Cluster) -> None:
     # The partition: topic, id, its leader, log start 0 and end offset 25.
     assert re.search(r"shown \| 0 \| broker \d \| 0 \| 25 \| ", text), text
     # The consumer popped 5 of 25 (one pop may claim fewer: its row says how many are left).
-    row = re.search(rf"shown \| {me} \| 0 \| (\d+) \| (\d+) \| ", text)
-    assert row is not None and int(row[1]) + int(row[2]) == 25 and int(row[1]) > 0, text
+    lag = re.search(rf"shown \| {me} \| 0 \| (\d+) \| (\d+) \| ", text)
+    assert lag is not None and int(lag[1]) + int(lag[2]) == 25 and int(lag[1]) > 0, text
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "dashboard.png"
     shot.unlink(missing_ok=True)

@@ -182,6 +182,7 @@ def _add_cluster_commands(commands: argparse._SubParsersAction[argparse.Argument
     up.add_argument("--dir", default=DEFAULT_DIR, help=f"cluster directory (default {DEFAULT_DIR})")
     up.add_argument("--base-port", type=int, help="first port (default 17100)")
     up.add_argument("--host", help="address every node binds (default 127.0.0.1)")
+    up.add_argument("--brokers", type=int, help="number of brokers, at least 3 (default 3)")
     up.add_argument("--db-url", help="PostgreSQL URL; broker i uses database <name>_broker_i")
     up.add_argument("--limit", action="append", type=_limit, metavar="NAME=VALUE", default=None)
     up.add_argument("--timeout-s", type=float, default=90.0, help="readiness wait (default 90)")
@@ -536,6 +537,7 @@ def cmd_cluster(args: argparse.Namespace, context: Context) -> int:
             db_url=args.db_url,
             limits=limits,
             tls=args.tls,
+            brokers=args.brokers,
             progress=progress,
         )
         try:

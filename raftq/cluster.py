@@ -28,7 +28,7 @@ from protocol.access import NODE_HEADER, node_token
 from protocol.durable_files import create_if_missing, make_directories, write_atomically
 from raftq.cluster_layout import (
     CLUSTER_FILE,
-    NODES_PER_ROLE,
+    MANAGER_COUNT,
     ClusterSettings,
     NodeSpec,
     admin_key_of,
@@ -95,6 +95,7 @@ class LocalCluster:
         db_url: str | None = None,
         limits: Mapping[str, str] | None = None,
         tls: bool | None = None,
+        brokers: int | None = None,
         python: str = sys.executable,
         code_dir: Path = _REPO_ROOT,
         progress: Callable[[str], None] | None = None,
@@ -108,6 +109,7 @@ class LocalCluster:
             "base_port": base_port,
             "db_url": db_url,
             "tls": tls,
+            "brokers": brokers,
         }
         if limits is not None:
             given["limits"] = tuple(sorted(limits.items()))
@@ -418,14 +420,14 @@ class LocalCluster:
             for b in body.get("brokers", [])
             if isinstance(b, dict) and b.get("alive") is True
         }
-        missing = [i for i in range(1, NODES_PER_ROLE + 1) if i not in alive]
+        missing = [i for i in range(1, self._settings.brokers + 1) if i not in alive]
         if not missing:
             return None, "lb"
         names = ", ".join(f"broker-{i}" for i in missing)
         return f"brokers not yet registered and alive: {names}", f"broker-{missing[0]}"
 
     def _silent_manager(self, session: requests.Session) -> str:
-        for i in range(1, NODES_PER_ROLE + 1):
+        for i in range(1, MANAGER_COUNT + 1):
             if _answers(session, self.node(f"manager-{i}").http_address + "/") is None:
                 return f"manager-{i}"
         return "manager-1"
@@ -436,7 +438,7 @@ class LocalCluster:
             leader = answer[1].get("leader_address")
             if isinstance(leader, str):
                 return leader
-        for i in range(1, NODES_PER_ROLE + 1):
+        for i in range(1, MANAGER_COUNT + 1):
             node = self.node(f"manager-{i}")
             reply = _answers(session, node.http_address + "/raft_status")
             if reply is not None and isinstance(reply[1], dict) and reply[1].get("is_leader"):

@@ -1,7 +1,7 @@
 """The local cluster's shape: node names, ports, command lines and ``cluster.json``. Pure.
 
 Port layout for base port B (see ARCHITECTURE.md): load balancer B; manager i (1..3) HTTP
-B+10+i and Raft B+20+i; broker i HTTP B+30+i and Raft ports B+100*i .. B+100*i+99.
+B+10+i and Raft B+20+i; broker i (1..N) HTTP B+30+i and Raft ports B+100*i .. B+100*i+99.
 """
 
 from __future__ import annotations
@@ -11,7 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-NODES_PER_ROLE = 3
+MANAGER_COUNT = 3
+DEFAULT_BROKER_COUNT = 3
+BROKER_COUNT_MIN = 3
+"""Every partition has three replicas, each on its own broker."""
+BROKER_COUNT_MAX = 60
+"""Broker i's HTTP port B+30+i must stay below broker 1's first Raft port B+100."""
 DEFAULT_BASE_PORT = 17100
 DEFAULT_HOST = "127.0.0.1"
 LB_NAME = "lb"
@@ -19,8 +24,11 @@ CLUSTER_FILE = "cluster.json"
 SECRET_FILE = "secret"
 TLS_DIR = "tls"
 LOG_FILE = "node.log"
-_PORT_SPAN = 100 * NODES_PER_ROLE + 99
-"""Highest port offset used from the base port (broker 3's last Raft port)."""
+
+
+def port_span(broker_count: int) -> int:
+    """Highest port offset used from the base port (the last broker's last Raft port)."""
+    return 100 * broker_count + 99
 
 
 class LayoutError(ValueError):
@@ -40,12 +48,19 @@ class ClusterSettings:
     tls: bool = False
     """Every HTTP listener serves HTTPS with a certificate of the cluster's own CA
     (``raftq.local_tls``), and every node checks its peers against that CA."""
+    brokers: int = DEFAULT_BROKER_COUNT
+    """Brokers 1..N; every partition's three replicas go to three of them."""
 
     def validate(self) -> ClusterSettings:
         if not self.directory.is_absolute():
             raise LayoutError("the cluster directory must be absolute")
-        if not 1024 <= self.base_port <= 65535 - _PORT_SPAN:
-            raise LayoutError(f"--base-port must be between 1024 and {65535 - _PORT_SPAN}")
+        if not BROKER_COUNT_MIN <= self.brokers <= BROKER_COUNT_MAX:
+            raise LayoutError(
+                f"--brokers must be between {BROKER_COUNT_MIN} and {BROKER_COUNT_MAX}"
+            )
+        highest = 65535 - port_span(self.brokers)
+        if not 1024 <= self.base_port <= highest:
+            raise LayoutError(f"--base-port must be between 1024 and {highest}")
         if self.db_url is not None:
             broker_db_url(self.db_url, 1)  # raises LayoutError when unusable
         return self
@@ -146,7 +161,7 @@ def _manager(settings: ClusterSettings, python: str, i: int) -> NodeSpec:
     peers = ",".join(
         f"{j}={settings.scheme}://{host}:{manager_ports(settings.base_port, j)[0]}"
         f"@{host}:{manager_ports(settings.base_port, j)[1]}"
-        for j in range(1, NODES_PER_ROLE + 1)
+        for j in range(1, MANAGER_COUNT + 1)
     )
     data_dir = settings.directory / name
     argv = [python, "-m", "manager", "--id", str(i), "--host", host, "--port", str(http_port)]
@@ -190,7 +205,7 @@ def _broker(settings: ClusterSettings, python: str, i: int) -> NodeSpec:
 def _load_balancer(settings: ClusterSettings, python: str) -> NodeSpec:
     managers = ",".join(
         f"{settings.scheme}://{settings.host}:{manager_ports(settings.base_port, j)[0]}"
-        for j in range(1, NODES_PER_ROLE + 1)
+        for j in range(1, MANAGER_COUNT + 1)
     )
     data_dir = settings.directory / LB_NAME
     argv = [python, "-m", "load_balancer", "--host", settings.host]
@@ -202,11 +217,10 @@ def _load_balancer(settings: ClusterSettings, python: str) -> NodeSpec:
 
 def plan_nodes(settings: ClusterSettings, python: str) -> tuple[NodeSpec, ...]:
     """Every node, in start order: load balancer, managers, brokers."""
-    ids = range(1, NODES_PER_ROLE + 1)
     return (
         _load_balancer(settings, python),
-        *(_manager(settings, python, i) for i in ids),
-        *(_broker(settings, python, i) for i in ids),
+        *(_manager(settings, python, i) for i in range(1, MANAGER_COUNT + 1)),
+        *(_broker(settings, python, i) for i in range(1, settings.brokers + 1)),
     )
 
 
@@ -225,6 +239,7 @@ def cluster_json(
         "db_url": settings.db_url,
         "limits": dict(settings.limits),
         "tls": settings.tls,
+        "brokers": settings.brokers,
         "nodes": [node.to_json(pids.get(node.name)) for node in nodes],
     }
     if settings.tls:
@@ -246,8 +261,11 @@ def parse_cluster_json(directory: Path, body: object) -> tuple[ClusterSettings, 
         raise LayoutError(f"{CLUSTER_FILE} is not a JSON object")
     host, base_port, db_url = body.get("host"), body.get("base_port"), body.get("db_url")
     limits, tls = body.get("limits", {}), body.get("tls", False)
+    brokers = body.get("brokers", DEFAULT_BROKER_COUNT)  # absent in files of older versions
     if not isinstance(tls, bool):
         raise LayoutError(f"{CLUSTER_FILE}: tls must be true or false")
+    if not isinstance(brokers, int) or isinstance(brokers, bool):
+        raise LayoutError(f"{CLUSTER_FILE}: brokers must be a number")
     if not isinstance(host, str) or not isinstance(base_port, int):
         raise LayoutError(f"{CLUSTER_FILE} lacks host or base_port")
     if db_url is not None and not isinstance(db_url, str):
@@ -255,7 +273,7 @@ def parse_cluster_json(directory: Path, body: object) -> tuple[ClusterSettings, 
     if not isinstance(limits, dict) or not all(isinstance(v, str) for v in limits.values()):
         raise LayoutError(f"{CLUSTER_FILE}: limits must map names to strings")
     settings = ClusterSettings(
-        directory, host, base_port, db_url, tuple(sorted(limits.items())), tls
+        directory, host, base_port, db_url, tuple(sorted(limits.items())), tls, brokers
     )
     pids: dict[str, int] = {}
     nodes = body.get("nodes", [])

@@ -27,6 +27,8 @@ def test_cluster_up_arguments() -> None:
     )
     assert args.limit == [("a", "1"), ("b", "2")]
     assert args.db_url is None and args.host is None and args.timeout_s == 90.0
+    assert args.brokers is None  # the cluster's own count, or 3 for a new one
+    assert build_parser().parse_args(["cluster", "up", "--brokers", "5"]).brokers == 5
     assert build_parser().parse_args(["cluster", "down"]).dir == DEFAULT_DIR
 
 

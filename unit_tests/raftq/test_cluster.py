@@ -94,6 +94,31 @@ def test_settings_are_validated(tmp_path: Path) -> None:
         ClusterSettings(tmp_path, base_port=65300).validate()
     with pytest.raises(LayoutError, match="absolute"):
         ClusterSettings(Path("rel")).validate()
+    with pytest.raises(LayoutError, match="--brokers must be between 3"):
+        ClusterSettings(tmp_path, brokers=2).validate()
+    ClusterSettings(tmp_path, base_port=65535 - 399).validate()
+    with pytest.raises(LayoutError, match="base-port"):  # a fifth broker's Raft ports do not fit
+        ClusterSettings(tmp_path, base_port=65535 - 399, brokers=5).validate()
+
+
+def test_brokers_beyond_three_get_their_own_ports_and_directories(tmp_path: Path) -> None:
+    settings = ClusterSettings(tmp_path, base_port=18000, brokers=5).validate()
+    nodes = {n.name: n for n in plan_nodes(settings, "py")}
+    assert sorted(nodes) == [
+        "broker-1", "broker-2", "broker-3", "broker-4", "broker-5",
+        "lb", "manager-1", "manager-2", "manager-3",
+    ]  # fmt: skip
+    fifth = nodes["broker-5"]
+    assert (fifth.http_address, fifth.raft_port_min, fifth.raft_port_max) == (
+        "http://127.0.0.1:18035",
+        18500,
+        18599,
+    )
+    assert fifth.data_dir == tmp_path / "broker-5"
+    body = json.loads(json.dumps(cluster_json(settings, tuple(nodes.values()), {})))
+    assert body["brokers"] == 5 and parse_cluster_json(tmp_path, body)[0] == settings
+    del body["brokers"]  # a cluster.json written before --brokers existed
+    assert parse_cluster_json(tmp_path, body)[0].brokers == 3
 
 
 def test_cluster_json_round_trip(tmp_path: Path) -> None:

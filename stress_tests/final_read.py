@@ -9,7 +9,9 @@ only, so those calls send the node token themselves, whatever the caller's sessi
 
 from __future__ import annotations
 
+import functools
 import time
+from http import HTTPStatus
 from typing import Any
 
 import requests
@@ -18,6 +20,7 @@ from raftq.cluster import LocalCluster
 from stress_tests.cluster_view import BROKER_NAMES, get_json, replica_status
 from stress_tests.credentials import node_session
 from stress_tests.history import Entry, FinalRead, RangeSum, ReplicaLog
+from stress_tests.polling import poll_until
 
 FETCH_PAGE_MESSAGES = 10_000
 """The broker's fetch limit (``fetch_messages_max``)."""
@@ -71,9 +74,11 @@ def read_replica(
             "offset": len(entries),
             "max_messages": FETCH_PAGE_MESSAGES,
         }
-        with session.get(url, params=params, timeout=READ_TIMEOUT_S) as response:
-            response.raise_for_status()
-            page: list[dict[str, Any]] = response.json()["messages"]
+        page = poll_until(
+            functools.partial(_page, session, url, params),
+            CONVERGE_TIMEOUT_S,
+            f"{broker} {topic}/{partition_id} to serve offset {len(entries)}",
+        )
         if not page:
             return tuple(entries)
         entries += [
@@ -81,6 +86,19 @@ def read_replica(
             for m in page
         ]
     raise RuntimeError(f"{broker} {topic}/{partition_id}: more than {PAGES_MAX} pages")
+
+
+def _page(
+    session: requests.Session, url: str, params: dict[str, str | int]
+) -> list[dict[str, Any]] | None:
+    """One fetch; None while the replica answers 503 (it has not applied an entry of its
+    current term yet: an election, even one after the caller saw it converge)."""
+    with session.get(url, params=params, timeout=READ_TIMEOUT_S) as response:
+        if response.status_code == HTTPStatus.SERVICE_UNAVAILABLE:
+            return None
+        response.raise_for_status()
+        page: list[dict[str, Any]] = response.json()["messages"]
+        return page
 
 
 def database_sums(

@@ -168,11 +168,28 @@ def build_parser() -> argparse.ArgumentParser:
     key_commands.add_parser("list", parents=[target], help="list API keys (never the keys)")
     revoke = key_commands.add_parser("revoke", parents=[target], help="revoke an API key")
     revoke.add_argument("key_id")
+    _add_broker_commands(commands, target)
     completion = commands.add_parser(
         "completion", help='print a shell completion script: eval "$(raftq completion bash)"'
     )
     completion.add_argument("shell", choices=["bash"])
     return parser
+
+
+def _add_broker_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    target: argparse.ArgumentParser,
+) -> None:
+    broker = commands.add_parser("broker", help="list brokers; add one to a local cluster")
+    broker_commands = broker.add_subparsers(dest="broker_command", required=True, metavar="ACTION")
+    broker_commands.add_parser("list", parents=[target], help="brokers, liveness and replicas")
+    grow = broker_commands.add_parser(
+        "add", help="start one more broker in a local cluster (new partitions go to it first)"
+    )
+    grow.add_argument(
+        "--dir", default=DEFAULT_DIR, help=f"cluster directory (default {DEFAULT_DIR})"
+    )
+    grow.add_argument("--timeout-s", type=float, default=90.0, help="readiness wait (default 90)")
 
 
 def _add_cluster_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -183,6 +200,12 @@ def _add_cluster_commands(commands: argparse._SubParsersAction[argparse.Argument
     up.add_argument("--base-port", type=int, help="first port (default 17100)")
     up.add_argument("--host", help="address every node binds (default 127.0.0.1)")
     up.add_argument("--brokers", type=int, help="number of brokers, at least 3 (default 3)")
+    up.add_argument(
+        "--dead-broker-timeout-s",
+        type=float,
+        help="silence after which the managers hold a broker dead (the limit "
+        "broker_dead_after_s, default 3)",
+    )
     up.add_argument("--db-url", help="PostgreSQL URL; broker i uses database <name>_broker_i")
     up.add_argument("--limit", action="append", type=_limit, metavar="NAME=VALUE", default=None)
     up.add_argument("--timeout-s", type=float, default=90.0, help="readiness wait (default 90)")
@@ -523,13 +546,44 @@ def cmd_key(args: argparse.Namespace, context: Context) -> int:
     return 0
 
 
-def cmd_cluster(args: argparse.Namespace, context: Context) -> int:
+def cmd_broker(args: argparse.Namespace, context: Context) -> int:
+    if args.broker_command == "add":
+        cluster = LocalCluster(args.dir, progress=_progress_to(context))
+        try:
+            node = cluster.add_broker(timeout_s=args.timeout_s)
+        finally:
+            cluster.detach()
+        context.stdout.write(f"{node.name} is up: {node.http_address}\n")
+        return 0
+    target = resolve_target(args, context)
+    with Admin(target.url, api_key=target.api_key, tls_ca=target.tls_ca) as admin:
+        brokers = admin.brokers()
+    if args.output == "json":
+        _print_json_lines((dataclasses.asdict(b) for b in brokers), context.stdout)
+        return 0
+    context.stdout.write(f"{'broker':>6} {'state':<6} {'replicas':>8} address\n")
+    for b in brokers:
+        state = "alive" if b.alive else "DEAD"
+        context.stdout.write(f"{b.broker_id:>6} {state:<6} {b.partition_count:>8} {b.address}\n")
+    return 0
+
+
+def _progress_to(context: Context) -> Callable[[str], None]:
+    """Progress lines of a cluster operation, on stderr as they come."""
+
     def progress(line: str) -> None:
         context.stderr.write(line + "\n")
         context.stderr.flush()
 
+    return progress
+
+
+def cmd_cluster(args: argparse.Namespace, context: Context) -> int:
+    progress = _progress_to(context)
     if args.cluster_command == "up":
         limits = None if args.limit is None else dict(args.limit)
+        if args.dead_broker_timeout_s is not None:
+            limits = {**(limits or {}), "broker_dead_after_s": str(args.dead_broker_timeout_s)}
         cluster = LocalCluster(
             args.dir,
             host=args.host,
@@ -641,6 +695,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Context], int]] = {
     "consume": cmd_consume,
     "key": cmd_key,
     "lag": cmd_lag,
+    "broker": cmd_broker,
     "completion": cmd_completion,
 }
 

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import requests
@@ -30,6 +30,7 @@ from raftq.cluster_layout import (
     CLUSTER_FILE,
     MANAGER_COUNT,
     ClusterSettings,
+    LayoutError,
     NodeSpec,
     admin_key_of,
     cluster_json,
@@ -116,6 +117,7 @@ class LocalCluster:
         self._settings, self._pids = _open_settings(root, given)
         self._admin_key = _read_admin_key(root / CLUSTER_FILE)
         self._nodes = {node.name: node for node in plan_nodes(self._settings, python)}
+        self._python = python
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._code_dir = code_dir
         self._progress = progress or (lambda _line: None)
@@ -182,6 +184,23 @@ class LocalCluster:
             self._admin_key = self._create_admin_key(deadline_s)
             self.save()
             self._progress(f"admin API key written to {self.directory / CLUSTER_FILE}")
+
+    def add_broker(self, timeout_s: float = 90.0) -> NodeSpec:
+        """Grow the cluster by one broker (the next id): record it in ``cluster.json`` first
+        (so a later ``up`` starts it too), start it, and wait until the managers list every
+        broker alive. New partitions then go to it first: placement takes the least loaded
+        brokers. Existing replicas stay where they are."""
+        try:
+            settings = replace(self._settings, brokers=self._settings.brokers + 1).validate()
+        except LayoutError as exc:
+            raise ClusterError(f"cannot add a broker: {exc}") from None
+        self._settings = settings
+        self._nodes = {node.name: node for node in plan_nodes(settings, self._python)}
+        self.save()
+        name = f"broker-{settings.brokers}"
+        self._progress(f"starting {name} (pid {self.start_node(name)})")
+        self.wait_ready(timeout_s)
+        return self.node(name)
 
     def ensure_secret(self) -> Path:
         """Create the cluster secret (64 hex characters, mode 0600) unless it exists; on disk

@@ -15,8 +15,20 @@ import requests
 from raftq.cluster import LocalCluster
 
 PROBE_TIMEOUT_S = 1.0
-BROKER_NAMES = ("broker-1", "broker-2", "broker-3")
-MANAGER_NAMES = ("manager-1", "manager-2", "manager-3")
+
+
+def broker_names(cluster: LocalCluster) -> tuple[str, ...]:
+    """``broker-1`` .. ``broker-N``: every broker the cluster has (``cluster up --brokers``,
+    ``broker add``)."""
+    return _names_of(cluster, "broker")
+
+
+def manager_names(cluster: LocalCluster) -> tuple[str, ...]:
+    return _names_of(cluster, "manager")
+
+
+def _names_of(cluster: LocalCluster, role: str) -> tuple[str, ...]:
+    return tuple(name for name in cluster.node_names if cluster.node(name).role == role)
 
 
 def get_json(
@@ -46,7 +58,7 @@ def partition_leader(
     cluster: LocalCluster, session: requests.Session, topic: str, partition_id: int
 ) -> str | None:
     """Name of the broker whose replica says it leads the partition (running brokers only)."""
-    for broker in BROKER_NAMES:
+    for broker in broker_names(cluster):
         if not cluster.is_running(broker):
             continue
         for part in broker_partitions(cluster, session, broker):
@@ -58,7 +70,7 @@ def partition_leader(
 
 
 def manager_leader(cluster: LocalCluster, session: requests.Session) -> str | None:
-    for manager in MANAGER_NAMES:
+    for manager in manager_names(cluster):
         if not cluster.is_running(manager):
             continue
         body = get_json(session, cluster.node(manager).http_address + "/raft_status")
@@ -73,7 +85,7 @@ def replica_status(
     """broker name -> its replica's status (end offset, flushed offsets, leader), for the
     brokers that answer."""
     found = {}
-    for broker in BROKER_NAMES:
+    for broker in broker_names(cluster):
         for part in broker_partitions(cluster, session, broker):
             if (part.get("topic"), part.get("partition_id")) == (topic, partition_id):
                 found[broker] = part

@@ -18,7 +18,12 @@ from collections.abc import Callable
 
 from raftq import ClientLimits
 from raftq.cluster import ClusterError, LocalCluster
-from stress_tests.cluster_view import BROKER_NAMES, MANAGER_NAMES, manager_leader, partition_leader
+from stress_tests.cluster_view import (
+    broker_names,
+    manager_leader,
+    manager_names,
+    partition_leader,
+)
 from stress_tests.credentials import node_session, require_admin_key
 from stress_tests.history import FaultRecord, Recorder
 from stress_tests.network_partition import NetworkPartitioner
@@ -133,10 +138,12 @@ class FaultInjector:
         return "all", self._probe(step.partition_id, killed_s)
 
     def _isolate_partition_leader(self, step: FaultStep, _t0: float) -> tuple[str, float | None]:
-        return self._isolate(self._partition_leader(step.partition_id), BROKER_NAMES, step)
+        return self._isolate(
+            self._partition_leader(step.partition_id), broker_names(self._cluster), step
+        )
 
     def _isolate_manager_leader(self, step: FaultStep, _t0: float) -> tuple[str, float | None]:
-        return self._isolate(self._manager_leader(), MANAGER_NAMES, step)
+        return self._isolate(self._manager_leader(), manager_names(self._cluster), step)
 
     def _isolate(
         self, node: str, peers: tuple[str, ...], step: FaultStep

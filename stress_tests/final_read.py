@@ -17,7 +17,7 @@ from typing import Any
 import requests
 
 from raftq.cluster import LocalCluster
-from stress_tests.cluster_view import BROKER_NAMES, get_json, replica_status
+from stress_tests.cluster_view import broker_names, get_json, replica_status
 from stress_tests.credentials import node_session
 from stress_tests.history import Entry, FinalRead, RangeSum, ReplicaLog
 from stress_tests.polling import poll_until
@@ -29,6 +29,8 @@ READ_TIMEOUT_S = 30.0
 CONVERGE_TIMEOUT_S = 90.0
 CONVERGE_POLL_S = 0.5
 PAGES_MAX = 1_000
+REPLICAS = 3
+"""Every partition's replicas: the final read waits for all three to answer."""
 
 
 def wait_converged(
@@ -43,9 +45,9 @@ def wait_converged(
         status = replica_status(cluster, session, topic, partition_id)
         ends = {int(s.get("end_offset", -1)) for s in status.values()}
         caught_up = all(s.get("caught_up") is True for s in status.values())
-        if len(status) == len(BROKER_NAMES) and len(ends) == 1 and caught_up:
+        if len(status) == REPLICAS and len(ends) == 1 and caught_up:
             end = ends.pop()
-            flushed = [_flushed(cluster, session, b, topic, partition_id) for b in BROKER_NAMES]
+            flushed = [_flushed(cluster, session, b, topic, partition_id) for b in status]
             if all(f is not None and f >= end for f in flushed):
                 return end
         time.sleep(CONVERGE_POLL_S)
@@ -137,7 +139,7 @@ def final_read(cluster: LocalCluster, topic: str, partition_count: int) -> tuple
         for partition_id in range(partition_count):
             end = wait_converged(cluster, session, topic, partition_id)
             converged = converged and end is not None
-            for broker in BROKER_NAMES:
+            for broker in broker_names(cluster):  # the tiers' three brokers host every partition
                 entries = read_replica(cluster, session, broker, topic, partition_id)
                 sums = database_sums(cluster, session, broker, topic, partition_id, len(entries))
                 broker_id = int(broker.rsplit("-", 1)[1])

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import socket
 
+from raftq.cluster_layout import DEFAULT_BROKER_COUNT, port_span
+
 
 def free_port() -> int:
     """A port nothing listens on right now (the OS picks it; the caller binds it soon)."""
@@ -35,9 +37,20 @@ CLUSTER_BASE_PORTS = {
     "openapi_fuzz": 30400,
     "operations": 25000,
     "installed_client": 23500,
+    "membership": 29400,
 }
 """Every test module's cluster in one table, so no two blocks overlap (a socket of the
 previous module's cluster may still be in TIME_WAIT), all below the kernel's ephemeral range
 (32768-60999: an outgoing connection's local port there could take a listening port) and
 clear of the system services' ports (PostgreSQL, NATS, RabbitMQ, Redis, MariaDB) and of the
 benchmark's defaults. ``unit_tests/test_ports.py`` checks it."""
+
+CLUSTER_BROKER_COUNTS = {"membership": 4}
+"""Modules whose cluster has more brokers than the default three: their block is longer."""
+
+
+def port_block(name: str) -> range:
+    """The ports module ``name``'s cluster may use."""
+    base = CLUSTER_BASE_PORTS[name]
+    brokers = CLUSTER_BROKER_COUNTS.get(name, DEFAULT_BROKER_COUNT)
+    return range(base, base + max(CLUSTER_PORT_SPAN, port_span(brokers) + 1))

@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -32,8 +32,11 @@ class Cluster:
         db_url: str | None = None,
         limits: dict[str, str] | None = None,
         tls: bool = False,
+        up_args: Sequence[str] = (),
     ) -> None:
         self.directory = directory
+        self.up_args = tuple(up_args)
+        """More ``cluster up`` options (e.g. ``--dead-broker-timeout-s``)."""
         self.tls = tls
         self.base_port = base_port
         self.db_url = db_url
@@ -55,7 +58,7 @@ class Cluster:
             args += ["--limit", f"{name}={value}"]
         if self.tls:
             args.append("--tls")
-        self._cli(*args)
+        self._cli(*args, *self.up_args)
         self.info = json.loads((self.directory / "cluster.json").read_text())
         self.local = LocalCluster(self.directory)  # the same cluster, for node operations
         for session in (self.http, self.internal):
@@ -67,6 +70,13 @@ class Cluster:
 
     def down(self) -> None:
         self._cli("cluster", "down", "--dir", str(self.directory))
+
+    def add_broker(self) -> str:
+        """``raftq broker add``: one more broker, started and registered; its output."""
+        out = self._cli("broker", "add", "--dir", str(self.directory))
+        self.info = json.loads((self.directory / "cluster.json").read_text())
+        self.local = LocalCluster(self.directory)
+        return out
 
     def status(self) -> dict[str, Any]:
         out = self._cli("cluster", "status", "--dir", str(self.directory), "--json")
@@ -136,11 +146,16 @@ class Cluster:
 
 
 def running_cluster(
-    directory: Path, base_port: int, limits: dict[str, str] | None = None, *, tls: bool = False
+    directory: Path,
+    base_port: int,
+    limits: dict[str, str] | None = None,
+    *,
+    tls: bool = False,
+    up_args: Sequence[str] = (),
 ) -> Generator[Cluster, None, None]:
     """A module's cluster: up before its first test, down after its last (``yield from``
     it in a module-scoped fixture)."""
-    instance = Cluster(directory, base_port, limits=limits, tls=tls)
+    instance = Cluster(directory, base_port, limits=limits, tls=tls, up_args=up_args)
     instance.up()
     try:
         yield instance

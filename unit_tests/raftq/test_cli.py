@@ -29,6 +29,8 @@ def test_cluster_up_arguments() -> None:
     assert args.db_url is None and args.host is None and args.timeout_s == 90.0
     assert args.brokers is None  # the cluster's own count, or 3 for a new one
     assert build_parser().parse_args(["cluster", "up", "--brokers", "5"]).brokers == 5
+    timeout = ["cluster", "up", "--dead-broker-timeout-s", "7.5"]
+    assert build_parser().parse_args(timeout).dead_broker_timeout_s == 7.5
     assert build_parser().parse_args(["cluster", "down"]).dir == DEFAULT_DIR
 
 

@@ -1,0 +1,106 @@
+"""Membership with real processes: a broker added to a running cluster (``raftq broker add``)
+registers, is listed alive, takes new partitions' replicas (placement takes the least loaded
+brokers first) and serves them; the cluster remembers it across a restart of every node.
+
+Re-replication of a dead broker's replicas and ``raftq broker remove`` are not built yet
+(ARCHITECTURE.md, "Not done yet")."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from unit_tests.cluster.client_ops import (
+    create_topic,
+    partition_brokers,
+    pop_all,
+    produce,
+    read_replica,
+    register_consumer,
+    register_producer,
+)
+from unit_tests.cluster.harness import Cluster, running_cluster, wait_until
+from unit_tests.ports import CLUSTER_BASE_PORTS
+
+MESSAGES = 30
+WAIT_S = 60.0
+DEAD_AFTER_S = 4.0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    port = CLUSTER_BASE_PORTS["membership"]
+    directory = tmp_path_factory.mktemp("membership")
+    up_args = ["--dead-broker-timeout-s", str(DEAD_AFTER_S)]
+    yield from running_cluster(directory, port, up_args=up_args)
+
+
+def _brokers(cluster: Cluster) -> dict[int, dict[str, Any]]:
+    """``raftq broker list --output json``, as a user reads it: broker id -> its row."""
+    argv = ["broker", "list", "--dir", str(cluster.directory), "--output", "json"]
+    done = subprocess.run(
+        [sys.executable, "-m", "raftq.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    return {int(row["broker_id"]): row for row in rows}
+
+
+def test_an_added_broker_takes_new_partitions_and_serves_them(cluster: Cluster) -> None:
+    create_topic(cluster, "before", 3)  # brokers 1-3 now hold three replicas each
+    out = cluster.add_broker()
+    assert "broker-4 is up" in out, out
+    assert cluster.info["brokers"] == 4
+    listed = _brokers(cluster)
+    assert sorted(listed) == [1, 2, 3, 4] and all(b["alive"] for b in listed.values()), listed
+    assert listed[4]["partition_count"] == 0
+
+    create_topic(cluster, "after", 3)
+    placed = partition_brokers(cluster, "after")
+    on_new = [p for p, brokers in placed.items() if 4 in brokers]
+    # Broker 4 held nothing, so every new partition takes a replica there first.
+    assert sorted(on_new) == [0, 1, 2], placed
+    producer = register_producer(cluster, "after")
+    sent = [(None, f"m{i}") for i in range(MESSAGES)]
+    acks = produce(cluster, producer, 0, sent, topic="after", partition_id=0)
+    assert [a.offset for a in acks] == list(range(MESSAGES))
+    # Broker 4's replica applies them as the others do, and a consumer gets each once.
+    wait_until(
+        lambda: len(read_replica(cluster, 4, "after", 0)) == MESSAGES,
+        WAIT_S,
+        "broker 4's replica to apply every message",
+    )
+    stored = [entry.value for entry in read_replica(cluster, 4, "after", 0)]
+    assert stored == [value for _, value in sent]
+    consumer = register_consumer(cluster, "after", 0)
+    popped = [m["message"] for m in pop_all(cluster, consumer)]
+    assert popped == [value for _, value in sent]
+
+
+def test_the_added_broker_is_held_dead_after_the_timeout_it_was_given(cluster: Cluster) -> None:
+    limit = f"broker_dead_after_s={DEAD_AFTER_S}"
+    assert limit in cluster.node("broker-4")["argv"]  # the cluster's setting, also for it
+    cluster.kill("broker-4")
+    wait_until(lambda: not _brokers(cluster)[4]["alive"], WAIT_S, "broker 4 to be held dead")
+    cluster.up()
+    wait_until(lambda: _brokers(cluster)[4]["alive"], WAIT_S, "broker 4 to be alive again")
+
+
+def test_a_restarted_cluster_starts_the_added_broker_too(cluster: Cluster) -> None:
+    cluster.down()
+    cluster.up()  # cluster.json says four brokers; up waits until all four are alive
+    listed = {broker_id: row["alive"] for broker_id, row in _brokers(cluster).items()}
+    assert listed == {1: True, 2: True, 3: True, 4: True}
+    wait_until(
+        lambda: len(read_replica(cluster, 4, "after", 0)) == MESSAGES,
+        WAIT_S,
+        "broker 4's replica to serve its messages again",
+    )

@@ -1,4 +1,4 @@
-"""``python -m broker``: parse the command line once, then serve."""
+"""``python -m broker`` (options, or ``--config FILE``): build the config once, then serve."""
 
 from __future__ import annotations
 
@@ -6,11 +6,17 @@ import sys
 
 from broker.app import create_app
 from broker.config import BrokerConfig, build_config, parse_args
-from runtime.command_line import ServeOptions, run_server
+from runtime.command_line import ServeOptions, expand_config, run_server
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_server("broker", lambda: build_config(parse_args(argv)), create_app, _serve_options)
+    args = sys.argv[1:] if argv is None else argv
+    return run_server(
+        "broker",
+        lambda: build_config(parse_args(expand_config("broker", args))),
+        create_app,
+        _serve_options,
+    )
 
 
 def _serve_options(config: BrokerConfig) -> ServeOptions:

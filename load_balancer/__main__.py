@@ -1,5 +1,5 @@
 """``python -m load_balancer --host H --port P --managers URL1,URL2,URL3
-[--limit name=value ...]``: builds the config once and serves."""
+[--limit name=value ...]`` (or ``--config FILE``): builds the config once and serves."""
 
 from __future__ import annotations
 
@@ -9,7 +9,13 @@ from collections.abc import Sequence
 
 from load_balancer.app import create_app
 from load_balancer.config import LoadBalancerConfig
-from runtime.command_line import ServeOptions, add_limit_option, limits_from, run_server
+from runtime.command_line import (
+    ServeOptions,
+    add_limit_option,
+    expand_config,
+    limits_from,
+    run_server,
+)
 from runtime.tls import add_tls_options, tls_from
 
 
@@ -29,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def build_config(argv: Sequence[str]) -> LoadBalancerConfig:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(expand_config("load_balancer", argv))
     urls = tuple(u.strip().rstrip("/") for u in args.managers.split(",") if u.strip())
     return LoadBalancerConfig(
         host=args.host,

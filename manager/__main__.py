@@ -1,4 +1,4 @@
-"""``python -m manager``: parse the command line into one ``ManagerConfig`` and serve it."""
+"""``python -m manager`` (options, or ``--config FILE``): one ``ManagerConfig``, served."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from manager.config import ManagerConfig, parse_peers
 from runtime.command_line import (
     ServeOptions,
     add_limit_option,
+    expand_config,
     limits_from,
     read_secret,
     run_server,
@@ -52,7 +53,12 @@ def config_from_args(argv: list[str]) -> ManagerConfig:
 
 def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s manager %(levelname)s %(message)s")
-    return run_server("manager", lambda: config_from_args(argv), create_app, _serve_options)
+    return run_server(
+        "manager",
+        lambda: config_from_args(expand_config("manager", argv)),
+        create_app,
+        _serve_options,
+    )
 
 
 def _serve_options(config: ManagerConfig) -> ServeOptions:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import importlib.util
 import json
 import os
 import signal
@@ -37,6 +38,7 @@ from urllib.parse import urlsplit
 
 from tqdm import tqdm
 
+from protocol.node_config import NodeConfigError, NodeFile, check_deployment, parse_node_file
 from raftq.admin import Admin
 from raftq.client_limits import ClientLimits
 from raftq.cluster import ClusterError, ClusterStatus, LocalCluster
@@ -86,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="raftq", description="RaftQ command line.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_cluster_commands(commands)
+    _add_node_commands(commands)
     target = argparse.ArgumentParser(add_help=False)
     where = target.add_mutually_exclusive_group()
     where.add_argument("--url", help="load balancer URL, e.g. http://127.0.0.1:17100")
@@ -190,6 +193,17 @@ def _add_broker_commands(
         "--dir", default=DEFAULT_DIR, help=f"cluster directory (default {DEFAULT_DIR})"
     )
     grow.add_argument("--timeout-s", type=float, default=90.0, help="readiness wait (default 90)")
+
+
+def _add_node_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    node = commands.add_parser("node", help="run one node from its file; check a deployment's")
+    actions = node.add_subparsers(dest="node_command", required=True, metavar="ACTION")
+    run = actions.add_parser(
+        "run", help="run the manager, broker or load balancer a node file describes"
+    )
+    run.add_argument("--config", required=True, help="the node file (TOML)")
+    check = actions.add_parser("check", help="check a deployment's node files against each other")
+    check.add_argument("files", nargs="+", metavar="FILE")
 
 
 def _add_cluster_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -578,6 +592,32 @@ def _progress_to(context: Context) -> Callable[[str], None]:
     return progress
 
 
+def cmd_node(args: argparse.Namespace, context: Context) -> int:
+    if args.node_command == "check":
+        files = [_read_node_file(path) for path in args.files]
+        problems = check_deployment(files)
+        for problem in problems:
+            context.stderr.write(f"raftq: {problem}\n")
+        if not problems:
+            names = ", ".join(f.name for f in files)
+            context.stdout.write(f"{len(files)} node files agree: {names}\n")
+        return EXIT_FAILURE if problems else 0
+    node = _read_node_file(args.config)
+    if importlib.util.find_spec("pysyncobj") is None:
+        raise UsageError("this Python lacks the server's packages: pip install 'raftq[server]'")
+    context.stdout.flush()
+    # exec, not a child: a service manager (systemd) then sees and signals the node itself.
+    os.execv(sys.executable, [sys.executable, "-m", node.role, "--config", args.config])
+
+
+def _read_node_file(path: str) -> NodeFile:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    return parse_node_file(text, path)
+
+
 def cmd_cluster(args: argparse.Namespace, context: Context) -> int:
     progress = _progress_to(context)
     if args.cluster_command == "up":
@@ -696,6 +736,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Context], int]] = {
     "key": cmd_key,
     "lag": cmd_lag,
     "broker": cmd_broker,
+    "node": cmd_node,
     "completion": cmd_completion,
 }
 
@@ -719,7 +760,7 @@ def run(args: argparse.Namespace, context: Context) -> int:
     except UsageError as exc:
         context.stderr.write(f"raftq: {exc}\n")
         return EXIT_USAGE
-    except (RaftQClientError, ClusterError, LayoutError) as exc:
+    except (RaftQClientError, ClusterError, LayoutError, NodeConfigError) as exc:
         context.stderr.write(f"raftq: {exc}\n")
         return EXIT_FAILURE
     except BrokenPipeError:

@@ -232,6 +232,9 @@ class LocalCluster:
             return running_pid
         self.ensure_secret()
         make_directories(node.data_dir)
+        # Written at every start, so a node runs with the cluster's settings of today; 0600:
+        # a database URL in it may hold a password.
+        write_atomically(node.config_file, node.config_text.encode(), 0o600)
         with open(node.log_file, "ab") as log:
             log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting {name}\n".encode())
             log.flush()

@@ -1,4 +1,5 @@
-"""The local cluster's shape: node names, ports, command lines and ``cluster.json``. Pure.
+"""The local cluster's shape: node names, ports, node files, command lines and
+``cluster.json``. Pure.
 
 Port layout for base port B (see ARCHITECTURE.md): load balancer B; manager i (1..3) HTTP
 B+10+i and Raft B+20+i; broker i (1..N) HTTP B+30+i and Raft ports B+100*i .. B+100*i+99.
@@ -10,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
+
+from protocol.node_config import Peer, node_file_text
 
 MANAGER_COUNT = 3
 DEFAULT_BROKER_COUNT = 3
@@ -24,6 +27,7 @@ CLUSTER_FILE = "cluster.json"
 SECRET_FILE = "secret"
 TLS_DIR = "tls"
 LOG_FILE = "node.log"
+CONFIG_FILE = "node.toml"
 
 
 def port_span(broker_count: int) -> int:
@@ -101,6 +105,10 @@ class NodeSpec:
     data_dir: Path
     log_file: Path
     argv: tuple[str, ...]
+    """``python -m <role> --config <config_file>``."""
+    config_file: Path
+    config_text: str
+    """The node file (TOML, ``protocol.node_config``) the node starts from."""
     raft_address: str | None = None
     raft_port_min: int | None = None
     raft_port_max: int | None = None
@@ -119,6 +127,7 @@ class NodeSpec:
             body["raft_port_min"] = self.raft_port_min
             body["raft_port_max"] = self.raft_port_max
         body.update(data_dir=str(self.data_dir), log_file=str(self.log_file), argv=list(self.argv))
+        body["config_file"] = str(self.config_file)
         return body
 
 
@@ -143,38 +152,65 @@ def broker_db_url(db_url: str, broker_id: int) -> str:
     return urlunsplit(parts._replace(path=f"/{name}_broker_{broker_id}"))
 
 
-def _shared_args(settings: ClusterSettings) -> list[str]:
-    """Every node's ``--limit`` and TLS options."""
-    args: list[str] = []
-    for name, value in settings.limits:
-        args += ["--limit", f"{name}={value}"]
+def _shared_tables(settings: ClusterSettings) -> tuple[dict[str, str], dict[str, str]]:
+    """Every node's ``[limits]`` and ``[tls]``."""
+    tls = {}
     if settings.tls:
-        args += ["--tls-cert", str(settings.tls_cert_file)]
-        args += ["--tls-key", str(settings.tls_key_file)]
-        args += ["--tls-ca", str(settings.tls_ca_file)]
-    return args
+        tls = {
+            "cert": str(settings.tls_cert_file),
+            "key": str(settings.tls_key_file),
+            "ca": str(settings.tls_ca_file),
+        }
+    return dict(settings.limits), tls
+
+
+def _node(
+    settings: ClusterSettings,
+    python: str,
+    name: str,
+    body: dict[str, object],
+    peers: tuple[Peer, ...] = (),
+) -> tuple[Path, Path, Path, tuple[str, ...], str]:
+    """(data dir, log file, config file, command line, config text) of one node."""
+    data_dir = settings.directory / name
+    config_file = data_dir / CONFIG_FILE
+    limits, tls = _shared_tables(settings)
+    text = node_file_text(body, peers, limits, tls)
+    argv = (python, "-m", str(body["role"]), "--config", str(config_file))
+    return data_dir, data_dir / LOG_FILE, config_file, argv, text
+
+
+def _manager_peers(settings: ClusterSettings) -> tuple[Peer, ...]:
+    host = settings.host
+    return tuple(
+        Peer(
+            j,
+            f"{settings.scheme}://{host}:{manager_ports(settings.base_port, j)[0]}",
+            f"{host}:{manager_ports(settings.base_port, j)[1]}",
+        )
+        for j in range(1, MANAGER_COUNT + 1)
+    )
 
 
 def _manager(settings: ClusterSettings, python: str, i: int) -> NodeSpec:
     host, name = settings.host, f"manager-{i}"
     http_port, raft_port = manager_ports(settings.base_port, i)
-    peers = ",".join(
-        f"{j}={settings.scheme}://{host}:{manager_ports(settings.base_port, j)[0]}"
-        f"@{host}:{manager_ports(settings.base_port, j)[1]}"
-        for j in range(1, MANAGER_COUNT + 1)
+    body: dict[str, object] = {"role": "manager", "id": i, "host": host, "port": http_port}
+    body.update(raft_port=raft_port, data_dir=str(settings.directory / name))
+    body.update(secret_file=str(settings.secret_file))
+    data_dir, log_file, config_file, argv, text = _node(
+        settings, python, name, body, _manager_peers(settings)
     )
-    data_dir = settings.directory / name
-    argv = [python, "-m", "manager", "--id", str(i), "--host", host, "--port", str(http_port)]
-    argv += ["--raft-port", str(raft_port), "--peers", peers, "--data-dir", str(data_dir)]
-    argv += ["--secret-file", str(settings.secret_file), *_shared_args(settings)]
     return NodeSpec(
         name,
         "manager",
         i,
         f"{settings.scheme}://{host}:{http_port}",
         data_dir,
-        data_dir / LOG_FILE,
-        tuple(argv),
+        log_file,
+        argv,
+        config_file,
+        text,
         raft_address=f"{host}:{raft_port}",
     )
 
@@ -182,36 +218,43 @@ def _manager(settings: ClusterSettings, python: str, i: int) -> NodeSpec:
 def _broker(settings: ClusterSettings, python: str, i: int) -> NodeSpec:
     host, name = settings.host, f"broker-{i}"
     http_port, raft_min, raft_max = broker_ports(settings.base_port, i)
-    data_dir = settings.directory / name
-    argv = [python, "-m", "broker", "--id", str(i), "--host", host, "--port", str(http_port)]
-    argv += ["--raft-port-min", str(raft_min), "--raft-port-max", str(raft_max)]
-    argv += ["--data-dir", str(data_dir)]
+    body: dict[str, object] = {"role": "broker", "id": i, "host": host, "port": http_port}
+    body.update(raft_port_min=raft_min, raft_port_max=raft_max)
+    body.update(data_dir=str(settings.directory / name))
     if settings.db_url is not None:
-        argv += ["--db-url", broker_db_url(settings.db_url, i)]
-    argv += ["--managers-url", settings.lb_url, "--secret-file", str(settings.secret_file)]
+        body["db_url"] = broker_db_url(settings.db_url, i)
+    body.update(managers_url=settings.lb_url, secret_file=str(settings.secret_file))
+    data_dir, log_file, config_file, argv, text = _node(settings, python, name, body)
     return NodeSpec(
         name,
         "broker",
         i,
         f"{settings.scheme}://{host}:{http_port}",
         data_dir,
-        data_dir / LOG_FILE,
-        tuple(argv + _shared_args(settings)),
+        log_file,
+        argv,
+        config_file,
+        text,
         raft_port_min=raft_min,
         raft_port_max=raft_max,
     )
 
 
 def _load_balancer(settings: ClusterSettings, python: str) -> NodeSpec:
-    managers = ",".join(
-        f"{settings.scheme}://{settings.host}:{manager_ports(settings.base_port, j)[0]}"
-        for j in range(1, MANAGER_COUNT + 1)
-    )
-    data_dir = settings.directory / LB_NAME
-    argv = [python, "-m", "load_balancer", "--host", settings.host]
-    argv += ["--port", str(settings.base_port), "--managers", managers, *_shared_args(settings)]
+    managers = [peer.http_url for peer in _manager_peers(settings)]
+    body: dict[str, object] = {"role": "load_balancer", "host": settings.host}
+    body.update(port=settings.base_port, managers=managers)
+    data_dir, log_file, config_file, argv, text = _node(settings, python, LB_NAME, body)
     return NodeSpec(
-        LB_NAME, "load_balancer", None, settings.lb_url, data_dir, data_dir / LOG_FILE, tuple(argv)
+        LB_NAME,
+        "load_balancer",
+        None,
+        settings.lb_url,
+        data_dir,
+        log_file,
+        argv,
+        config_file,
+        text,
     )
 
 

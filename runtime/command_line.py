@@ -1,17 +1,19 @@
-"""What the three servers' ``__main__`` share: ``--limit`` options, the cluster secret, and
-serving a config-built ``App`` with one clear error (exit 2) for bad settings."""
+"""What the three servers' ``__main__`` share: a node file (``--config FILE``), ``--limit``
+options, the cluster secret, and serving a config-built ``App`` with one clear error (exit 2)
+for bad settings."""
 
 from __future__ import annotations
 
 import argparse
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 from protocol.limits import Limits, LimitsError
+from protocol.node_config import NodeConfigError, parse_node_file
 from runtime.http_api import App, server_limits
 from runtime.http_server import HttpRequest, HttpResponse, HttpServer
 from runtime.tls import TlsFiles, server_context
@@ -26,6 +28,25 @@ class ServeOptions:
     port: int
     limits: Limits
     tls: TlsFiles
+
+
+def expand_config(role: str, argv: Sequence[str]) -> list[str]:
+    """``--config FILE [OPTION...]``: the node file's options, then the rest (a later
+    ``--limit`` adds to the file's); any other command line is returned as it is. Raises
+    ``NodeConfigError`` (a ``ValueError``) for a file no ``role`` may start from."""
+    if not argv or argv[0] != "--config":
+        return list(argv)
+    if len(argv) < 2:
+        raise NodeConfigError("--config needs a file")
+    path = argv[1]
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise NodeConfigError(f"cannot read {path}: {exc.strerror}") from None
+    node = parse_node_file(text, path)
+    if node.role != role:
+        raise NodeConfigError(f"{path} configures a {node.role}, not a {role}")
+    return [*node.argv, *argv[2:]]
 
 
 def add_limit_option(parser: argparse.ArgumentParser) -> None:

@@ -11,16 +11,17 @@ import argparse
 import json
 import subprocess
 import sys
+import tomllib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--host", required=True)
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--data-dir")
-    args, _ = parser.parse_known_args()
+    parser.add_argument("--config", type=Path, required=True, help="the node file")
+    known, _ = parser.parse_known_args()
+    node = tomllib.loads(known.config.read_text())
+    args = argparse.Namespace(host=node["host"], port=node["port"], data_dir=node.get("data_dir"))
     if args.data_dir and (Path(args.data_dir) / "fail-on-start").exists():
         print("stand-in: failing on purpose", flush=True)
         sys.exit(3)

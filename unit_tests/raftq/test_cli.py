@@ -6,12 +6,14 @@ from __future__ import annotations
 import io
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from raftq.cli import DEFAULT_DIR, Context, UsageError, build_parser, main, resolve_url, run
 from raftq.client_limits import ClientLimits
+from raftq.cluster_layout import ClusterSettings, plan_nodes
 from unit_tests.raftq.fake_service import FakeService
 
 
@@ -281,3 +283,57 @@ def test_the_bash_completion_completes_commands_actions_and_options() -> None:
     )
     done = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.splitlines() == ["topic", "describe", "--follow", "--output"]
+
+
+def _node_files(directory: Path) -> list[str]:
+    """The seven node files ``cluster up`` would write for a cluster in ``directory``."""
+    settings = ClusterSettings(directory, limits=(("flush_period_s", "0.2"),)).validate()
+    paths = []
+    for node in plan_nodes(settings, sys.executable):
+        node.config_file.parent.mkdir(parents=True)
+        node.config_file.write_text(node.config_text)
+        paths.append(str(node.config_file))
+    return paths
+
+
+def test_node_check_says_whether_a_deployments_files_agree(tmp_path: Path) -> None:
+    files = _node_files(tmp_path)
+    code, out, err = _run(["node", "check", *files])
+    assert (code, err) == (0, "")
+    assert out.startswith("7 node files agree: load_balancer, manager 1,"), out
+    broker = Path(files[-1])
+    changed = tmp_path / "broker-3-elsewhere.toml"
+    changed.write_text(broker.read_text().replace("flush_period_s = 0.2", "flush_period_s = 1"))
+    code, out, err = _run(["node", "check", *files, str(changed)])
+    assert code == 1 and out == ""
+    assert f"raftq: broker id 3 is in both {broker} and {changed}\n" in err
+    assert "raftq: broker limits differ: flush_period_s is 0.2 in" in err
+
+
+def test_node_run_refuses_a_bad_file_in_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "node.toml"
+    bad.write_text('role = "broker"\nid = 1\ncolour = "red"\n')
+    assert _run(["node", "run", "--config", str(bad)]) == (
+        1,
+        "",
+        f"raftq: {bad}: unknown key 'colour' for a broker (known: role, id, host, port, "
+        "raft_port_min, raft_port_max, data_dir, db_url, managers_url, secret_file, limits, "
+        "tls)\n",
+    )
+    missing = tmp_path / "missing.toml"
+    code, _, err = _run(["node", "run", "--config", str(missing)])
+    assert (code, err) == (2, f"raftq: cannot read {missing}: No such file or directory\n")
+
+
+def test_node_run_becomes_the_node_its_file_describes(tmp_path: Path) -> None:
+    broker = Path(_node_files(tmp_path)[-1])  # its secret file does not exist yet
+    done = subprocess.run(
+        [sys.executable, "-m", "raftq.cli", "node", "run", "--config", str(broker)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    # The broker itself read the file and refused to start without the cluster secret.
+    assert done.returncode == 2, done
+    assert done.stderr.startswith(f"broker: cannot read the cluster secret from {tmp_path}")

@@ -15,10 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from protocol.node_config import parse_node_file
 from raftq.cluster import ClusterError, LocalCluster
 from raftq.cluster_layout import (
     ClusterSettings,
     LayoutError,
+    NodeSpec,
     broker_db_url,
     broker_ports,
     cluster_json,
@@ -43,13 +45,16 @@ def test_node_command_lines(tmp_path: Path) -> None:
     assert list(nodes) == ["lb", "manager-1", "manager-2", "manager-3"] + [
         f"broker-{i}" for i in (1, 2, 3)
     ]
+    for node in nodes.values():
+        assert node.argv == ("py", "-m", node.role, "--config", str(node.config_file))
+        assert node.config_file == tmp_path / node.name / "node.toml"
     lb = nodes["lb"]
-    assert lb.argv == (
+    assert _options(lb) == (
         "py", "-m", "load_balancer", "--host", "127.0.0.1", "--port", "17100", "--managers",
         "http://127.0.0.1:17111,http://127.0.0.1:17112,http://127.0.0.1:17113",
     )  # fmt: skip
     manager = nodes["manager-2"]
-    assert manager.argv == (
+    assert _options(manager) == (
         "py", "-m", "manager", "--id", "2", "--host", "127.0.0.1", "--port", "17112",
         "--raft-port", "17122", "--peers",
         "1=http://127.0.0.1:17111@127.0.0.1:17121,2=http://127.0.0.1:17112@127.0.0.1:17122,"
@@ -58,7 +63,7 @@ def test_node_command_lines(tmp_path: Path) -> None:
     )  # fmt: skip
     assert manager.raft_address == "127.0.0.1:17122"
     broker = nodes["broker-3"]
-    assert broker.argv == (
+    assert _options(broker) == (
         "py", "-m", "broker", "--id", "3", "--host", "127.0.0.1", "--port", "17133",
         "--raft-port-min", "17400", "--raft-port-max", "17499",
         "--data-dir", str(tmp_path / "broker-3"),
@@ -74,8 +79,16 @@ def test_without_db_url_brokers_use_their_default_and_limits_reach_every_node(
 ) -> None:
     settings = ClusterSettings(tmp_path, limits=(("flush_period_s", "0.1"),))
     for node in plan_nodes(settings, "py"):
-        assert "--db-url" not in node.argv
-        assert node.argv[-2:] == ("--limit", "flush_period_s=0.1")
+        assert "--db-url" not in _options(node)
+        assert _options(node)[-2:] == ("--limit", "flush_period_s=0.1")
+
+
+def _options(node: NodeSpec) -> tuple[str, ...]:
+    """The command line the node's file stands for (``python -m <role> --config FILE``
+    runs the role with these options)."""
+    parsed = parse_node_file(node.config_text, str(node.config_file))
+    assert parsed.role == node.role
+    return (*node.argv[:3], *parsed.argv)
 
 
 def test_broker_db_url() -> None:
@@ -134,7 +147,7 @@ def test_cluster_json_round_trip(tmp_path: Path) -> None:
     assert (entries[4]["raft_port_min"], entries[4]["raft_port_max"]) == (18100, 18199)
     assert set(entries[4]) == {
         "name", "role", "id", "pid", "http_address", "raft_port_min", "raft_port_max",
-        "data_dir", "log_file", "argv",
+        "data_dir", "log_file", "argv", "config_file",
     }  # fmt: skip
     parsed, pids = parse_cluster_json(tmp_path, json.loads(json.dumps(body)))
     assert parsed == settings and pids == {"lb": 42}

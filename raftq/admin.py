@@ -40,11 +40,15 @@ class Admin:
         limits: ClientLimits | None = None,
         api_key: str | None = None,
         tls_ca: str | None = None,
+        node_token: str | None = None,
     ) -> None:
         """``api_key``: sent with every request (``Authorization: Bearer``); ``tls_ca``: the
-        CA bundle ``https://`` certificates are checked against (default: the system's)."""
+        CA bundle ``https://`` certificates are checked against (default: the system's);
+        ``node_token``: act as a node (see ``HttpTransport``)."""
         self._limits = (limits or ClientLimits()).validate()
-        self._http = HttpTransport(url, self._limits, api_key=api_key, tls_ca=tls_ca)
+        self._http = HttpTransport(
+            url, self._limits, api_key=api_key, tls_ca=tls_ca, node_token=node_token
+        )
 
     def close(self) -> None:
         self._http.close()

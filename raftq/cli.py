@@ -38,6 +38,7 @@ from urllib.parse import urlsplit
 
 from tqdm import tqdm
 
+from protocol.access import node_token
 from protocol.node_config import NodeConfigError, NodeFile, check_deployment, parse_node_file
 from raftq.admin import Admin
 from raftq.client_limits import ClientLimits
@@ -156,6 +157,19 @@ def build_parser() -> argparse.ArgumentParser:
     lag = commands.add_parser("lag", parents=[target], help="how far consumers are behind")
     lag.add_argument("--topic", required=True)
 
+    _add_key_commands(commands, target)
+    _add_broker_commands(commands, target)
+    completion = commands.add_parser(
+        "completion", help='print a shell completion script: eval "$(raftq completion bash)"'
+    )
+    completion.add_argument("shell", choices=["bash"])
+    return parser
+
+
+def _add_key_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    target: argparse.ArgumentParser,
+) -> None:
     key = commands.add_parser("key", help="create, list and revoke API keys (admin)")
     key_commands = key.add_subparsers(dest="key_command", required=True, metavar="ACTION")
     make = key_commands.add_parser("create", parents=[target], help="create an API key")
@@ -168,15 +182,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="a topic, 'prefix*' or '*' the key may use (repeatable; not for admin)",
     )
     make.add_argument("--name", default="", help="a label shown by 'key list'")
+    make.add_argument(
+        "--secret-file",
+        help="ask as a node, with the cluster secret instead of an API key (the first admin "
+        "key of a deployment)",
+    )
     key_commands.add_parser("list", parents=[target], help="list API keys (never the keys)")
     revoke = key_commands.add_parser("revoke", parents=[target], help="revoke an API key")
     revoke.add_argument("key_id")
-    _add_broker_commands(commands, target)
-    completion = commands.add_parser(
-        "completion", help='print a shell completion script: eval "$(raftq completion bash)"'
-    )
-    completion.add_argument("shell", choices=["bash"])
-    return parser
 
 
 def _add_broker_commands(
@@ -214,6 +227,12 @@ def _add_cluster_commands(commands: argparse._SubParsersAction[argparse.Argument
     up.add_argument("--base-port", type=int, help="first port (default 17100)")
     up.add_argument("--host", help="address every node binds (default 127.0.0.1)")
     up.add_argument("--brokers", type=int, help="number of brokers, at least 3 (default 3)")
+    up.add_argument(
+        "--hosts",
+        type=lambda text: [h.strip() for h in text.split(",")],
+        help="one address per node, as on separate hosts: load balancer, managers, brokers "
+        "(e.g. 127.0.0.2,...,127.0.0.8); default: every node on --host",
+    )
     up.add_argument(
         "--dead-broker-timeout-s",
         type=float,
@@ -540,8 +559,15 @@ def cmd_lag(args: argparse.Namespace, context: Context) -> int:
 
 
 def cmd_key(args: argparse.Namespace, context: Context) -> int:
-    target = resolve_target(args, context)
-    with Admin(target.url, api_key=target.api_key, tls_ca=target.tls_ca) as admin:
+    secret_file = getattr(args, "secret_file", None)
+    if secret_file is not None:  # the first admin key of a deployment: asked as a node
+        url = resolve_url(args.url, args.dir, context.env_url)
+        token = node_token(_read_secret(secret_file))
+        admin = Admin(url, node_token=token, tls_ca=resolve_tls_ca(args, context))
+    else:
+        target = resolve_target(args, context)
+        admin = Admin(target.url, api_key=target.api_key, tls_ca=target.tls_ca)
+    with admin:
         if args.key_command == "create":
             made = admin.create_key(args.role, args.topics, args.name)
             context.stderr.write(
@@ -610,6 +636,16 @@ def cmd_node(args: argparse.Namespace, context: Context) -> int:
     os.execv(sys.executable, [sys.executable, "-m", node.role, "--config", args.config])
 
 
+def _read_secret(path: str) -> str:
+    try:
+        secret = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    if not secret:
+        raise UsageError(f"{path} is empty")
+    return secret
+
+
 def _read_node_file(path: str) -> NodeFile:
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -632,6 +668,7 @@ def cmd_cluster(args: argparse.Namespace, context: Context) -> int:
             limits=limits,
             tls=args.tls,
             brokers=args.brokers,
+            hosts=args.hosts,
             progress=progress,
         )
         try:

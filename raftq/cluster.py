@@ -97,6 +97,7 @@ class LocalCluster:
         limits: Mapping[str, str] | None = None,
         tls: bool | None = None,
         brokers: int | None = None,
+        hosts: Sequence[str] | None = None,
         python: str = sys.executable,
         code_dir: Path = _REPO_ROOT,
         progress: Callable[[str], None] | None = None,
@@ -111,6 +112,7 @@ class LocalCluster:
             "db_url": db_url,
             "tls": tls,
             "brokers": brokers,
+            "hosts": None if hosts is None else tuple(hosts),
         }
         if limits is not None:
             given["limits"] = tuple(sorted(limits.items()))
@@ -190,6 +192,8 @@ class LocalCluster:
         (so a later ``up`` starts it too), start it, and wait until the managers list every
         broker alive. New partitions then go to it first: placement takes the least loaded
         brokers. Existing replicas stay where they are."""
+        if self._settings.hosts:
+            raise ClusterError("cannot add a broker to a cluster with --hosts: which address?")
         try:
             settings = replace(self._settings, brokers=self._settings.brokers + 1).validate()
         except LayoutError as exc:

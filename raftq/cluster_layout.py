@@ -54,6 +54,9 @@ class ClusterSettings:
     (``raftq.local_tls``), and every node checks its peers against that CA."""
     brokers: int = DEFAULT_BROKER_COUNT
     """Brokers 1..N; every partition's three replicas go to three of them."""
+    hosts: tuple[str, ...] = ()
+    """One address per node, in start order (load balancer, managers, brokers), as if each
+    ran on its own host; empty: every node on ``host``."""
 
     def validate(self) -> ClusterSettings:
         if not self.directory.is_absolute():
@@ -67,7 +70,22 @@ class ClusterSettings:
             raise LayoutError(f"--base-port must be between 1024 and {highest}")
         if self.db_url is not None:
             broker_db_url(self.db_url, 1)  # raises LayoutError when unusable
+        if self.hosts and len(self.hosts) != 1 + MANAGER_COUNT + self.brokers:
+            raise LayoutError(
+                f"--hosts needs {1 + MANAGER_COUNT + self.brokers} addresses (load balancer, "
+                f"{MANAGER_COUNT} managers, {self.brokers} brokers), got {len(self.hosts)}"
+            )
+        if self.hosts and self.tls:
+            raise LayoutError("--tls and --hosts do not go together yet (one certificate host)")
         return self
+
+    def host_of(self, name: str) -> str:
+        """The address node ``name`` binds."""
+        if not self.hosts:
+            return self.host
+        order = [LB_NAME, *(f"manager-{i}" for i in range(1, MANAGER_COUNT + 1))]
+        order += [f"broker-{i}" for i in range(1, self.brokers + 1)]
+        return self.hosts[order.index(name)]
 
     @property
     def secret_file(self) -> Path:
@@ -79,7 +97,7 @@ class ClusterSettings:
 
     @property
     def lb_url(self) -> str:
-        return f"{self.scheme}://{self.host}:{self.base_port}"
+        return f"{self.scheme}://{self.host_of(LB_NAME)}:{self.base_port}"
 
     @property
     def tls_ca_file(self) -> Path:
@@ -181,19 +199,17 @@ def _node(
 
 
 def _manager_peers(settings: ClusterSettings) -> tuple[Peer, ...]:
-    host = settings.host
-    return tuple(
-        Peer(
-            j,
-            f"{settings.scheme}://{host}:{manager_ports(settings.base_port, j)[0]}",
-            f"{host}:{manager_ports(settings.base_port, j)[1]}",
-        )
-        for j in range(1, MANAGER_COUNT + 1)
-    )
+    peers = []
+    for j in range(1, MANAGER_COUNT + 1):
+        host = settings.host_of(f"manager-{j}")
+        http_port, raft_port = manager_ports(settings.base_port, j)
+        peers.append(Peer(j, f"{settings.scheme}://{host}:{http_port}", f"{host}:{raft_port}"))
+    return tuple(peers)
 
 
 def _manager(settings: ClusterSettings, python: str, i: int) -> NodeSpec:
-    host, name = settings.host, f"manager-{i}"
+    name = f"manager-{i}"
+    host = settings.host_of(name)
     http_port, raft_port = manager_ports(settings.base_port, i)
     body: dict[str, object] = {"role": "manager", "id": i, "host": host, "port": http_port}
     body.update(raft_port=raft_port, data_dir=str(settings.directory / name))
@@ -216,7 +232,8 @@ def _manager(settings: ClusterSettings, python: str, i: int) -> NodeSpec:
 
 
 def _broker(settings: ClusterSettings, python: str, i: int) -> NodeSpec:
-    host, name = settings.host, f"broker-{i}"
+    name = f"broker-{i}"
+    host = settings.host_of(name)
     http_port, raft_min, raft_max = broker_ports(settings.base_port, i)
     body: dict[str, object] = {"role": "broker", "id": i, "host": host, "port": http_port}
     body.update(raft_port_min=raft_min, raft_port_max=raft_max)
@@ -242,7 +259,7 @@ def _broker(settings: ClusterSettings, python: str, i: int) -> NodeSpec:
 
 def _load_balancer(settings: ClusterSettings, python: str) -> NodeSpec:
     managers = [peer.http_url for peer in _manager_peers(settings)]
-    body: dict[str, object] = {"role": "load_balancer", "host": settings.host}
+    body: dict[str, object] = {"role": "load_balancer", "host": settings.host_of(LB_NAME)}
     body.update(port=settings.base_port, managers=managers)
     data_dir, log_file, config_file, argv, text = _node(settings, python, LB_NAME, body)
     return NodeSpec(
@@ -283,6 +300,7 @@ def cluster_json(
         "limits": dict(settings.limits),
         "tls": settings.tls,
         "brokers": settings.brokers,
+        "hosts": list(settings.hosts),
         "nodes": [node.to_json(pids.get(node.name)) for node in nodes],
     }
     if settings.tls:
@@ -309,6 +327,9 @@ def parse_cluster_json(directory: Path, body: object) -> tuple[ClusterSettings, 
         raise LayoutError(f"{CLUSTER_FILE}: tls must be true or false")
     if not isinstance(brokers, int) or isinstance(brokers, bool):
         raise LayoutError(f"{CLUSTER_FILE}: brokers must be a number")
+    hosts = body.get("hosts", [])
+    if not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
+        raise LayoutError(f"{CLUSTER_FILE}: hosts must be a list of addresses")
     if not isinstance(host, str) or not isinstance(base_port, int):
         raise LayoutError(f"{CLUSTER_FILE} lacks host or base_port")
     if db_url is not None and not isinstance(db_url, str):
@@ -316,7 +337,14 @@ def parse_cluster_json(directory: Path, body: object) -> tuple[ClusterSettings, 
     if not isinstance(limits, dict) or not all(isinstance(v, str) for v in limits.values()):
         raise LayoutError(f"{CLUSTER_FILE}: limits must map names to strings")
     settings = ClusterSettings(
-        directory, host, base_port, db_url, tuple(sorted(limits.items())), tls, brokers
+        directory,
+        host,
+        base_port,
+        db_url,
+        tuple(sorted(limits.items())),
+        tls,
+        brokers,
+        tuple(hosts),
     )
     pids: dict[str, int] = {}
     nodes = body.get("nodes", [])

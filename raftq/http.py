@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import requests
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
-from protocol.access import AUTHORIZATION_HEADER
+from protocol.access import AUTHORIZATION_HEADER, NODE_HEADER
 from protocol.deadline import HEADER as DEADLINE_HEADER
 from protocol.errors import proves_nothing_done
 from raftq.client_limits import ClientLimits
@@ -112,10 +112,12 @@ class HttpTransport:
         sleep: Callable[[float], None] = time.sleep,
         api_key: str | None = None,
         tls_ca: str | None = None,
+        node_token: str | None = None,
     ) -> None:
         """``api_key`` goes with every request as ``Authorization: Bearer``. ``tls_ca``: the
         CA bundle (PEM) that ``https://`` servers' certificates are checked against (default:
-        the system's)."""
+        the system's). ``node_token``: act as a node (``X-RaftQ-Node``, from the cluster
+        secret): how the first admin key of a deployment is made."""
         self.url = url.rstrip("/")
         self._limits = limits
         self._rng = rng or random.Random()
@@ -126,11 +128,16 @@ class HttpTransport:
         self._verify: str | bool = tls_ca or True
         self._api_key = api_key
         self._tls_ca = tls_ca
+        self._node_token = node_token
         self._auth = {} if api_key is None else {AUTHORIZATION_HEADER: f"Bearer {api_key}"}
+        if node_token is not None:
+            self._auth[NODE_HEADER] = node_token
 
     def sibling(self, url: str, limits: ClientLimits) -> HttpTransport:
         """A transport of its own (connections, retries) to ``url`` with the same credentials."""
-        return HttpTransport(url, limits, api_key=self._api_key, tls_ca=self._tls_ca)
+        return HttpTransport(
+            url, limits, api_key=self._api_key, tls_ca=self._tls_ca, node_token=self._node_token
+        )
 
     def close(self) -> None:
         self._session.close()

@@ -24,12 +24,15 @@ the test suite; with the power-loss run's offset it stays below the ephemeral ra
 
 @contextlib.contextmanager
 def cluster_session(
-    directory: Path, base_port: int, log: Callable[[str], None] = print
+    directory: Path,
+    base_port: int,
+    log: Callable[[str], None] = print,
+    hosts: Sequence[str] | None = None,
 ) -> Iterator[LocalCluster]:
     """A running cluster in ``directory`` (emptied first); stopped, with any network fault
-    removed, however the block ends."""
+    removed, however the block ends. ``hosts``: one address per node (``--hosts``)."""
     shutil.rmtree(directory, ignore_errors=True)
-    cluster = LocalCluster(directory, base_port=base_port, progress=log)
+    cluster = LocalCluster(directory, base_port=base_port, hosts=hosts, progress=log)
     partitions_possible = available() is None
     try:
         if partitions_possible:

@@ -38,6 +38,7 @@ CLUSTER_BASE_PORTS = {
     "operations": 25000,
     "installed_client": 23500,
     "membership": 29400,
+    "multi_host": 23900,
 }
 """Every test module's cluster in one table, so no two blocks overlap (a socket of the
 previous module's cluster may still be in TIME_WAIT), all below the kernel's ephemeral range

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import time
 from collections.abc import Callable
 
@@ -55,10 +56,17 @@ def create_app(config: BrokerConfig) -> App:
     add_partition_routes(app, service, config.broker_id, config.limits)
     count_requests(app, metrics)
 
-    registration = Registration(config.managers_url, _announcement(config), config.limits, link)
+    registration = Registration(
+        config.managers_url, _announcement(config), config.limits, link, _stop_this_process
+    )
     registration.start()
     app.on_close(service.close)
     return app
+
+
+def _stop_this_process(_reason: str) -> None:
+    """As SIGTERM does: requests in progress finish, then the process exits."""
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _announcement(config: BrokerConfig) -> RegisterBroker:

@@ -1,15 +1,18 @@
 """``Registration``: announces this broker to the managers, at start and periodically.
 
 Thread: one daemon thread. ``POST /brokers`` is idempotent, so repeating it is harmless; it
-also re-registers the broker after the managers' registry was lost or rebuilt.
+also re-registers the broker after the managers' registry was lost or rebuilt. A refusal
+that repeating cannot cure (another live broker has this id) ends the announcements and is
+handed to ``on_refused``, which stops the broker.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
-from protocol.errors import RaftQError
+from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 from protocol.requests import RegisterBroker
 from runtime.http_client import JsonHttpClient, PeerLink
@@ -19,9 +22,15 @@ _log = logging.getLogger(__name__)
 
 class Registration:
     def __init__(
-        self, managers_url: str, announcement: RegisterBroker, limits: Limits, link: PeerLink
+        self,
+        managers_url: str,
+        announcement: RegisterBroker,
+        limits: Limits,
+        link: PeerLink,
+        on_refused: Callable[[str], None],
     ) -> None:
         self._url = f"{managers_url}/brokers"
+        self._on_refused = on_refused
         self._announcement = announcement
         self._limits = limits
         self._client = JsonHttpClient(limits, link)
@@ -43,6 +52,10 @@ class Registration:
                 self.registered.set()
                 wait_s = self._limits.broker_register_period_s
             except RaftQError as exc:
+                if exc.code is ErrorCode.ID_TAKEN:
+                    _log.critical("the managers refuse this broker: %s", exc.message)
+                    self._on_refused(exc.message)
+                    return
                 _log.info("registration with %s failed: %s", self._url, exc.message)
                 wait_s = retry_s
             self._stop.wait(wait_s)

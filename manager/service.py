@@ -360,6 +360,16 @@ class ManagerService:
         same = known is not None and known.same_registration(
             request.address, request.raft_host, request.raft_port_min, request.raft_port_max
         )
+        if known is not None and known.alive and known.address != request.address:
+            # Two processes with one id would share its replicas: the newcomer is refused
+            # (its broker stops), as Kafka refuses a broker id that is registered and live.
+            # A broker that moved host is accepted once its old address is held dead.
+            raise RaftQError(
+                ErrorCode.ID_TAKEN,
+                f"broker id {request.broker_id} is registered at {known.address} and alive; "
+                f"a second broker with this id (at {request.address}) is refused: give each "
+                "broker its own id (raftq node check), or stop the other one",
+            )
         if not same:
             outcome = self._raft.propose(
                 commands.RegisterBroker(

@@ -8,6 +8,7 @@ Re-replication of a dead broker's replicas and ``raftq broker remove`` are not b
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -31,6 +32,9 @@ from unit_tests.ports import CLUSTER_BASE_PORTS
 MESSAGES = 30
 WAIT_S = 60.0
 DEAD_AFTER_S = 4.0
+DUPLICATE_HTTP_PORT = 29490
+DUPLICATE_RAFT_PORT = 29491
+"""In the module's block, used by no node of its cluster."""
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +97,36 @@ def test_the_added_broker_is_held_dead_after_the_timeout_it_was_given(cluster: C
     wait_until(lambda: not _brokers(cluster)[4]["alive"], WAIT_S, "broker 4 to be held dead")
     cluster.up()
     wait_until(lambda: _brokers(cluster)[4]["alive"], WAIT_S, "broker 4 to be alive again")
+
+
+def test_a_second_broker_with_a_taken_id_is_refused_and_stops(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Two node files with one broker id (a copy-paste slip): the second broker to start
+    is refused by the managers, says why, and stops; the first keeps its id and address."""
+    original = cluster.node("broker-2")
+    text = Path(original["config_file"]).read_text()
+    port = str(original["http_address"]).rsplit(":", 1)[1]
+    copy = text.replace(f"port = {port}", f"port = {DUPLICATE_HTTP_PORT}")
+    copy = copy.replace(str(original["data_dir"]), str(tmp_path / "copy"))
+    copy = re.sub(r"raft_port_min = \d+", f"raft_port_min = {DUPLICATE_RAFT_PORT}", copy)
+    copy = re.sub(r"raft_port_max = \d+", f"raft_port_max = {DUPLICATE_RAFT_PORT}", copy)
+    node_file = tmp_path / "broker-2-copy.toml"
+    node_file.write_text(copy)
+    log_path = tmp_path / "copy.log"
+    with log_path.open("wb") as log:
+        copy_process = subprocess.Popen(
+            [sys.executable, "-m", "raftq.cli", "node", "run", "--config", str(node_file)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            copy_process.wait(timeout=WAIT_S)
+        finally:
+            copy_process.kill()
+    said = log_path.read_text()
+    assert f"broker id 2 is registered at {original['http_address']} and alive" in said, said
+    assert _brokers(cluster)[2]["address"] == original["http_address"]
 
 
 def test_a_restarted_cluster_starts_the_added_broker_too(cluster: Cluster) -> None:

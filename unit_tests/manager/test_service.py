@@ -104,6 +104,22 @@ def test_register_broker_again_proposes_nothing(
     assert registry.commands == before
 
 
+def test_a_second_broker_with_a_live_brokers_id_is_refused(
+    setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter],
+) -> None:
+    registry, _, service, _ = setup
+    before = list(registry.commands)
+    elsewhere = RegisterBroker(BrokerId(2), "http://b9", "h9", 9000, 9099)
+    with pytest.raises(RaftQError) as refused:
+        service.register_broker(elsewhere)
+    assert refused.value.code is ErrorCode.ID_TAKEN
+    assert "broker id 2 is registered at http://b2 and alive" in refused.value.message
+    assert registry.commands == before  # nothing stored changed
+    # Once the managers hold the old one dead, the id may move (a broker that moved host).
+    registry.propose(SetBrokerAlive(BrokerId(2), False))
+    assert service.register_broker(elsewhere) == ({"broker_id": 2}, 201)
+
+
 def test_create_topic_records_then_hosts_then_finishes(
     setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter],
 ) -> None:

@@ -110,7 +110,9 @@ class Admin:
         """A new API key (``admin``, ``producer`` or ``consumer``; the latter two for
         ``topics``: names, ``prefix*`` or ``*``). Not retried once sent: a repeat would
         make a second key (the first, never seen, can be revoked from ``list_keys``)."""
-        body = {"role": role, "topics": list(topics), "name": name}
+        body: dict[str, object] = {"role": role, "topics": list(topics)}
+        if name:  # optional; the managers refuse an empty one
+            body["name"] = name
         return parse_new_key(self._http.call("POST", "/keys", body=body, idempotent=False))
 
     def list_keys(self) -> list[KeyInfo]:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from flask import Flask, Response, jsonify, request
 from werkzeug.serving import make_server
 
+from protocol.access import NODE_HEADER
+
 Handler = Callable[[dict[str, object]], tuple[int, object]]
 
 
@@ -29,6 +31,8 @@ class Received:
     path: str
     params: dict[str, object]
     authorization: str | None = None
+    node_token: str | None = None
+    """The ``X-RaftQ-Node`` header, if any."""
 
 
 class FakeService:
@@ -59,6 +63,9 @@ class FakeService:
         """Every ``Authorization`` header received (``None``: a request without one)."""
         return {r.authorization for r in self.received}
 
+    def node_tokens(self, method: str, path: str) -> list[str | None]:
+        return [r.node_token for r in self.received if (r.method, r.path) == (method, path)]
+
     def calls(self, method: str, path: str) -> list[dict[str, object]]:
         return [r.params for r in self.received if (r.method, r.path) == (method, path)]
 
@@ -73,7 +80,8 @@ class FakeService:
         key = (request.method, "/" + path)
         with self._lock:
             authorization = request.headers.get("Authorization")
-            self.received.append(Received(request.method, "/" + path, params, authorization))
+            node = request.headers.get(NODE_HEADER)
+            self.received.append(Received(request.method, "/" + path, params, authorization, node))
             queue = self.scripts.get(key)
             reply = queue.popleft() if queue else None
         if reply is None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from protocol.access import node_token
 from raftq.cli import DEFAULT_DIR, Context, UsageError, build_parser, main, resolve_url, run
 from raftq.client_limits import ClientLimits
 from raftq.cluster_layout import ClusterSettings, plan_nodes
@@ -259,6 +260,30 @@ def test_key_commands(service: FakeService) -> None:
     assert _run(["key", "list", "--url", service.url])[1] == "0123456789ab\tproducer\tt\tn\n"
     assert _run(["key", "revoke", "0123456789ab", "--url", service.url])[0] == 0
     assert service.calls("POST", "/keys/revoke") == [{"key_id": "0123456789ab"}]
+
+
+def test_the_first_admin_key_is_asked_for_as_a_node_and_without_a_name(
+    service: FakeService, tmp_path: Path
+) -> None:
+    service.default("POST", "/keys", lambda p: (201, {"key": "rq_first", **_ADMIN_KEY_INFO}))
+    secret = tmp_path / "secret"
+    secret.write_text("s" * 64 + "\n")
+    argv = ["key", "create", "--role", "admin", "--secret-file", str(secret), "--url", service.url]
+    out, err = io.StringIO(), io.StringIO()
+    context = Context(None, None, None, io.StringIO(), out, err)  # no API key anywhere
+    assert run(build_parser().parse_args(argv), context) == 0, err.getvalue()
+    assert out.getvalue() == "rq_first\n"
+    assert service.calls("POST", "/keys") == [{"role": "admin", "topics": []}]  # no empty name
+    assert service.node_tokens("POST", "/keys") == [node_token("s" * 64)]
+
+
+_ADMIN_KEY_INFO = {
+    "key_id": "0123456789ab",
+    "role": "admin",
+    "topics": [],
+    "name": "",
+    "created_ms": 1,
+}
 
 
 def test_status_of_a_directory_without_a_cluster(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from manager.app import create_app
 from manager.config import ManagerConfig, parse_peers
+from manager.peer_check import check_peers_agree
 from runtime.command_line import (
     ServeOptions,
     add_limit_option,
@@ -17,6 +18,7 @@ from runtime.command_line import (
     read_secret,
     run_server,
 )
+from runtime.http_client import JsonHttpClient, PeerLink
 from runtime.tls import add_tls_options, tls_from
 
 
@@ -53,12 +55,18 @@ def config_from_args(argv: list[str]) -> ManagerConfig:
 
 def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s manager %(levelname)s %(message)s")
-    return run_server(
-        "manager",
-        lambda: config_from_args(expand_config("manager", argv)),
-        create_app,
-        _serve_options,
-    )
+    return run_server("manager", lambda: _checked(argv), create_app, _serve_options)
+
+
+def _checked(argv: list[str]) -> ManagerConfig:
+    """The config, once the peers that answer agree on who the managers are."""
+    config = config_from_args(expand_config("manager", argv))
+    client = JsonHttpClient(config.limits, PeerLink.of(config.secret, config.tls))
+    try:
+        check_peers_agree(config, client)
+    finally:
+        client.close()
+    return config
 
 
 def _serve_options(config: ManagerConfig) -> ServeOptions:

@@ -9,6 +9,7 @@ from dataclasses import replace
 from importlib import metadata
 
 from manager.config import ManagerConfig, Peer
+from manager.peer_check import peer_list
 from manager.replicated import ReplicatedRegistry
 from manager.service import ManagerService
 from protocol.errors import RaftQError
@@ -66,6 +67,7 @@ class ClusterView:
             "commit_index": status.commit_index,
             "last_applied": status.last_applied,
             "partners": self._config.partner_raft_addresses,
+            "peers": peer_list(self._config.peers),
             "has_quorum": status.has_quorum,
             "uptime_s": int(time.monotonic() - self._started_s),
             "version": self._version,

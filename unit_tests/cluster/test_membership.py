@@ -129,6 +129,36 @@ def test_a_second_broker_with_a_taken_id_is_refused_and_stops(
     assert _brokers(cluster)[2]["address"] == original["http_address"]
 
 
+def test_a_manager_whose_peers_differ_from_the_running_ones_refuses_to_start(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """A manager file whose [[peers]] name another manager 1 (say, a host that was
+    replaced in one file only) must not join: it says which peer disagrees and exits."""
+    manager_1 = cluster.node("manager-1")
+    old_http, old_raft = str(manager_1["http_address"]), str(manager_1["raft_address"])
+    new_http = f"http://127.0.0.1:{DUPLICATE_HTTP_PORT}"
+    new_raft = f"127.0.0.1:{DUPLICATE_RAFT_PORT}"
+    text = Path(manager_1["config_file"]).read_text().replace(old_http, new_http)
+    text = text.replace(old_raft, new_raft)
+    text = text.replace(f"port = {old_http.rsplit(':', 1)[1]}", f"port = {DUPLICATE_HTTP_PORT}")
+    text = text.replace(
+        f"raft_port = {old_raft.rsplit(':', 1)[1]}", f"raft_port = {DUPLICATE_RAFT_PORT}"
+    )
+    text = text.replace(str(manager_1["data_dir"]), str(tmp_path / "other-manager"))
+    node_file = tmp_path / "manager-elsewhere.toml"
+    node_file.write_text(text)
+    done = subprocess.run(
+        [sys.executable, "-m", "raftq.cli", "node", "run", "--config", str(node_file)],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        check=False,
+    )
+    assert done.returncode == 2, done
+    assert "lists other managers than this one" in done.stderr, done.stderr
+    assert "every manager's file must list the same [[peers]]" in done.stderr
+
+
 def test_a_restarted_cluster_starts_the_added_broker_too(cluster: Cluster) -> None:
     cluster.down()
     cluster.up()  # cluster.json says four brokers; up waits until all four are alive

@@ -1,0 +1,42 @@
+"""At start: this manager's peer list against those of the managers that answer.
+
+Managers started from files whose ``[[peers]]`` differ could each count a different majority
+(issue 11): a manager refuses to start when a running peer lists other managers than it does.
+A peer that does not answer yet is skipped: it makes the same check when it starts. One
+bounded call per peer (``http_connect_timeout_s`` plus ``http_timeout_s`` at most), before
+the manager binds its port or starts its Raft node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from manager.config import ConfigError, ManagerConfig, Peer
+from protocol.errors import RaftQError
+from runtime.http_client import JsonHttpClient
+
+
+def peer_list(peers: Sequence[Peer]) -> list[str]:
+    """The peers as ``/raft_status`` shows them to nodes: ``id=http_url@raft_address``,
+    sorted, so two managers' lists compare as they are."""
+    return sorted(f"{p.manager_id}={p.http_url}@{p.raft_address}" for p in peers)
+
+
+def check_peers_agree(config: ManagerConfig, client: JsonHttpClient) -> None:
+    """Raise ``ConfigError`` naming both lists when a peer that answers lists others."""
+    ours = peer_list(config.peers)
+    for peer in config.peers:
+        if peer.manager_id == config.manager_id:
+            continue
+        try:
+            answer = client.call("GET", f"{peer.http_url}/raft_status", idempotent=True)
+        except RaftQError:
+            continue  # not running yet
+        body = answer.body if answer.status == 200 else None
+        theirs = body.get("peers") if isinstance(body, dict) else None
+        if isinstance(theirs, list) and sorted(map(str, theirs)) != ours:
+            raise ConfigError(
+                f"manager {peer.manager_id} ({peer.http_url}) lists other managers than this "
+                f"one: there {sorted(map(str, theirs))}, here {ours}; every manager's file "
+                "must list the same [[peers]] (raftq node check)"
+            )

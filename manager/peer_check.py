@@ -3,8 +3,8 @@
 Managers started from files whose ``[[peers]]`` differ could each count a different majority
 (issue 11): a manager refuses to start when a running peer lists other managers than it does.
 A peer that does not answer yet is skipped: it makes the same check when it starts. One
-bounded call per peer (``http_connect_timeout_s`` plus ``http_timeout_s`` at most), before
-the manager binds its port or starts its Raft node.
+call per peer, bounded by ``manager_peer_check_timeout_s`` (a refused connection is tried
+``http_retries_max`` times, briefly), before the manager binds its port or starts Raft.
 """
 
 from __future__ import annotations
@@ -29,7 +29,12 @@ def check_peers_agree(config: ManagerConfig, client: JsonHttpClient) -> None:
         if peer.manager_id == config.manager_id:
             continue
         try:
-            answer = client.call("GET", f"{peer.http_url}/raft_status", idempotent=True)
+            # Not idempotent: a peer that does not answer in time is not asked again.
+            answer = client.call(
+                "GET",
+                f"{peer.http_url}/raft_status",
+                timeout_s=config.limits.manager_peer_check_timeout_s,
+            )
         except RaftQError:
             continue  # not running yet
         body = answer.body if answer.status == 200 else None

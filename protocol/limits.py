@@ -183,6 +183,9 @@ class Limits:
     """Taken off the budget (``protocol.deadline``) a hop sends onward, so the callee gives up
     a little before its caller does and its answer still arrives."""
     http_connect_timeout_s: float = 1.0
+    manager_peer_check_timeout_s: float = 1.0
+    """A starting manager waits this long for each peer's peer list (``manager/peer_check``);
+    a paused peer delays the start by this much and is skipped."""
     http_connections_max: int = 512
     """Connections one node serves at once (a thread each); one more is answered 503 REFUSED."""
     http_header_bytes_max: int = 64 * 1024

@@ -102,11 +102,31 @@ ensure_packages() {
     echo "$wanted" > "$STAMP"
 }
 
+EXECUTOR_VENV=.venv-spark-executor
+EXECUTOR_STAMP="$EXECUTOR_VENV/.raftq-install-stamp"
+
+# A Python as a Spark cluster's executors have it: the client's and the data source's
+# third-party packages, not RaftQ (the Spark standalone test ships RaftQ with --py-files).
+ensure_executor_venv() {
+    local wanted
+    wanted="$(cat requirements-client.txt requirements-spark-executor.txt | sha256sum)"
+    if [ -f "$EXECUTOR_STAMP" ] && [ "$(cat "$EXECUTOR_STAMP")" = "$wanted" ]; then
+        return
+    fi
+    log "creating $EXECUTOR_VENV (a Spark executor's Python, without RaftQ)"
+    rm -rf "$EXECUTOR_VENV"
+    "$PYTHON" -m venv "$EXECUTOR_VENV"
+    "$EXECUTOR_VENV/bin/python" -m pip install --disable-pip-version-check -q \
+        -r requirements-client.txt -r requirements-spark-executor.txt
+    echo "$wanted" > "$EXECUTOR_STAMP"
+}
+
 ensure_python
 ensure "a Java runtime (17 or newer, for PySpark)" java_usable default-jre-headless
 ensure "libfuse 2 and fusermount (stress_tests/powercut)" libfuse_usable libfuse2 fuse3
 ensure "headless chromium (the dashboard's test)" chromium_usable chromium
 ensure_venv
 ensure_packages
+ensure_executor_venv
 [ -x "$VENV/bin/raftq" ] || die "$VENV/bin/raftq is missing after installation"
 log "ready: $VENV/bin/raftq"

@@ -39,12 +39,14 @@ CLUSTER_BASE_PORTS = {
     "installed_client": 23500,
     "membership": 29400,
     "multi_host": 23900,
+    "spark_standalone": 25800,
 }
 """Every test module's cluster in one table, so no two blocks overlap (a socket of the
 previous module's cluster may still be in TIME_WAIT), all below the kernel's ephemeral range
 (32768-60999: an outgoing connection's local port there could take a listening port) and
 clear of the system services' ports (PostgreSQL, NATS, RabbitMQ, Redis, MariaDB) and of the
-benchmark's defaults. ``unit_tests/test_ports.py`` checks it."""
+benchmark's defaults. ``unit_tests/test_ports.py`` checks it. The Spark standalone test's
+master, workers and driver use 30800-30821."""
 
 CLUSTER_BROKER_COUNTS = {"membership": 4}
 """Modules whose cluster has more brokers than the default three: their block is longer."""

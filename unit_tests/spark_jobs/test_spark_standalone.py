@@ -4,7 +4,9 @@ lacks RaftQ (``.venv-spark-executor``, made by scripts/setup.sh: the client's an
 source's third-party packages only). RaftQ reaches them as users ship it: the zip of
 ``python -m spark_jobs.package`` given to ``spark-submit --py-files``. ``bulk_produce`` and
 ``bulk_consume`` run through ``spark-submit --master spark://...``; the Parquet output holds
-every produced message exactly once.
+every produced message exactly once. A Structured Streaming query (raftq -> raftq, values
+upper-cased) whose driver is killed (kill -9 of spark-submit's process group) and started
+again on the same checkpoint leaves each input in the output topic exactly once.
 """
 
 from __future__ import annotations
@@ -22,9 +24,16 @@ import pyspark
 import pytest
 import requests
 
+from raftq.admin import Admin
+from raftq.producer import Producer
 from spark_jobs.package import build
 from stress_tests.polling import poll_until
-from unit_tests.cluster.client_ops import create_topic
+from unit_tests.cluster.client_ops import (
+    create_topic,
+    partition_brokers,
+    partition_leader,
+    read_replica,
+)
 from unit_tests.cluster.harness import Cluster, running_cluster
 from unit_tests.ports import CLUSTER_BASE_PORTS
 
@@ -35,6 +44,10 @@ MASTER_PORT, MASTER_UI_PORT = 30800, 30801
 WORKER_PORTS = ((30810, 30811), (30812, 30813))
 DRIVER_PORT, BLOCK_MANAGER_PORT = 30820, 30821
 MESSAGES = 400
+STREAM_MESSAGES = 500
+FIRST_PART = 300
+KILL_AFTER = 100
+STREAM_WAIT_S = 180.0
 START_WAIT_S = 120.0
 SUBMIT_TIMEOUT_S = 300
 SPARK_ENV = {
@@ -126,7 +139,21 @@ def shipped(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _submit(master: str, shipped: Path, app: Path, *args: str) -> str:
     """``spark-submit`` of ``app`` to the standalone master; its output (stdout and stderr)."""
-    argv = [
+    done = subprocess.run(
+        _submit_argv(master, shipped, app, *args),
+        env={**os.environ, **SPARK_ENV},
+        cwd=shipped.parent,  # not the repository: nothing of RaftQ on the path but the zip
+        capture_output=True,
+        text=True,
+        timeout=SUBMIT_TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 0, f"spark-submit {app.name} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout + done.stderr
+
+
+def _submit_argv(master: str, shipped: Path, app: Path, *args: str) -> list[str]:
+    return [
         str(SPARK_HOME / "bin" / "spark-submit"), "--master", master,
         "--py-files", str(shipped),
         "--conf", f"spark.pyspark.python={EXECUTOR_PYTHON}",
@@ -137,17 +164,6 @@ def _submit(master: str, shipped: Path, app: Path, *args: str) -> str:
         "--conf", "spark.cores.max=2",
         str(app), *args,
     ]  # fmt: skip
-    done = subprocess.run(
-        argv,
-        env={**os.environ, **SPARK_ENV},
-        cwd=shipped.parent,  # not the repository: nothing of RaftQ on the path but the zip
-        capture_output=True,
-        text=True,
-        timeout=SUBMIT_TIMEOUT_S,
-        check=False,
-    )
-    assert done.returncode == 0, f"spark-submit {app.name} failed:\n{done.stdout}\n{done.stderr}"
-    return done.stdout + done.stderr
 
 
 def test_the_executors_python_lacks_raftq_and_takes_it_from_the_zip(
@@ -189,3 +205,69 @@ def test_bulk_produce_then_bulk_consume_through_spark_submit_exactly_once(
     assert f"bulk_consume: run 1: {MESSAGES} rows" in consumed, consumed
     read = pq.read_table(output / "run=000001").column("value").to_pylist()
     assert sorted(read) == sorted(values)  # every message, each once
+
+
+def _stream(master: str, shipped: Path, log: Path, *args: str) -> subprocess.Popen[bytes]:
+    """The streaming app's driver (spark-submit), in a process group of its own."""
+    app = ROOT / "unit_tests" / "spark_jobs" / "standalone_stream.py"
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            _submit_argv(master, shipped, app, *args),
+            # The driver's own Python workers (they plan a streaming source) do not get
+            # --py-files on their path; they inherit the driver's PYTHONPATH.
+            env={**os.environ, **SPARK_ENV, "PYTHONPATH": str(shipped)},
+            cwd=shipped.parent,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def _total(cluster: Cluster, topic: str) -> int:
+    with Admin(cluster.lb_url, api_key=cluster.admin_key) as admin:
+        return sum(admin.end_offsets(topic).values())
+
+
+def _values(cluster: Cluster, topic: str) -> list[str]:
+    """Every message of ``topic``, read by offset from each partition's leader."""
+    values = []
+    for partition_id in partition_brokers(cluster, topic):
+        leader = partition_leader(cluster, topic, partition_id)
+        values += [e.value for e in read_replica(cluster, leader, topic, partition_id)]
+    return values
+
+
+def test_a_streaming_query_survives_a_kill_of_its_driver_without_duplicates(
+    raftq_cluster: Cluster, master: str, shipped: Path, tmp_path: Path
+) -> None:
+    cluster = raftq_cluster
+    create_topic(cluster, "stream-in", 2)
+    create_topic(cluster, "stream-out", 2)
+    sent = [f"event-{i}" for i in range(STREAM_MESSAGES)]
+    with Producer(cluster.lb_url, "stream-in", api_key=cluster.admin_key) as producer:
+        producer.produce_batch([(v, f"k{i % 7}") for i, v in enumerate(sent[:FIRST_PART])])
+    args = (cluster.lb_url, cluster.admin_key, "stream-in", "stream-out", str(tmp_path / "ck"))
+    log = tmp_path / "driver.log"
+    driver = _stream(master, shipped, log, *args)
+    try:
+        # Killed with a few micro-batches done, most of the input still to go.
+        poll_until(
+            lambda: _total(cluster, "stream-out") >= KILL_AFTER,
+            STREAM_WAIT_S,
+            f"{KILL_AFTER} transformed messages before the kill ({log})",
+        )
+    finally:
+        with_group_killed(driver)
+    with Producer(cluster.lb_url, "stream-in", api_key=cluster.admin_key) as producer:
+        producer.produce_batch([(v, f"k{i % 7}") for i, v in enumerate(sent[FIRST_PART:])])
+    driver = _stream(master, shipped, log, *args)  # the same checkpoint
+    try:
+        poll_until(
+            lambda: _total(cluster, "stream-out") >= STREAM_MESSAGES,
+            STREAM_WAIT_S,
+            f"all {STREAM_MESSAGES} transformed messages after the restart ({log})",
+        )
+    finally:
+        with_group_killed(driver)
+    # Each input once, transformed: none lost at the kill, none written twice by the replay.
+    assert sorted(_values(cluster, "stream-out")) == sorted(v.upper() for v in sent)

@@ -223,7 +223,7 @@ class LocalCluster:
         from raftq.local_tls import TlsMaterial, ensure_certificates  # noqa: PLC0415
 
         material = TlsMaterial(settings.tls_ca_file, settings.tls_cert_file, settings.tls_key_file)
-        if ensure_certificates(settings.host, material):
+        if ensure_certificates(settings.hosts or (settings.host,), material):
             self._progress(f"TLS: made a CA for this cluster, {settings.tls_ca_file}")
 
     def start_node(self, name: str, extra_args: Sequence[str] = ()) -> int:

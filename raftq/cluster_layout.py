@@ -75,8 +75,6 @@ class ClusterSettings:
                 f"--hosts needs {1 + MANAGER_COUNT + self.brokers} addresses (load balancer, "
                 f"{MANAGER_COUNT} managers, {self.brokers} brokers), got {len(self.hosts)}"
             )
-        if self.hosts and self.tls:
-            raise LayoutError("--tls and --hosts do not go together yet (one certificate host)")
         return self
 
     def host_of(self, name: str) -> str:

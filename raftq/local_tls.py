@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,14 +36,15 @@ class TlsMaterial:
     key_file: Path
 
 
-def ensure_certificates(host: str, material: TlsMaterial) -> bool:
-    """Make the CA and the nodes' certificate for ``host`` unless the three files exist
+def ensure_certificates(hosts: Sequence[str], material: TlsMaterial) -> bool:
+    """Make the CA and the nodes' certificate for ``hosts`` (every address a node of the
+    cluster binds: one, or one per node with ``--hosts``) unless the three files exist
     (a restarted cluster keeps them). The keys are mode 0600; the CA's key is not kept:
     nothing more is ever signed. True if they were made now."""
     files = (material.ca_file, material.cert_file, material.key_file)
     if all(path.exists() for path in files):
         return False
-    ca_pem, cert_pem, key_pem = _make(host)
+    ca_pem, cert_pem, key_pem = _make(hosts)
     make_directories(material.ca_file.parent)
     write_atomically(material.key_file, key_pem, 0o600)
     write_atomically(material.cert_file, cert_pem, 0o644)
@@ -50,7 +52,7 @@ def ensure_certificates(host: str, material: TlsMaterial) -> bool:
     return True
 
 
-def _make(host: str) -> tuple[bytes, bytes, bytes]:
+def _make(hosts: Sequence[str]) -> tuple[bytes, bytes, bytes]:
     """PEM of (CA certificate, node certificate, node key)."""
 
     now = datetime.datetime.now(datetime.UTC)
@@ -87,13 +89,13 @@ def _make(host: str) -> tuple[bytes, bytes, bytes]:
     node_key = rsa.generate_private_key(public_exponent=65537, key_size=_KEY_BITS)
     node = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)]))
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
         .issuer_name(ca_name)
         .public_key(node_key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=VALID_DAYS))
-        .add_extension(x509.SubjectAlternativeName(_names(host)), critical=False)
+        .add_extension(x509.SubjectAlternativeName(_names(hosts)), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
             x509.ExtendedKeyUsage(
@@ -114,12 +116,11 @@ def _make(host: str) -> tuple[bytes, bytes, bytes]:
     return ca.public_bytes(pem), node.public_bytes(pem), key_pem
 
 
-def _names(host: str) -> list[x509.GeneralName]:
+def _names(hosts: Sequence[str]) -> list[x509.GeneralName]:
     names: list[x509.GeneralName] = [x509.DNSName("localhost")]
-    try:
-        names.append(x509.IPAddress(ipaddress.ip_address(host)))
-    except ValueError:
-        names.append(x509.DNSName(host))
-    if host != "127.0.0.1":
-        names.append(x509.IPAddress(ipaddress.ip_address("127.0.0.1")))
+    for host in dict.fromkeys([*hosts, "127.0.0.1"]):  # in order, once each
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            names.append(x509.DNSName(host))
     return names

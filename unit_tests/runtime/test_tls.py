@@ -15,6 +15,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from cryptography import x509
 
 from protocol.access import Action
 from protocol.limits import Limits
@@ -44,7 +45,7 @@ def certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
     def made(name: str) -> TlsMaterial:
         root = tmp_path_factory.mktemp(name)
         material = TlsMaterial(root / "ca.pem", root / "node.pem", root / "node-key.pem")
-        assert ensure_certificates("127.0.0.1", material)
+        assert ensure_certificates(["127.0.0.1"], material)
         return material
 
     return Certificates(made("ours"), made("stranger"))
@@ -190,3 +191,14 @@ def test_unusable_tls_files_are_refused_at_start(
         tls_from(_args(tmp_path / "missing.pem", ours.key_file, None))
     with pytest.raises(ValueError, match="cannot use --tls-ca"):
         tls_from(_args(None, None, tmp_path / "missing-ca.pem"))
+
+
+def test_a_cluster_on_several_hosts_gets_one_certificate_naming_each(tmp_path: Path) -> None:
+    material = TlsMaterial(tmp_path / "ca.pem", tmp_path / "node.pem", tmp_path / "key.pem")
+    assert ensure_certificates(["127.0.0.2", "127.0.0.3", "queue.example"], material)
+    cert = x509.load_pem_x509_certificate(material.cert_file.read_bytes())
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    addresses = {str(a) for a in names.get_values_for_type(x509.IPAddress)}
+    assert addresses == {"127.0.0.2", "127.0.0.3", "127.0.0.1"}
+    assert set(names.get_values_for_type(x509.DNSName)) == {"localhost", "queue.example"}
+    assert not ensure_certificates(["127.0.0.9"], material)  # made once; a restart keeps them

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from manager.app import create_app
@@ -61,7 +62,9 @@ def main(argv: list[str]) -> int:
 def _checked(argv: list[str]) -> ManagerConfig:
     """The config, once the peers that answer agree on who the managers are."""
     config = config_from_args(expand_config("manager", argv))
-    client = JsonHttpClient(config.limits, PeerLink.of(config.secret, config.tls))
+    # One attempt per peer: a peer that is not listening yet is skipped at once.
+    once = replace(config.limits, http_retries_max=1)
+    client = JsonHttpClient(once, PeerLink.of(config.secret, config.tls))
     try:
         check_peers_agree(config, client)
     finally:

@@ -3,8 +3,9 @@
 Managers started from files whose ``[[peers]]`` differ could each count a different majority
 (issue 11): a manager refuses to start when a running peer lists other managers than it does.
 A peer that does not answer yet is skipped: it makes the same check when it starts. One
-call per peer, bounded by ``manager_peer_check_timeout_s`` (a refused connection is tried
-``http_retries_max`` times, briefly), before the manager binds its port or starts Raft.
+attempt per peer (the caller's client makes one), bounded by ``manager_peer_check_timeout_s``,
+before the manager binds its port or starts Raft: a peer that is down costs nothing, a
+paused one that much.
 """
 
 from __future__ import annotations

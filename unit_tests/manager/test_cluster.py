@@ -6,6 +6,7 @@ The tests of this module run in order and share one cluster; the failover test c
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -99,6 +100,13 @@ def _leader(managers: list[Manager], wait_s: float = ELECTION_WAIT_S) -> Manager
     raise AssertionError(f"no manager leader within {wait_s} s\n{logs}")
 
 
+def _answers(manager: Manager) -> bool:
+    try:
+        return _get(f"{manager.url}/", timeout_s=REQUEST_WAIT_S)[0] == 200
+    except requests.RequestException:
+        return False
+
+
 @pytest.fixture(scope="module")
 def managers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Manager]]:
     root = tmp_path_factory.mktemp("managers")
@@ -117,6 +125,8 @@ def managers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Manager]
     try:
         for manager in cluster:
             manager.start()
+        for manager in cluster:  # each checks its peers before it listens (peer_check)
+            poll_until(functools.partial(_answers, manager), ELECTION_WAIT_S, manager.url)
         yield cluster
     finally:
         for manager in cluster:

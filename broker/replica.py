@@ -25,6 +25,12 @@ class HostedReplica:
         self.flusher = Flusher(self.partition, store, limits, peer_read)
         self.flusher.start()
 
+    def respec(self, spec: ReplicaSpec) -> None:
+        """The partition's replicas changed (re-replication); the flusher reads the spec
+        from the partition, so its peer copies ask the new replicas."""
+        self.spec = spec
+        self.partition.respec(spec)
+
     def close(self) -> None:
         self.flusher.stop()
         self.partition.close()

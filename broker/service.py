@@ -25,6 +25,7 @@ from protocol.types import (
     Offset,
     PartitionId,
     RaftRole,
+    ReplicaId,
     ReplicaSpec,
     StoredMessage,
 )
@@ -107,6 +108,32 @@ class BrokerService:
             self._store.save_replica(spec)
             self._replicas[(spec.topic, spec.partition_id)] = self._make_replica(spec)
             return True
+
+    def replace_member(self, spec: ReplicaSpec, slot: ReplicaId, removed: str) -> dict[str, object]:
+        """Re-replication, on every live replica of the partition: keep ``spec`` (the
+        partition's replicas, replica ``slot`` now a new one in place of the one at Raft
+        address ``removed``) for restarts, and on the leader make the Raft group's members
+        match it (``PartitionConsensus.replace_member``). Idempotent: the manager repeats
+        it until the leader answers ``"members_match": true``."""
+        replica = self._replica(spec.topic, spec.partition_id)
+        mine = (replica.spec.replica_id, replica.spec.raft_address)
+        if mine != (spec.replica_id, spec.raft_address) or slot == spec.replica_id:
+            raise RaftQError(
+                ErrorCode.INVALID_FIELD,
+                f"{replica.partition.name} is replica {mine[0]} at {mine[1]}: the request "
+                f"names replica {spec.replica_id} at {spec.raft_address} and moves {slot}",
+            )
+        if replica.spec != spec:
+            self._store.update_replica(spec)
+            replica.respec(spec)
+        leads = replica.partition.status().role is RaftRole.LEADER
+        matched = replica.partition.replace_member(removed, slot) if leads else False
+        return {
+            "topic": spec.topic,
+            "partition_id": spec.partition_id,
+            "leader": leads,
+            "members_match": matched,
+        }
 
     def statuses(self) -> list[ReplicaStatus]:
         with self._lock:

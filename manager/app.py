@@ -23,6 +23,7 @@ from manager.leader_duties import LeaderDuties
 from manager.log_router import LogRouter
 from manager.raft import ManagerRaft
 from manager.registry.state import ManagerState
+from manager.replica_mover import ReplicaMover
 from manager.service import ManagerService
 from protocol.errors import ErrorCode, RaftQError
 from protocol.openapi import Node, api_document
@@ -71,7 +72,8 @@ def create_app(config: ManagerConfig) -> App:
     keys.add_routes(app, service, limits)
     logs.add_routes(app, router, limits)
 
-    LeaderDuties(limits, raft, service, broker_client, monitor, poll_executor).start()
+    mover = ReplicaMover(limits, raft, broker_client, monitor)
+    LeaderDuties(limits, raft, service, broker_client, monitor, poll_executor, mover).start()
     return app
 
 
@@ -119,10 +121,11 @@ def _metrics(raft: ManagerRaft) -> Metrics:
 
 
 def _under_replicated(state: ManagerState) -> int:
-    """Partitions with a replica on a broker the managers hold dead."""
+    """Partitions with a replica on a broker the managers hold dead, or moving to a new
+    broker (re-replication: the new replica has not caught up yet)."""
     dead = {b.broker_id for b in state.brokers.all() if not b.alive}
     return sum(
-        any(r.broker_id in dead for r in partition.replicas)
+        partition.moving is not None or any(r.broker_id in dead for r in partition.replicas)
         for topic in state.topics.all()
         for partition in topic.partitions
     )

@@ -46,6 +46,16 @@ class BrokerClient:
             raise RaftQError(ErrorCode.UNAVAILABLE, f"{address}/partitions: malformed answer")
         return [item for item in items if isinstance(item, dict)]
 
+    def replace_member(
+        self, address: str, spec: ReplicaSpec, moved_replica_id: int, removed: str
+    ) -> dict[str, object]:
+        """Re-replication at one live replica's broker (``POST /partitions/members``): its
+        answer says whether that replica leads and, if so, whether the Raft group's members
+        now match ``spec``. Raises ``RaftQError``."""
+        body = {"spec": spec.to_json(), "moved_replica_id": moved_replica_id, "removed": removed}
+        answer = self._http.call_ok("POST", f"{address}/partitions/members", body, idempotent=True)
+        return answer if isinstance(answer, dict) else {}
+
     def transfer_leadership(
         self, address: str, topic: str, partition_id: int, raft_address: str
     ) -> None:

@@ -78,6 +78,13 @@ class BrokerMonitor:
             last = self._last_seen_s.get(broker_id)
         return last is not None and now_s - last > self._dead_after_s
 
+    def silent_for_s(self, broker_id: BrokerId, now_s: float) -> float:
+        """How long the broker has not answered (0 while it answers, or unknown)."""
+        with self._lock:
+            last = self._last_seen_s.get(broker_id)
+            silent = broker_id in self._silent
+        return now_s - last if silent and last is not None else 0.0
+
     def silent(self) -> frozenset[BrokerId]:
         with self._lock:
             return frozenset(self._silent)

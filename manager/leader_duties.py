@@ -3,8 +3,9 @@
 Every ``broker_poll_period_s`` it polls each registered broker's ``GET /partitions`` (the
 heartbeat, and who leads each partition) into the ``BrokerMonitor``, and proposes
 ``set_broker_alive`` only when a broker's liveness changes. Every ``reconcile_period_s`` it
-resumes half-done topic operations and forgets client registrations whose lease ran out
-(``client_idle_expiry_s``). Every ``leader_balance_period_s`` it asks for one leadership
+resumes half-done topic operations, forgets client registrations whose lease ran out
+(``client_idle_expiry_s``) and moves the replicas of brokers dead for good
+(``ReplicaMover``). Every ``leader_balance_period_s`` it asks for one leadership
 transfer when brokers lead unevenly (``leader_balance``). Its side effects are idempotent,
 so two managers that briefly both believe they lead do no harm.
 
@@ -24,6 +25,7 @@ from manager.leader_balance import Placed, next_transfer
 from manager.registry.brokers import BrokerRecord
 from manager.registry.commands import SetBrokerAlive
 from manager.registry.topics import PartitionState
+from manager.replica_mover import ReplicaMover
 from manager.replicated import ReplicatedRegistry
 from manager.service import ManagerService
 from protocol.errors import RaftQError
@@ -41,6 +43,7 @@ class LeaderDuties:
         brokers: BrokerClient,
         monitor: BrokerMonitor,
         poll_executor: Executor,
+        mover: ReplicaMover,
     ) -> None:
         self._limits = limits
         self._raft = raft
@@ -48,6 +51,7 @@ class LeaderDuties:
         self._brokers = brokers
         self._monitor = monitor
         self._poll_executor = poll_executor
+        self._mover = mover
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="leader-duties", daemon=True)
         self._was_leader = False
@@ -82,6 +86,7 @@ class LeaderDuties:
         if time.monotonic() >= self._next_reconcile_s:
             self._service.resume_pending()
             self._service.expire_idle_clients()
+            self._mover.tick()
             self._next_reconcile_s = time.monotonic() + self._limits.reconcile_period_s
         if time.monotonic() >= self._next_balance_s:
             self._balance_leaders(brokers)

@@ -51,6 +51,21 @@ def place_partitions(
     return tuple(assignments)
 
 
+def place_replacement(
+    holders: Iterable[BrokerId],
+    brokers: Iterable[BrokerRecord],
+    replica_counts: Mapping[BrokerId, int],
+    used_ports: Mapping[str, set[int]],
+) -> tuple[BrokerId, str]:
+    """Where a replica that leaves a dead broker goes: the least loaded alive broker that
+    holds no replica of the partition (``holders``), at its lowest free Raft port. Raises
+    ``RaftQError(NOT_ENOUGH_BROKERS)``."""
+    held = set(holders)
+    candidates = [b for b in brokers if b.broker_id not in held]
+    ((broker_id, address),) = place_partitions([0], 1, candidates, replica_counts, used_ports)[0]
+    return BrokerId(broker_id), address
+
+
 def _lowest_free_port(broker: BrokerRecord, used: set[int]) -> int:
     for port in range(broker.raft_port_min, broker.raft_port_max + 1):
         if port not in used:

@@ -27,7 +27,7 @@ from manager.registry.brokers import BrokerRecord
 from manager.registry.clients import ConsumerRecord, ProducerRecord
 from manager.registry.outcome import Outcome
 from manager.registry.state import EXPIRED_PER_SWEEP_MAX, ManagerState
-from manager.registry.topics import TopicRecord
+from manager.registry.topics import PartitionRecord, TopicRecord
 from manager.replicated import ReplicatedRegistry
 from manager.views import (
     broker_summary,
@@ -266,23 +266,8 @@ class ManagerService:
         for partition in topic.creating:
             if partition.partition_id not in partition_ids:
                 continue
-            replicas = tuple(
-                ReplicaAddress(
-                    r.replica_id, r.broker_id, _broker(brokers, r.broker_id).address, r.raft_address
-                )
-                for r in partition.replicas
-            )
-            for replica in replicas:
-                spec = ReplicaSpec(
-                    name,
-                    partition.partition_id,
-                    replica.replica_id,
-                    replicas,
-                    topic.partition_limits,
-                )
-                futures.append(
-                    self._executor.submit(self._brokers.host_replica, replica.address, spec)
-                )
+            for address, spec in replica_specs(topic, partition, brokers):
+                futures.append(self._executor.submit(self._brokers.host_replica, address, spec))
         failures = [str(f.exception()) for f in futures if f.exception() is not None]
         if failures:
             raise RaftQError(
@@ -506,6 +491,31 @@ def _id_taken(client: str, registered_for: str) -> RaftQError:
 def _broker_summaries(state: ManagerState) -> list[dict[str, object]]:
     counts = state.topics.replica_count_by_broker()
     return [broker_summary(b, counts.get(b.broker_id, 0)) for b in state.brokers.all()]
+
+
+def replica_specs(
+    topic: TopicRecord, partition: PartitionRecord, brokers: dict[BrokerId, BrokerRecord]
+) -> list[tuple[str, ReplicaSpec]]:
+    """What each replica's broker is told to host: its HTTP address and the spec."""
+    replicas = tuple(
+        ReplicaAddress(
+            r.replica_id, r.broker_id, _broker(brokers, r.broker_id).address, r.raft_address
+        )
+        for r in partition.replicas
+    )
+    return [
+        (
+            replica.address,
+            ReplicaSpec(
+                topic.name,
+                partition.partition_id,
+                replica.replica_id,
+                replicas,
+                topic.partition_limits,
+            ),
+        )
+        for replica in replicas
+    ]
 
 
 def _broker(brokers: dict[BrokerId, BrokerRecord], broker_id: BrokerId) -> BrokerRecord:

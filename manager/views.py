@@ -56,6 +56,15 @@ def partition_detail(
         "state": partition.state.value,
         "leader": leader,
         "replicas": replicas,
+        "moving": (
+            None
+            if partition.moving is None
+            else {
+                "replica_id": partition.moving.replica_id,
+                "from_broker_id": partition.moving.removed.broker_id,
+                "to_broker_id": partition.replicas[partition.moving.replica_id].broker_id,
+            }
+        ),
     }
 
 
@@ -107,4 +116,13 @@ def partition_overview(
         "end_offset": None if led is None else led.get("end_offset"),
         "log_start_offset": None if led is None else led.get("log_start_offset"),
         "replicas": replicas,
+        "moving": (
+            None
+            if partition.moving is None
+            else {
+                "replica_id": partition.moving.replica_id,
+                "from_broker_id": partition.moving.removed.broker_id,
+                "to_broker_id": partition.replicas[partition.moving.replica_id].broker_id,
+            }
+        ),
     }

@@ -214,6 +214,13 @@ class Limits:
     """How often the manager leader polls each broker's /partitions (the heartbeat)."""
     broker_dead_after_s: float = 3.0
     """A broker that has not answered for this long is marked dead."""
+    broker_replace_after_s: float = 60.0
+    """A broker held dead this long (after ``broker_dead_after_s``, counted by the current
+    manager leader) has its replicas moved to live brokers, one partition at a time
+    (re-replication, ``manager/replica_mover.py``). Longer than a
+    restart takes, so a broker that is only restarting keeps its replicas."""
+    replica_moves_max: int = 1
+    """Partitions whose replica moves at once (each copies a snapshot and the database)."""
     broker_register_period_s: float = 5.0
     """How often a broker re-registers with the managers (idempotent)."""
     manager_poll_period_s: float = 0.2
@@ -317,6 +324,10 @@ class Limits:
         _require(
             self.broker_poll_period_s < self.broker_dead_after_s,
             "broker_poll_period_s < broker_dead_after_s",
+        )
+        _require(
+            self.broker_dead_after_s <= self.broker_replace_after_s,
+            "broker_dead_after_s <= broker_replace_after_s",
         )
         _require(
             self.http_idle_connection_s_max < self.http_keepalive_idle_s,

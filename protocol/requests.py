@@ -429,6 +429,29 @@ class TransferLeadership:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplaceMember:
+    """``POST /partitions/members {"spec": ReplicaSpec, "moved_replica_id", "removed"}`` at
+    a broker (the manager leader's re-replication): the partition's replica
+    ``moved_replica_id`` is a new one now, in place of the one at Raft address ``removed``."""
+
+    spec: ReplicaSpec
+    moved_replica_id: ReplicaId
+    removed: str
+
+    @classmethod
+    def parse(cls, params: Params, limits: Limits) -> ReplaceMember:
+        spec = params.get("spec")
+        if not isinstance(spec, dict):
+            raise invalid("field 'spec' must be an object (a replica spec)")
+        parsed = parse_replica_spec(spec, limits)
+        moved = get_int(params, "moved_replica_id", minimum=0, maximum=len(parsed.replicas) - 1)
+        removed = _raft_address({"raft_address": params.get("removed")}, "field 'removed'")
+        if removed in {r.raft_address for r in parsed.replicas}:
+            raise invalid("field 'removed' names a replica the spec still has")
+        return cls(parsed, ReplicaId(moved), removed)
+
+
+@dataclass(frozen=True, slots=True)
 class ChecksumRange:
     """``GET /checksum?topic&partition_id&start&end``: a replica's database rows in
     ``[start, end)``; ``start`` defaults to 0."""

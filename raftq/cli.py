@@ -239,6 +239,12 @@ def _add_cluster_commands(commands: argparse._SubParsersAction[argparse.Argument
         help="silence after which the managers hold a broker dead (the limit "
         "broker_dead_after_s, default 3)",
     )
+    up.add_argument(
+        "--replace-dead-broker-after-s",
+        type=float,
+        help="silence after which a dead broker's replicas move to live brokers (the limit "
+        "broker_replace_after_s, default 60)",
+    )
     up.add_argument("--db-url", help="PostgreSQL URL; broker i uses database <name>_broker_i")
     up.add_argument("--limit", action="append", type=_limit, metavar="NAME=VALUE", default=None)
     up.add_argument("--timeout-s", type=float, default=90.0, help="readiness wait (default 90)")
@@ -660,6 +666,9 @@ def cmd_cluster(args: argparse.Namespace, context: Context) -> int:
         limits = None if args.limit is None else dict(args.limit)
         if args.dead_broker_timeout_s is not None:
             limits = {**(limits or {}), "broker_dead_after_s": str(args.dead_broker_timeout_s)}
+        if args.replace_dead_broker_after_s is not None:
+            replace_s = str(args.replace_dead_broker_after_s)
+            limits = {**(limits or {}), "broker_replace_after_s": replace_s}
         cluster = LocalCluster(
             args.dir,
             host=args.host,

@@ -54,9 +54,17 @@ _ROLES = {0: RaftRole.FOLLOWER, 1: RaftRole.CANDIDATE, 2: RaftRole.LEADER}
 
 
 def raft_conf(
-    limits: Limits, *, secret: str, bind_address: str, journal_file: str, dump_file: str
+    limits: Limits,
+    *,
+    secret: str,
+    bind_address: str,
+    journal_file: str,
+    dump_file: str,
+    membership_changes: bool = False,
 ) -> SyncObjConf:
-    """The configuration every Raft group of RaftQ runs with (partitions and managers)."""
+    """The configuration every Raft group of RaftQ runs with (partitions and managers).
+    ``membership_changes``: the group's members can be replaced one at a time
+    (``RaftNode.change_member``; partitions, for re-replication)."""
     return SyncObjConf(
         password=secret,  # without it pysyncobj unpickles anything from anyone
         bindAddress=bind_address,  # never 0.0.0.0
@@ -72,7 +80,7 @@ def raft_conf(
         logCompactionMinTime=limits.raft_log_compaction_time_min_s,
         useFork=False,  # the dump is written by DumpWriter's thread instead
         commandsWaitLeader=False,  # fail fast without a leader
-        dynamicMembershipChange=False,
+        dynamicMembershipChange=membership_changes,
     )
 
 
@@ -170,6 +178,33 @@ class RaftNode(SyncObj):
                     f"{what} has had no Raft leader for {wait_s} s (no majority of replicas?)",
                 )
             time.sleep(_LEADER_POLL_S)
+
+    def members(self) -> frozenset[str]:
+        """The Raft addresses of the other members as this node's log has them (on the
+        leader: the newest configuration, committed or not)."""
+        others: Any = self._SyncObj__otherNodes
+        return frozenset(str(node.address) for node in list(others))
+
+    def change_member(self, address: str, *, add: bool, timeout_s: float) -> None:
+        """Add or remove one member and wait until the change is committed (pysyncobj
+        refuses a second change while one is uncommitted: ``REQUEST_DENIED``, nothing
+        done). Raises ``RaftQError`` as ``raft_failure`` maps pysyncobj's failures."""
+        done = threading.Event()
+        outcome: list[object] = []
+
+        def callback(_result: object, error: object) -> None:
+            outcome.append(error)
+            done.set()
+
+        if add:
+            self.addNodeToCluster(address, callback)
+        else:
+            self.removeNodeFromCluster(address, callback)
+        what = f"{'adding' if add else 'removing'} member {address}"
+        if not done.wait(timeout_s):
+            raise raft_failure("timeout", what, timeout_s)
+        if outcome[0] != FAIL_REASON.SUCCESS:
+            raise raft_failure(outcome[0], what, timeout_s)
 
     def close(self, wait_s: float) -> None:
         """``destroy`` and wait (bounded) until the tick thread has closed the sockets and

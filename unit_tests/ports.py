@@ -40,6 +40,7 @@ CLUSTER_BASE_PORTS = {
     "membership": 29400,
     "multi_host": 23900,
     "spark_standalone": 25800,
+    "rereplication": 31500,
 }
 """Every test module's cluster in one table, so no two blocks overlap (a socket of the
 previous module's cluster may still be in TIME_WAIT), all below the kernel's ephemeral range
@@ -48,7 +49,7 @@ clear of the system services' ports (PostgreSQL, NATS, RabbitMQ, Redis, MariaDB)
 benchmark's defaults. ``unit_tests/test_ports.py`` checks it. The Spark standalone test's
 master, workers and driver use 30800-30821."""
 
-CLUSTER_BROKER_COUNTS = {"membership": 4}
+CLUSTER_BROKER_COUNTS = {"membership": 4, "rereplication": 4}
 """Modules whose cluster has more brokers than the default three: their block is longer."""
 
 

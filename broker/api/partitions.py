@@ -7,6 +7,7 @@ from protocol.access import Action, require_topic
 from protocol.limits import Limits
 from protocol.requests import (
     ChecksumRange,
+    ReplaceMember,
     ReplicaConsumer,
     TopicRef,
     TransferLeadership,
@@ -27,6 +28,12 @@ def add_partition_routes(api: App, service: BrokerService, broker_id: int, limit
         spec = parse_replica_spec(request_params(http), limits)
         created = service.host(spec)
         return json_response(spec.to_json(), 201 if created else 200)
+
+    @api.post("/partitions/members", Action.NODE)
+    def replace_member(http: HttpRequest) -> HttpResponse:
+        request = ReplaceMember.parse(request_params(http), limits)
+        body = service.replace_member(request.spec, request.moved_replica_id, request.removed)
+        return json_response(body)
 
     @api.post("/consumers", Action.CONSUME)
     def register_consumer(http: HttpRequest) -> HttpResponse:

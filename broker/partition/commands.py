@@ -7,8 +7,9 @@ as pickled classes, so renaming or moving a class here can never break a journal
 
     ("append", ((key, value), ...), timestamp_ms, producer_id, sequence)
     ("consume", consumer_id, max_messages, request_id, timestamp_ms)
-    ("mark_flushed", replica_id, flushed_offset)
+    ("mark_flushed", replica_id, flushed_offset, start)
     ("truncate", log_start_offset)
+    ("reset_replica", replica_id)
 
 This tuple layout is a wire protocol: change it only by adding a new tag or a trailing
 field that the decoder still accepts without (``consume`` gained ``timestamp_ms`` for client
@@ -52,6 +53,12 @@ class Consume:
 class MarkFlushed:
     replica_id: ReplicaId
     flushed_offset: Offset
+    start: Offset | None = None
+    """The flushed offset the flusher read before writing ``[start, flushed_offset)``: the
+    mark applies only if the replica's flushed prefix still reaches it, so a batch written
+    on a stale view (the slot was reset meanwhile: re-replication) never leaves a hole.
+    ``None``: no such check (marks that only repeat or skip to the log start, and entries
+    written before the field existed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +69,17 @@ class Truncate:
     log_start_offset: Offset
 
 
-Command = Append | Consume | MarkFlushed | Truncate
+@dataclass(frozen=True, slots=True)
+class ResetReplica:
+    """Re-replication: the replica slot ``replica_id`` now belongs to a new, empty replica
+    (the old one's broker died for good), so its flushed offset starts again from 0. The
+    partition leader proposes it after removing the old replica from the Raft group and
+    before adding the new one, so the new replica never sees the old one's offset."""
+
+    replica_id: ReplicaId
+
+
+Command = Append | Consume | MarkFlushed | Truncate | ResetReplica
 WireCommand = tuple[object, ...]
 
 
@@ -72,10 +89,12 @@ def to_wire(command: Command) -> WireCommand:
             return ("append", messages, timestamp_ms, producer_id, sequence)
         case Consume(consumer_id, max_messages, request_id, timestamp_ms, sequence):
             return ("consume", consumer_id, max_messages, request_id, timestamp_ms, sequence)
-        case MarkFlushed(replica_id, flushed_offset):
-            return ("mark_flushed", replica_id, flushed_offset)
+        case MarkFlushed(replica_id, flushed_offset, start):
+            return ("mark_flushed", replica_id, flushed_offset, start)
         case Truncate(log_start_offset):
             return ("truncate", log_start_offset)
+        case ResetReplica(replica_id):
+            return ("reset_replica", replica_id)
 
 
 def from_wire(wire: object) -> Command | None:
@@ -96,14 +115,19 @@ def from_wire(wire: object) -> Command | None:
         optional = _opt(request_id, str) and _opt(timestamp_ms, int) and _opt(sequence, int)
         if valid and optional:
             return Consume(consumer_id, max_messages, request_id, timestamp_ms, sequence)
-    elif tag == "mark_flushed" and len(args) == 2:
-        replica_id, flushed_offset = args
-        if isinstance(replica_id, int) and isinstance(flushed_offset, int):
-            return MarkFlushed(ReplicaId(replica_id), Offset(flushed_offset))
+    elif tag == "mark_flushed" and len(args) in (2, 3):
+        # Older journals hold the 2-field form (no start).
+        replica_id, flushed_offset, start = (*args, None)[:3]
+        if isinstance(replica_id, int) and isinstance(flushed_offset, int) and _opt(start, int):
+            return MarkFlushed(ReplicaId(replica_id), Offset(flushed_offset), start)
     elif tag == "truncate" and len(args) == 1:
         (log_start_offset,) = args
         if isinstance(log_start_offset, int) and not isinstance(log_start_offset, bool):
             return Truncate(Offset(log_start_offset))
+    elif tag == "reset_replica" and len(args) == 1:
+        (replica_id,) = args
+        if isinstance(replica_id, int) and not isinstance(replica_id, bool):
+            return ResetReplica(ReplicaId(replica_id))
     return None
 
 

@@ -16,11 +16,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from broker.partition.commands import Command, from_wire, to_wire
+from broker.partition.commands import Command, ResetReplica, from_wire, to_wire
 from broker.partition.log import PartitionLog, Rejected, Result
 from protocol.errors import ErrorCode
 from protocol.limits import PartitionLimits
-from protocol.types import RaftRole
+from protocol.types import RaftRole, ReplicaId, ReplicaSpec
 
 T = TypeVar("T")
 _log = logging.getLogger(__name__)
@@ -88,6 +88,15 @@ class PartitionConsensus(Protocol):
         ``raft_address`` (Raft's TimeoutNow). Best effort and asynchronous: refused by the
         Raft layer unless that replica has every entry; the new leader shows in ``status``."""
 
+    def respec(self, spec: ReplicaSpec) -> None:
+        """The partition's replicas changed (re-replication): ``spec`` names them now."""
+
+    def replace_member(self, spec: ReplicaSpec, removed: str, slot: ReplicaId) -> bool:
+        """On the leader: replace the member at Raft address ``removed`` by ``spec``'s
+        replica ``slot`` (remove, reset its slot, add; each step committed, a repeat resumes). True
+        once the group's members are ``spec``'s. Raises ``RaftQError``: NOT_LEADER on a
+        follower, or a Raft failure (retry)."""
+
     def destroy(self) -> None: ...
 
 
@@ -148,6 +157,14 @@ class MemoryConsensus:
 
     def transfer_leadership(self, raft_address: str) -> None:
         pass  # one replica: it always leads
+
+    def respec(self, spec: ReplicaSpec) -> None:
+        pass  # no peers to talk to
+
+    def replace_member(self, spec: ReplicaSpec, removed: str, slot: ReplicaId) -> bool:
+        """Only the log's side: the new replica's slot starts again from 0."""
+        self.propose([ResetReplica(slot)])
+        return True
 
     def destroy(self) -> None:
         pass

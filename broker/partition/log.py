@@ -17,7 +17,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
-from broker.partition.commands import Append, Command, Consume, KeyValue, MarkFlushed, Truncate
+from broker.partition.commands import (
+    Append,
+    Command,
+    Consume,
+    KeyValue,
+    MarkFlushed,
+    ResetReplica,
+    Truncate,
+)
 from protocol import snapshot_fields
 from protocol.errors import ErrorCode
 from protocol.invariant import check
@@ -159,10 +167,12 @@ class PartitionLog:
                 return self.append(messages, timestamp_ms, producer_id, sequence)
             case Consume(consumer_id, max_messages, request_id, timestamp_ms, sequence):
                 return self.consume(consumer_id, max_messages, request_id, timestamp_ms, sequence)
-            case MarkFlushed(replica_id, flushed_offset):
-                return self.mark_flushed(replica_id, flushed_offset)
+            case MarkFlushed(replica_id, flushed_offset, start):
+                return self.mark_flushed(replica_id, flushed_offset, start)
             case Truncate(log_start_offset):
                 return self.truncate(log_start_offset)
+            case ResetReplica(replica_id):
+                return self.reset_replica(replica_id)
         return Rejected(ErrorCode.INVALID_FIELD, "not a partition command")
 
     def append(
@@ -240,14 +250,19 @@ class PartitionLog:
         consumer.last_sequence = sequence if sequence is not None else last
         return Consumed(start, end)
 
-    def mark_flushed(self, replica_id: ReplicaId, flushed_offset: int) -> Flushed | Rejected:
+    def mark_flushed(
+        self, replica_id: ReplicaId, flushed_offset: int, start: int | None = None
+    ) -> Flushed | Rejected:
         """Replica ``replica_id`` has every message below ``flushed_offset`` in its database.
-        Idempotent and monotonic: a lower or equal offset changes nothing."""
+        Idempotent and monotonic: a lower or equal offset changes nothing, and so does a
+        batch written from ``start`` when the replica's prefix no longer reaches ``start``
+        (its slot was reset: ``reset_replica``)."""
         if not 0 <= replica_id < len(self.flushed_offsets):
             return Rejected(ErrorCode.INVALID_FIELD, f"no replica {replica_id}")
         if flushed_offset > self.end_offset:
             return Rejected(ErrorCode.INVALID_FIELD, "cannot flush past the end offset")
-        if flushed_offset > self.flushed_offsets[replica_id]:
+        contiguous = start is None or start <= self.flushed_offsets[replica_id]
+        if contiguous and flushed_offset > self.flushed_offsets[replica_id]:
             self.flushed_offsets[replica_id] = Offset(flushed_offset)
             self._evict(self._eviction_floor())
         self._check_invariants()
@@ -262,6 +277,18 @@ class PartitionLog:
         if new_start > self.log_start_offset:
             self.log_start_offset = Offset(new_start)
         return Truncated(self.log_start_offset)
+
+    def reset_replica(self, replica_id: int) -> Flushed | Rejected:
+        """Re-replication: slot ``replica_id`` belongs to a new replica whose database is
+        empty, so its flushed offset is 0 again. Nothing is evicted (the floor can only
+        drop), so the messages still in memory stay; the new replica copies what is below
+        ``evicted_offset`` from a peer (``lagging``). Eviction then waits for it only once
+        it is back within ``replica_lag_messages_max`` (``_eviction_floor``)."""
+        if not 0 <= replica_id < len(self.flushed_offsets):
+            return Rejected(ErrorCode.INVALID_FIELD, f"no replica {replica_id}")
+        self.flushed_offsets[replica_id] = Offset(0)
+        self._check_invariants()
+        return Flushed(self.flushed_offsets[replica_id], self.evicted_offset)
 
     # --- queries (any thread, under the adapter's lock) -----------------------------------
 
@@ -386,10 +413,12 @@ class PartitionLog:
         self.evicted_offset = max(self.evicted_offset, new_evicted_offset)
 
     def _check_invariants(self) -> None:
-        flushed = sorted(self.flushed_offsets)
+        # Eviction itself waits for a majority (``_eviction_floor``); once a dead replica's
+        # slot is reset (``reset_replica``) only the survivors hold what was evicted, so
+        # the invariant is that some replica always does.
         check(
-            self.evicted_offset <= flushed[len(flushed) // 2] and flushed[-1] <= self.end_offset,
-            "evicted <= what a majority flushed, every flushed offset <= end",
+            self.evicted_offset <= max(self.flushed_offsets) <= self.end_offset,
+            "evicted <= what some replica flushed, every flushed offset <= end",
         )
         check(
             len(self.messages) == self.end_offset - self.evicted_offset,

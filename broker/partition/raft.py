@@ -23,13 +23,13 @@ from typing import TypeVar
 from pysyncobj import SyncObjConsumer, replicated
 from pysyncobj.syncobj import SyncObjException
 
-from broker.partition.commands import Command, KeyValue, to_wire
+from broker.partition.commands import Command, KeyValue, ResetReplica, to_wire
 from broker.partition.consensus import ConsensusStatus, Entry, apply_group
 from broker.partition.log import MessageTuple, PartitionLog, Result
 from protocol.durable_files import make_directories
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits, PartitionLimits
-from protocol.types import ReplicaSpec
+from protocol.types import ReplicaId, ReplicaSpec
 from runtime import durable_journal
 from runtime.durable_journal import FrozenState
 from runtime.raft_node import RaftNode, raft_conf, raft_failure
@@ -145,6 +145,7 @@ class PartitionRaft:
             bind_address=spec.raft_address,
             journal_file=os.path.join(data_dir, "raft.journal"),
             dump_file=os.path.join(data_dir, "raft.dump"),
+            membership_changes=True,  # re-replication replaces a dead replica
         )
         durable_journal.install()
         self._sync = RaftNode(
@@ -200,6 +201,31 @@ class PartitionRaft:
         majority = len(self.spec.replicas) // 2 + 1
         synced_count = max(majority, self._sync.replicas_holding(applied.index)) if synced else 0
         return applied.results, Entry(applied.term, applied.index, synced_count)
+
+    def respec(self, spec: ReplicaSpec) -> None:
+        self.spec = spec
+
+    def replace_member(self, spec: ReplicaSpec, removed: str, slot: ReplicaId) -> bool:
+        """On the leader: make the group's members those of ``spec``, whose replica
+        ``slot`` replaces the one at ``removed``, one step at a time, each committed before
+        the next and each skipped when already done, so a repeat resumes where a failure
+        left off: remove ``removed``; reset the slot's flushed offset (the new replica's
+        database is empty); add the new replica (which then catches up from a snapshot and
+        copies what left memory from a peer's database). Removing first keeps the group at
+        three members at most, so the dead one never counts toward a majority. True when
+        the members are ``spec``'s. Raises ``RaftQError`` (NOT_LEADER on a follower)."""
+        if not self._sync._isLeader():
+            raise RaftQError(ErrorCode.NOT_LEADER, f"{self.name} does not lead")
+        timeout_s = self._limits.raft_commit_timeout_s
+        if removed in self._sync.members():
+            self._sync.change_member(removed, add=False, timeout_s=timeout_s)
+        added = spec.replicas[slot].raft_address
+        if added not in self._sync.members():
+            # Not a member yet, so it has applied nothing of this group: a repeat of the
+            # reset (a failure before the add) cannot undo a flush of its.
+            self.propose([ResetReplica(slot)])
+            self._sync.change_member(added, add=True, timeout_s=timeout_s)
+        return self._sync.members() == frozenset(spec.partners)
 
     def read(self, query: Callable[[PartitionLog], T]) -> T:
         with self.state.lock:

@@ -11,7 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from broker.partition.commands import Append, Command, Consume, KeyValue, MarkFlushed, Truncate
+from broker.partition.commands import (
+    Append,
+    Command,
+    Consume,
+    KeyValue,
+    MarkFlushed,
+    Truncate,
+)
 from broker.partition.consensus import ConsensusStatus, Entry, PartitionConsensus
 from broker.partition.group_commit import GroupCommit, GroupLimits
 from broker.partition.log import (
@@ -77,8 +84,11 @@ class PartitionReplica:
         command = Consume(consumer_id, max_messages, request_id, timestamp_ms, sequence)
         return self._submit(command, Consumed, deadline)
 
-    def mark_flushed(self, replica_id: ReplicaId, flushed_offset: Offset) -> Flushed:
-        return self._submit(MarkFlushed(replica_id, flushed_offset), Flushed)
+    def mark_flushed(
+        self, replica_id: ReplicaId, flushed_offset: Offset, start: Offset | None = None
+    ) -> Flushed:
+        """``start``: the batch was written from there (see ``MarkFlushed.start``)."""
+        return self._submit(MarkFlushed(replica_id, flushed_offset, start), Flushed)
 
     def truncate(self, log_start_offset: Offset) -> Truncated:
         return self._submit(Truncate(log_start_offset), Truncated)
@@ -91,6 +101,13 @@ class PartitionReplica:
 
     def transfer_leadership(self, raft_address: str) -> None:
         self._consensus.transfer_leadership(raft_address)
+
+    def respec(self, spec: ReplicaSpec) -> None:
+        self.spec = spec
+        self._consensus.respec(spec)
+
+    def replace_member(self, removed: str, slot: ReplicaId) -> bool:
+        return self._consensus.replace_member(self.spec, removed, slot)
 
     def status(self) -> ConsensusStatus:
         return self._consensus.status()

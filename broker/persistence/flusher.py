@@ -84,12 +84,12 @@ class Flusher:
         wrote."""
         spec = self._replica.spec
         self._retain(spec)
-        rows, end = self._next_rows(spec)
+        rows, start, end = self._next_rows(spec)
         if not rows:
             self._sync_when_behind(spec)
             return 0
         self._store.insert_messages(spec.topic, spec.partition_id, rows, end)
-        self._replica.mark_flushed(spec.replica_id, Offset(end))
+        self._replica.mark_flushed(spec.replica_id, Offset(end), Offset(start))
         return len(rows)
 
     def _retain(self, spec: ReplicaSpec) -> None:
@@ -129,9 +129,9 @@ class Flusher:
         if durable < end:
             self._replica.mark_flushed(spec.replica_id, flushed[spec.replica_id])
 
-    def _next_rows(self, spec: ReplicaSpec) -> tuple[FlushBatch, int]:
+    def _next_rows(self, spec: ReplicaSpec) -> tuple[FlushBatch, int, int]:
         """The next batch past this replica's flushed offset, from memory or, for a replica
-        that lagged past the evicted offset, from a peer."""
+        that lagged past the evicted offset, from a peer; and its range."""
         batch_max = self._limits.flush_batch_messages_max
 
         def from_memory(log: PartitionLog) -> tuple[int, int, FlushBatch | None]:
@@ -148,6 +148,6 @@ class Flusher:
 
         start, end, batch = self._replica.read(from_memory)
         if batch is not None:
-            return batch, end
+            return batch, start, end
         copied = FlushBatch.of_stored(self._peer_read(spec, start, end))
-        return copied, start + len(copied)
+        return copied, start, start + len(copied)

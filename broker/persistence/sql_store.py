@@ -107,6 +107,18 @@ class SqlMessageStore:
         with Session(self._engine) as session, session.begin():
             session.execute(self._insert(PartitionRaft).on_conflict_do_nothing(), [row])
 
+    def update_replica(self, spec: ReplicaSpec) -> None:
+        with self._engine.begin() as connection:
+            connection.execute(
+                update(_PARTITION_RAFT_TABLE)
+                .where(PartitionRaft.topic_name == spec.topic)
+                .where(PartitionRaft.partition_id == spec.partition_id)
+                .values(
+                    raft_partners=json.dumps(list(spec.partners)),
+                    replicas=json.dumps([r.to_json() for r in spec.replicas]),
+                )
+            )
+
     def load_replicas(self) -> list[ReplicaSpec]:
         with Session(self._engine) as session:
             rows = session.execute(select(PartitionRaft)).scalars().all()

@@ -72,6 +72,10 @@ class MessageStore(Protocol):
 
     def save_replica(self, spec: ReplicaSpec) -> None: ...
 
+    def update_replica(self, spec: ReplicaSpec) -> None:
+        """The replica's partition has other replicas now (re-replication): keep ``spec``'s
+        for the next start; its own slot and address are unchanged."""
+
     def load_replicas(self) -> list[ReplicaSpec]: ...
 
     def retention_start(
@@ -135,6 +139,10 @@ class MemoryMessageStore:
     def save_replica(self, spec: ReplicaSpec) -> None:
         with self._lock:
             self._replicas.setdefault((spec.topic, spec.partition_id), spec)
+
+    def update_replica(self, spec: ReplicaSpec) -> None:
+        with self._lock:
+            self._replicas[(spec.topic, spec.partition_id)] = spec
 
     def load_replicas(self) -> list[ReplicaSpec]:
         with self._lock:

@@ -46,6 +46,25 @@ class FinishPartitions:
 
 
 @dataclass(frozen=True, slots=True)
+class BeginMove:
+    """Re-replication: replica ``replica_id`` of a partition goes to ``to_broker_id`` at
+    Raft address ``to_raft_address`` (``TopicRegistry.begin_move``)."""
+
+    name: str
+    partition_id: int
+    replica_id: int
+    to_broker_id: int
+    to_raft_address: str
+    moves_max: int
+
+
+@dataclass(frozen=True, slots=True)
+class FinishMove:
+    name: str
+    partition_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class RegisterBroker:
     broker_id: int
     address: str
@@ -124,6 +143,8 @@ RegistryCommand = (
     | ExpireIdleClients
     | CreateKey
     | RevokeKey
+    | BeginMove
+    | FinishMove
 )
 
 _TAGS: dict[str, type[RegistryCommand]] = {
@@ -137,6 +158,8 @@ _TAGS: dict[str, type[RegistryCommand]] = {
     "expire_idle_clients": ExpireIdleClients,
     "create_key": CreateKey,
     "revoke_key": RevokeKey,
+    "begin_move": BeginMove,
+    "finish_move": FinishMove,
 }
 """The wire tag of each command: part of the journal format, never renamed."""
 _TAG_OF = {kind: tag for tag, kind in _TAGS.items()}

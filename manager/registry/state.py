@@ -11,10 +11,12 @@ from __future__ import annotations
 from manager.registry.brokers import BrokerRegistry
 from manager.registry.clients import ClientRegistry
 from manager.registry.commands import (
+    BeginMove,
     BeginPartition,
     BeginTopic,
     CreateKey,
     ExpireIdleClients,
+    FinishMove,
     FinishPartitions,
     RegisterBroker,
     RegisterConsumer,
@@ -85,6 +87,14 @@ class ManagerState:
                 return self.create_key(key_id, key_hash, role, topics, name, created_ms, keys_max)
             case RevokeKey(key_id):
                 return self._stamp(self.keys.revoke(key_id))
+            case BeginMove(name, partition_id, replica_id, to_broker, to_address, moves_max):
+                return self.begin_move(
+                    name, partition_id, replica_id, to_broker, to_address, moves_max
+                )
+            case FinishMove(name, partition_id):
+                return self._stamp(
+                    self.topics.finish_move(name, partition_id, version=self.revision + 1)
+                )
         return Outcome.INVALID
 
     def _stamp(self, outcome: Outcome) -> Outcome:
@@ -145,6 +155,30 @@ class ManagerState:
     def finish_partitions(self, name: str, partition_ids: tuple[int, ...]) -> Outcome:
         return self._stamp(
             self.topics.finish_partitions(name, partition_ids, version=self.revision + 1)
+        )
+
+    def begin_move(
+        self,
+        name: str,
+        partition_id: int,
+        replica_id: int,
+        to_broker_id: int,
+        to_raft_address: str,
+        moves_max: int,
+    ) -> Outcome:
+        if not isinstance(to_broker_id, int) or self.brokers.get(BrokerId(to_broker_id)) is None:
+            return Outcome.UNKNOWN_BROKER
+        if not _positive_int(moves_max):
+            return Outcome.INVALID
+        return self._stamp(
+            self.topics.begin_move(
+                name,
+                partition_id,
+                replica_id,
+                (BrokerId(to_broker_id), to_raft_address),
+                moves_max=moves_max,
+                version=self.revision + 1,
+            )
         )
 
     def register_broker(

@@ -35,11 +35,29 @@ class ReplicaPlacement:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplicaMove:
+    """Re-replication in progress: replica ``replica_id`` (in ``replicas`` already at its
+    new place) replaces ``removed``, whose broker is dead. Done (``finish_move``) once the
+    Raft group's members are the new ones and the new replica has caught up."""
+
+    replica_id: ReplicaId
+    removed: ReplicaPlacement
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionRecord:
     partition_id: PartitionId
     replicas: tuple[ReplicaPlacement, ...]
     state: PartitionState
     version: int
+    moving: ReplicaMove | None = None
+
+    # Snapshots written before ``moving`` existed hold four fields.
+    def __getstate__(self) -> list[object]:
+        return snapshot_fields.state_of(self)
+
+    def __setstate__(self, state: list[object]) -> None:
+        snapshot_fields.restore(self, state)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +95,10 @@ class TopicRecord:
     @property
     def creating(self) -> tuple[PartitionRecord, ...]:
         return tuple(p for p in self.partitions if p.state is PartitionState.CREATING)
+
+    @property
+    def moving(self) -> tuple[PartitionRecord, ...]:
+        return tuple(p for p in self.partitions if p.moving is not None)
 
 
 def valid_assignment(assignment: object, replicas_max: int) -> bool:
@@ -226,6 +248,80 @@ class TopicRegistry:
             return Outcome.UNCHANGED
         self._topics[name] = replace(topic, partitions=tuple(partitions), version=version)
         return Outcome.UPDATED
+
+    def begin_move(
+        self,
+        name: str,
+        partition_id: int,
+        replica_id: int,
+        to: tuple[BrokerId, str],
+        *,
+        moves_max: int,
+        version: int,
+    ) -> Outcome:
+        """Re-replication: replica ``replica_id`` of an ACTIVE partition goes to broker
+        ``to[0]`` at Raft address ``to[1]``; the old placement is kept as ``moving.removed``
+        until ``finish_move``. At most ``moves_max`` partitions move at once, one replica
+        each; the new broker must not hold a replica of the partition already."""
+        partition = self._active_partition(name, partition_id)
+        if partition is None:
+            return Outcome.UNKNOWN_PARTITION
+        if not isinstance(replica_id, int) or not 0 <= replica_id < len(partition.replicas):
+            return Outcome.INVALID
+        if partition.moving is not None:
+            same = partition.moving.replica_id == replica_id and (
+                partition.replicas[replica_id].broker_id,
+                partition.replicas[replica_id].raft_address,
+            ) == tuple(to)
+            return Outcome.UNCHANGED if same else Outcome.BUSY
+        if sum(len(t.moving) for t in self._topics.values()) >= moves_max:
+            return Outcome.BUSY
+        if not valid_assignment((to,), 1):
+            return Outcome.INVALID
+        broker_id, address = to
+        if any(r.broker_id == broker_id for r in partition.replicas):
+            return Outcome.INVALID
+        if address in self._raft_addresses:
+            return Outcome.ADDRESS_TAKEN
+        removed = partition.replicas[replica_id]
+        placed = ReplicaPlacement(ReplicaId(replica_id), BrokerId(broker_id), address)
+        replicas = tuple(placed if r.replica_id == replica_id else r for r in partition.replicas)
+        moved = replace(
+            partition,
+            replicas=replicas,
+            version=version,
+            moving=ReplicaMove(ReplicaId(replica_id), removed),
+        )
+        self._replace_partition(name, moved, version)
+        self._raft_addresses.add(address)
+        return Outcome.UPDATED
+
+    def finish_move(self, name: str, partition_id: int, *, version: int) -> Outcome:
+        """The move is done: forget the old placement (its address stays taken: a broker
+        that comes back may still run it until told to drop it)."""
+        partition = self._active_partition(name, partition_id)
+        if partition is None:
+            return Outcome.UNKNOWN_PARTITION
+        if partition.moving is None:
+            return Outcome.UNCHANGED
+        self._replace_partition(name, replace(partition, version=version, moving=None), version)
+        return Outcome.UPDATED
+
+    def _active_partition(self, name: object, partition_id: object) -> PartitionRecord | None:
+        topic = self._topics.get(name) if isinstance(name, str) else None
+        if topic is None or not isinstance(partition_id, int):
+            return None
+        if not 0 <= partition_id < len(topic.partitions):
+            return None
+        partition = topic.partitions[partition_id]
+        return partition if partition.state is PartitionState.ACTIVE else None
+
+    def _replace_partition(self, name: str, partition: PartitionRecord, version: int) -> None:
+        topic = self._topics[name]
+        partitions = tuple(
+            partition if p.partition_id == partition.partition_id else p for p in topic.partitions
+        )
+        self._topics[name] = replace(topic, partitions=partitions, version=version)
 
     def _addresses_taken(self, assignments: tuple[Assignment, ...]) -> bool:
         return any(address in self._raft_addresses for a in assignments for _, address in a)

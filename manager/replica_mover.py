@@ -1,0 +1,184 @@
+"""``ReplicaMover``: re-replication, run by the manager leader's duties.
+
+When a broker has been silent for ``broker_replace_after_s``, each replica it holds moves
+to a live broker, one partition at a time (``replica_moves_max``), as a recorded
+multi-step operation that a new manager leader resumes from the registry:
+
+1. ``BeginMove`` (replicated): the partition's replica slot names the new broker and Raft
+   address; the old placement is kept as ``moving.removed``.
+2. Every live replica's broker gets the new spec (``POST /partitions/members``, kept for
+   its restarts); the partition's Raft leader also removes the dead member, resets the
+   slot's flushed offset and adds the new one (``PartitionRaft.replace_member``).
+3. Once the leader reports the new members, the new broker hosts the replica
+   (``POST /partitions``): it catches up from a snapshot and copies what already left
+   memory from a peer's database (``Flusher``).
+4. ``FinishMove`` (replicated), once the new replica reports ``caught_up`` and has flushed
+   at least as far as the slowest other replica.
+
+Every step is idempotent, so each reconcile round simply repeats the unfinished ones. A
+partition moves only while a majority of its other replicas is alive (a membership change
+needs a commit). Thread: the leader-duties thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from manager.broker_client import BrokerClient
+from manager.broker_monitor import BrokerMonitor
+from manager.placement import place_replacement
+from manager.registry import commands
+from manager.registry.brokers import BrokerRecord
+from manager.registry.topics import PartitionRecord, PartitionState, TopicRecord
+from manager.replicated import ReplicatedRegistry
+from manager.service import check_outcome, replica_specs
+from protocol.errors import RaftQError
+from protocol.limits import Limits
+from protocol.types import BrokerId
+
+_log = logging.getLogger(__name__)
+
+
+class ReplicaMover:
+    def __init__(
+        self,
+        limits: Limits,
+        raft: ReplicatedRegistry,
+        brokers: BrokerClient,
+        monitor: BrokerMonitor,
+    ) -> None:
+        self._limits = limits
+        self._raft = raft
+        self._brokers = brokers
+        self._monitor = monitor
+
+    def tick(self) -> None:
+        topics, brokers = self._raft.read(
+            lambda s: (s.topics.all(), {b.broker_id: b for b in s.brokers.all()})
+        )
+        moving = [(t, p) for t in topics for p in t.moving]
+        for topic, partition in moving:
+            try:
+                self._advance(topic, partition, brokers)
+            except RaftQError as exc:
+                _log.warning(
+                    "moving %s/%s: %s (retried)", topic.name, partition.partition_id, exc.message
+                )
+        if len(moving) < self._limits.replica_moves_max:
+            self._begin_next(topics, brokers)
+
+    def _begin_next(self, topics: list[TopicRecord], brokers: dict[BrokerId, BrokerRecord]) -> None:
+        now_s = time.monotonic()
+        gone = {
+            b.broker_id
+            for b in brokers.values()
+            if not b.alive
+            and self._monitor.silent_for_s(b.broker_id, now_s)
+            >= self._limits.broker_replace_after_s
+        }
+        if not gone:
+            return
+        for topic in topics:
+            for partition in topic.partitions:
+                slot = _slot_to_move(partition, gone, brokers)
+                if slot is not None:
+                    self._begin(topic, partition, slot, brokers)
+                    return
+
+    def _begin(
+        self,
+        topic: TopicRecord,
+        partition: PartitionRecord,
+        slot: int,
+        brokers: dict[BrokerId, BrokerRecord],
+    ) -> None:
+        counts, ports = self._raft.read(
+            lambda s: (s.topics.replica_count_by_broker(), s.topics.raft_ports_by_host())
+        )
+        holders = [r.broker_id for r in partition.replicas]
+        try:
+            to_broker, address = place_replacement(holders, brokers.values(), counts, ports)
+        except RaftQError as exc:
+            _log.warning("cannot move %s/%s yet: %s", topic.name, partition.partition_id, exc)
+            return
+        command = commands.BeginMove(
+            topic.name,
+            partition.partition_id,
+            slot,
+            to_broker,
+            address,
+            self._limits.replica_moves_max,
+        )
+        check_outcome(self._raft.propose(command), f"moving {topic.name}")
+        _log.warning(
+            "moving replica %s of %s/%s from dead broker %s to broker %s (%s)",
+            slot,
+            topic.name,
+            partition.partition_id,
+            partition.replicas[slot].broker_id,
+            to_broker,
+            address,
+        )
+
+    def _advance(
+        self, topic: TopicRecord, partition: PartitionRecord, brokers: dict[BrokerId, BrokerRecord]
+    ) -> None:
+        move = partition.moving
+        if move is None:
+            return
+        specs = replica_specs(topic, partition, brokers)
+        new_address, new_spec = specs[move.replica_id]
+        members_match = True
+        led = False
+        for address, spec in specs:
+            replica = partition.replicas[spec.replica_id]
+            if spec.replica_id == move.replica_id or not brokers[replica.broker_id].alive:
+                continue
+            answer = self._brokers.replace_member(
+                address, spec, move.replica_id, move.removed.raft_address
+            )
+            if answer.get("leader") is True:
+                led = True
+                members_match = answer.get("members_match") is True
+        if not (led and members_match):
+            return  # no leader answered yet (an election), or a step failed: next round
+        self._brokers.host_replica(new_address, new_spec)
+        if self._caught_up(topic.name, partition, move.replica_id):
+            done = self._raft.propose(commands.FinishMove(topic.name, partition.partition_id))
+            check_outcome(done, f"moving {topic.name}")
+            _log.warning(
+                "moved replica %s of %s/%s to broker %s",
+                move.replica_id,
+                topic.name,
+                partition.partition_id,
+                partition.replicas[move.replica_id].broker_id,
+            )
+
+    def _caught_up(self, topic: str, partition: PartitionRecord, slot: int) -> bool:
+        """The new replica's last report: it has applied every committed entry and its
+        database holds at least what the slowest other replica's does."""
+        new = partition.replicas[slot]
+        report = self._monitor.replica_reports(topic, partition.partition_id).get(new.broker_id)
+        if report is None or report.get("caught_up") is not True:
+            return False
+        if report.get("raft_address") != new.raft_address:
+            return False
+        flushed = report.get("flushed_offsets")
+        if not isinstance(flushed, list) or len(flushed) != len(partition.replicas):
+            return False
+        others = [f for index, f in enumerate(flushed) if index != slot]
+        return bool(others) and flushed[slot] >= min(others)
+
+
+def _slot_to_move(
+    partition: PartitionRecord, gone: set[BrokerId], brokers: dict[BrokerId, BrokerRecord]
+) -> int | None:
+    """The replica slot of ``partition`` to move off a gone broker, if it can move now:
+    the partition is ACTIVE and not moving, and a majority of its replicas is alive."""
+    if partition.state is not PartitionState.ACTIVE or partition.moving is not None:
+        return None
+    alive = sum(1 for r in partition.replicas if brokers[r.broker_id].alive)
+    if alive < len(partition.replicas) // 2 + 1:
+        return None
+    return next((r.replica_id for r in partition.replicas if r.broker_id in gone), None)

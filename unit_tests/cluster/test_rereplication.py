@@ -1,0 +1,193 @@
+"""Re-replication with real processes (issue 10): a broker killed for good has each of its
+replicas moved to a live broker within the configured time plus a margin, with no message
+lost: every partition again has three replicas on live brokers, the new ones hold every
+message in their databases (also what had left memory before they existed, copied from a
+peer), a consumer gets each message once, and the overview the dashboard draws shows it.
+Then every node restarts, the dead broker included: the moved partitions keep their new
+replicas and serve every message, and the returned broker's stale replicas do not get in
+the way of writes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from functools import partial
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from unit_tests.cluster.client_ops import (
+    checksums,
+    create_topic,
+    end_offset,
+    partition_brokers,
+    pop_all,
+    produce,
+    read_replica,
+    register_consumer,
+    register_producer,
+)
+from unit_tests.cluster.harness import Cluster, running_cluster, wait_until
+from unit_tests.ports import CLUSTER_BASE_PORTS
+
+TOPIC = "moved"
+PARTITIONS = 3
+BATCH = 100
+BATCHES_BEFORE = 3
+BATCHES_AFTER = 7
+DEAD_AFTER_S = 2.0
+REPLACE_AFTER_S = 4.0
+LAG_MAX = 100
+"""``partition_replica_lag_messages_max``: the survivors evict what the dead replica never
+flushed once it is this far behind, so the new replica must copy from a peer's database."""
+MOVE_WAIT_S = 120.0
+WAIT_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    up_args = [
+        "--brokers",
+        "4",
+        "--dead-broker-timeout-s",
+        str(DEAD_AFTER_S),
+        "--replace-dead-broker-after-s",
+        str(REPLACE_AFTER_S),
+    ]
+    yield from running_cluster(
+        tmp_path_factory.mktemp("rereplication"),
+        CLUSTER_BASE_PORTS["rereplication"],
+        limits={"partition_replica_lag_messages_max": str(LAG_MAX)},
+        up_args=up_args,
+    )
+
+
+def _overview(cluster: Cluster) -> list[dict[str, Any]]:
+    response = cluster.get("/overview")
+    assert response.status_code == 200, response.text
+    return [p for p in response.json()["partitions"] if p["topic"] == TOPIC]
+
+
+def _produce(cluster: Cluster, producer: str, batches: range) -> dict[int, list[str]]:
+    sent: dict[int, list[str]] = {p: [] for p in range(PARTITIONS)}
+    for partition_id in range(PARTITIONS):
+        for number in batches:
+            values = [f"p{partition_id}-b{number}-{i}" for i in range(BATCH)]
+            sequence = number * PARTITIONS + partition_id
+            acks = produce(
+                cluster,
+                producer,
+                sequence,
+                [(None, v) for v in values],
+                topic=TOPIC,
+                partition_id=partition_id,
+                deadline_s=WAIT_S,
+            )
+            assert [a.offset for a in acks] == list(range(number * BATCH, (number + 1) * BATCH))
+            sent[partition_id].extend(values)
+    return sent
+
+
+def _moved_everywhere(cluster: Cluster, victim: int) -> bool:
+    placed = partition_brokers(cluster, TOPIC)
+    if any(victim in brokers for brokers in placed.values()):
+        return False
+    partitions = _overview(cluster)
+    return len(partitions) == PARTITIONS and all(
+        p["moving"] is None and all(r["alive"] for r in p["replicas"]) for p in partitions
+    )
+
+
+def test_a_dead_brokers_replicas_move_to_a_live_broker_with_nothing_lost(cluster: Cluster) -> None:
+    create_topic(cluster, TOPIC, PARTITIONS)
+    placed = partition_brokers(cluster, TOPIC)
+    # The broker holding the most replicas (3 partitions x 3 replicas on 4 brokers).
+    counts = {b: sum(b in brokers for brokers in placed.values()) for b in range(1, 5)}
+    victim = max(counts, key=lambda b: (counts[b], b))
+    producer = register_producer(cluster, TOPIC)
+    sent = _produce(cluster, producer, range(BATCHES_BEFORE))
+
+    cluster.kill(cluster.broker_name(victim))
+    more = _produce(cluster, producer, range(BATCHES_BEFORE, BATCHES_BEFORE + BATCHES_AFTER))
+    for partition_id, values in more.items():
+        sent[partition_id].extend(values)
+    wait_until(
+        lambda: _moved_everywhere(cluster, victim),
+        DEAD_AFTER_S + REPLACE_AFTER_S + MOVE_WAIT_S,
+        f"every replica of broker {victim} to move to a live broker",
+        period_s=0.5,
+    )
+
+    moved = {p: brokers for p, brokers in partition_brokers(cluster, TOPIC).items()}
+    total = (BATCHES_BEFORE + BATCHES_AFTER) * BATCH
+    for partition_id, brokers in moved.items():
+        assert len(set(brokers)) == 3 and victim not in brokers, moved
+        assert end_offset(cluster, TOPIC, partition_id) == total
+        # Every replica's database, the new one's too, holds exactly the same rows.
+        wait_until(
+            partial(_databases_agree, cluster, partition_id, total),
+            WAIT_S,
+            f"every replica of {TOPIC}/{partition_id} to flush all {total} messages",
+        )
+        for broker_id in brokers:
+            stored = [
+                entry.value for entry in read_replica(cluster, broker_id, TOPIC, partition_id)
+            ]
+            assert stored == sent[partition_id], f"broker {broker_id}'s replica differs"
+    for partition_id in range(PARTITIONS):
+        consumer = register_consumer(cluster, TOPIC, partition_id)
+        popped = [m["message"] for m in pop_all(cluster, consumer)]
+        assert popped == sent[partition_id]
+    leader_url = cluster.node(cluster.manager_leader())["http_address"]
+    text = cluster.http.get(f"{leader_url}/metrics", timeout=10).text
+    gauges = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+    assert gauges["raftq_manager_under_replicated_partitions"] == 0
+
+
+def _databases_agree(cluster: Cluster, partition_id: int, total: int) -> bool:
+    found = checksums(cluster, TOPIC, partition_id, total)
+    return (
+        len(found) == 3
+        and all(count == total and flushed >= total for count, _, flushed in found.values())
+        and len({sha for _, sha, _ in found.values()}) == 1
+    )
+
+
+def test_after_a_restart_of_every_node_the_moved_partitions_serve_and_take_writes(
+    cluster: Cluster,
+) -> None:
+    """The dead broker comes back too (``cluster up`` starts every node): its replicas of
+    the moved partitions are no longer members of their groups, so they cannot vote or
+    lead; the partitions keep their new replicas, serve every message and take writes."""
+    before = partition_brokers(cluster, TOPIC)
+    ends = {p: end_offset(cluster, TOPIC, p) for p in range(PARTITIONS)}
+    cluster.down()
+    cluster.up()
+    assert partition_brokers(cluster, TOPIC) == before
+    producer = register_producer(cluster, TOPIC)
+    for partition_id in range(PARTITIONS):
+        acks = produce(
+            cluster,
+            producer,
+            partition_id,
+            [(None, f"after-restart-{partition_id}")],
+            topic=TOPIC,
+            partition_id=partition_id,
+            deadline_s=WAIT_S,
+        )
+        assert acks[0].offset == ends[partition_id]
+        for broker_id in before[partition_id]:
+            wait_until(
+                partial(_serves, cluster, broker_id, partition_id, ends[partition_id] + 1),
+                WAIT_S,
+                f"broker {broker_id}'s replica of {TOPIC}/{partition_id} to serve every message",
+            )
+
+
+def _serves(cluster: Cluster, broker_id: int, partition_id: int, count: int) -> bool:
+    return len(read_replica(cluster, broker_id, TOPIC, partition_id)) == count

@@ -34,3 +34,8 @@ class HostedReplica:
     def close(self) -> None:
         self.flusher.stop()
         self.partition.close()
+
+    def discard(self) -> None:
+        """Stop it and delete its Raft files (the store's rows are the service's)."""
+        self.flusher.stop()
+        self.partition.discard()

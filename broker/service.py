@@ -135,6 +135,20 @@ class BrokerService:
             "members_match": matched,
         }
 
+    def drop(self, topic: str, partition_id: PartitionId, raft_address: str) -> bool:
+        """Stop hosting the replica of ``topic/partition_id`` at ``raft_address`` and
+        delete its Raft files, then its record and rows (in that order: a crash between
+        leaves a record whose replica starts empty and is dropped again). Idempotent: False
+        when no such replica is hosted here."""
+        with self._lock:
+            replica = self._replicas.get((topic, partition_id))
+            if replica is None or replica.spec.raft_address != raft_address:
+                return False
+            del self._replicas[(topic, partition_id)]
+        replica.discard()
+        self._store.forget_replica(topic, partition_id)
+        return True
+
     def statuses(self) -> list[ReplicaStatus]:
         with self._lock:
             replicas = list(self._replicas.values())

@@ -56,6 +56,13 @@ class BrokerClient:
         answer = self._http.call_ok("POST", f"{address}/partitions/members", body, idempotent=True)
         return answer if isinstance(answer, dict) else {}
 
+    def drop_replica(self, address: str, topic: str, partition_id: int, raft_address: str) -> bool:
+        """``DELETE /partitions`` at the broker: stop hosting a replica its partition no
+        longer has. True when one was dropped now. Raises ``RaftQError``."""
+        body = {"topic": topic, "partition_id": partition_id, "raft_address": raft_address}
+        answer = self._http.call_ok("DELETE", f"{address}/partitions", body, idempotent=True)
+        return isinstance(answer, dict) and answer.get("dropped") is True
+
     def transfer_leadership(
         self, address: str, topic: str, partition_id: int, raft_address: str
     ) -> None:

@@ -97,6 +97,16 @@ class BrokerMonitor:
         with self._lock:
             return dict(self._replicas.get((topic, partition_id), {}))
 
+    def hosted(self) -> list[tuple[BrokerId, str, PartitionId, str]]:
+        """Every replica the brokers last reported hosting: ``(broker, topic, partition,
+        raft address)``."""
+        with self._lock:
+            return [
+                (broker_id, topic, partition_id, str(item.get("raft_address")))
+                for (topic, partition_id), by_broker in self._replicas.items()
+                for broker_id, item in by_broker.items()
+            ]
+
     def leader_of(self, topic: str, partition_id: PartitionId) -> BrokerId | None:
         with self._lock:
             return self._leaders.get((topic, partition_id))

@@ -54,6 +54,7 @@ class ReplicaMover:
         self._monitor = monitor
 
     def tick(self) -> None:
+        self._drop_strays()
         topics, brokers = self._raft.read(
             lambda s: (s.topics.all(), {b.broker_id: b for b in s.brokers.all()})
         )
@@ -67,6 +68,42 @@ class ReplicaMover:
                 )
         if len(moving) < self._limits.replica_moves_max:
             self._begin_next(topics, brokers)
+
+    def _drop_strays(self) -> None:
+        """Tell brokers to drop the replicas they report that no partition has (moved
+        away while their broker was down). The reports are read before the registry: a
+        replica is recorded before any broker hosts it, so one that is reported and not
+        recorded is not one still being created."""
+        hosted = self._monitor.hosted()
+        placed, addresses = self._raft.read(
+            lambda s: (
+                {
+                    (r.broker_id, t.name, p.partition_id, r.raft_address)
+                    for t in s.topics.all()
+                    for p in t.partitions
+                    for r in p.replicas
+                },
+                {b.broker_id: b.address for b in s.brokers.all()},
+            )
+        )
+        for broker_id, topic, partition_id, raft_address in hosted:
+            if (broker_id, topic, partition_id, raft_address) in placed:
+                continue
+            address = addresses.get(broker_id)
+            if address is None:
+                continue
+            try:
+                if self._brokers.drop_replica(address, topic, partition_id, raft_address):
+                    _log.warning(
+                        "broker %s dropped its replica of %s/%s (%s): no longer one of the "
+                        "partition's",
+                        broker_id,
+                        topic,
+                        partition_id,
+                        raft_address,
+                    )
+            except RaftQError as exc:
+                _log.warning("broker %s keeps a stray replica: %s", broker_id, exc.message)
 
     def _begin_next(self, topics: list[TopicRecord], brokers: dict[BrokerId, BrokerRecord]) -> None:
         now_s = time.monotonic()

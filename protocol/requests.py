@@ -429,6 +429,21 @@ class TransferLeadership:
 
 
 @dataclass(frozen=True, slots=True)
+class DropReplica:
+    """``DELETE /partitions {"topic", "partition_id", "raft_address"}`` at a broker (the
+    manager leader): stop hosting that replica, which its partition no longer has."""
+
+    topic: str
+    partition_id: PartitionId
+    raft_address: str
+
+    @classmethod
+    def parse(cls, params: Params, limits: Limits) -> DropReplica:
+        topic, partition_id = partition_ref(params, limits)
+        return cls(topic, partition_id, _raft_address(params, "field 'raft_address'"))
+
+
+@dataclass(frozen=True, slots=True)
 class ReplaceMember:
     """``POST /partitions/members {"spec": ReplicaSpec, "moved_replica_id", "removed"}`` at
     a broker (the manager leader's re-replication): the partition's replica

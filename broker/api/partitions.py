@@ -7,6 +7,7 @@ from protocol.access import Action, require_topic
 from protocol.limits import Limits
 from protocol.requests import (
     ChecksumRange,
+    DropReplica,
     ReplaceMember,
     ReplicaConsumer,
     TopicRef,
@@ -28,6 +29,13 @@ def add_partition_routes(api: App, service: BrokerService, broker_id: int, limit
         spec = parse_replica_spec(request_params(http), limits)
         created = service.host(spec)
         return json_response(spec.to_json(), 201 if created else 200)
+
+    @api.route("DELETE", "/partitions", Action.NODE)
+    def drop(http: HttpRequest) -> HttpResponse:
+        request = DropReplica.parse(request_params(http), limits)
+        dropped = service.drop(request.topic, request.partition_id, request.raft_address)
+        body = {"topic": request.topic, "partition_id": request.partition_id, "dropped": dropped}
+        return json_response(body)
 
     @api.post("/partitions/members", Action.NODE)
     def replace_member(http: HttpRequest) -> HttpResponse:

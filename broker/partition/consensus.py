@@ -99,6 +99,10 @@ class PartitionConsensus(Protocol):
 
     def destroy(self) -> None: ...
 
+    def discard(self) -> None:
+        """``destroy``, then delete this replica's Raft files: it is no longer one of the
+        partition's replicas (moved away, or its topic rolled back)."""
+
 
 def apply_group(log: PartitionLog, wire_commands: object, synced: bool = True) -> list[Result]:
     """Apply a committed group, command by command. Total: a malformed command becomes its
@@ -167,4 +171,7 @@ class MemoryConsensus:
         return True
 
     def destroy(self) -> None:
+        pass
+
+    def discard(self) -> None:
         pass

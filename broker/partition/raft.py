@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import shutil
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from pysyncobj.syncobj import SyncObjException
 from broker.partition.commands import Command, KeyValue, ResetReplica, to_wire
 from broker.partition.consensus import ConsensusStatus, Entry, apply_group
 from broker.partition.log import MessageTuple, PartitionLog, Result
-from protocol.durable_files import make_directories
+from protocol.durable_files import fsync_directory, make_directories
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits, PartitionLimits
 from protocol.types import ReplicaId, ReplicaSpec
@@ -138,6 +139,7 @@ class PartitionRaft:
             spec.limits or limits.partition_limits(),
             limits.raft_snapshot_chunk_messages,
         )
+        self._data_dir = data_dir
         make_directories(data_dir)  # durable: the journal and dump inside must be found
         conf = raft_conf(
             limits,
@@ -253,6 +255,12 @@ class PartitionRaft:
 
     def destroy(self) -> None:
         self._sync.destroy()
+
+    def discard(self) -> None:
+        # The tick thread must have closed the journal before its folder goes.
+        self._sync.close(self._limits.http_shutdown_grace_s)
+        shutil.rmtree(self._data_dir, ignore_errors=True)
+        fsync_directory(os.path.dirname(self._data_dir))
 
 
 class FrozenPartitionLog(FrozenState):

@@ -115,6 +115,9 @@ class PartitionReplica:
     def close(self) -> None:
         self._consensus.destroy()
 
+    def discard(self) -> None:
+        self._consensus.discard()
+
     def _submit(
         self, command: Command, kind: type[_Kind], deadline: Deadline | None = None
     ) -> _Kind:

@@ -163,6 +163,17 @@ class SqlMessageStore:
             )
         return int(done.rowcount)
 
+    def forget_replica(self, topic: str, partition_id: int) -> None:
+        with self._engine.begin() as connection:
+            connection.execute(
+                delete(Log).where(Log.topic_name == topic, Log.partition_id == partition_id)
+            )
+            connection.execute(
+                delete(_PARTITION_RAFT_TABLE)
+                .where(PartitionRaft.topic_name == topic)
+                .where(PartitionRaft.partition_id == partition_id)
+            )
+
     def close(self) -> None:
         self._engine.dispose()
 

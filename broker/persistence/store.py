@@ -88,6 +88,9 @@ class MessageStore(Protocol):
     def delete_below(self, topic: str, partition_id: int, offset: int) -> int:
         """Delete the rows below ``offset``; how many went."""
 
+    def forget_replica(self, topic: str, partition_id: int) -> None:
+        """Delete the replica's record and every row of its partition."""
+
     def close(self) -> None: ...
 
 
@@ -173,6 +176,11 @@ class MemoryMessageStore:
             for o in gone:
                 del stored[o]
         return len(gone)
+
+    def forget_replica(self, topic: str, partition_id: int) -> None:
+        with self._lock:
+            self._replicas.pop((topic, partition_id), None)
+            self._messages.pop((topic, partition_id), None)
 
     def close(self) -> None:
         pass

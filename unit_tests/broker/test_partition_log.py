@@ -8,7 +8,14 @@ import random
 
 import pytest
 
-from broker.partition.commands import Append, Consume, MarkFlushed, from_wire, to_wire
+from broker.partition.commands import (
+    Append,
+    Consume,
+    MarkFlushed,
+    ResetReplica,
+    from_wire,
+    to_wire,
+)
 from broker.partition.consensus import MemoryConsensus
 from broker.partition.log import (
     Appended,
@@ -180,8 +187,11 @@ def _random_commands(seed: int, count: int) -> list[tuple[str, tuple[object, ...
         elif kind == "consume":
             args = (rng.choice(["c1", "c2"]), rng.randint(1, 5), rng.choice(["r1", "r2", None]))
             commands.append(("consume", args))
+        elif rng.random() < 0.05:  # re-replication: a slot starts again from 0
+            commands.append(("reset_replica", (rng.randint(0, 2),)))
         else:
-            commands.append(("mark_flushed", (rng.randint(0, 2), rng.randint(0, end))))
+            start = rng.choice([None, rng.randint(0, end)])
+            commands.append(("mark_flushed", (rng.randint(0, 2), rng.randint(0, end), start)))
     return commands
 
 
@@ -271,3 +281,60 @@ def test_a_log_from_before_durable_offsets_counts_everything_durable() -> None:
     restored = PartitionLog.__new__(PartitionLog)
     restored.__setstate__(state)
     assert restored.durable_end_offset == 2
+
+
+def test_a_reset_slot_starts_from_zero_and_nothing_in_memory_leaves() -> None:
+    """Re-replication: the slot of a dead replica now belongs to a new, empty one."""
+    log = new_log()
+    log.append(batch(*[str(i) for i in range(10)]), 1, None, None)
+    for replica in (0, 1, 2):
+        log.mark_flushed(ReplicaId(replica), 6)
+    assert log.evicted_offset == 6
+    assert log.reset_replica(1) == Flushed(Offset(0), Offset(6))
+    assert log.flushed_offsets == [6, 0, 6] and log.evicted_offset == 6
+    assert log.lagging(ReplicaId(1))  # it copies [0, 6) from a peer's database
+    assert [o for o, _ in log.read(0, 10)] == [6, 7, 8, 9]  # still in memory
+    rejected = log.reset_replica(3)
+    assert isinstance(rejected, Rejected) and rejected.code == ErrorCode.INVALID_FIELD
+
+
+def test_after_a_reset_eviction_goes_on_without_the_new_replica_while_it_is_far_behind() -> None:
+    log = new_log()  # replica_lag_messages_max = 30
+    log.append(batch(*[str(i) for i in range(60)]), 1, None, None)
+    log.reset_replica(2)
+    log.mark_flushed(ReplicaId(0), 50)
+    log.mark_flushed(ReplicaId(1), 40)
+    assert log.evicted_offset == 40  # a majority (0 and 1) has [0, 40); 2 copies it
+    log.mark_flushed(ReplicaId(2), 30, start=0)  # within the lag bound again...
+    log.mark_flushed(ReplicaId(0), 60)
+    log.mark_flushed(ReplicaId(1), 60)
+    assert log.evicted_offset == 40  # ...so eviction waits for it (and never goes back)
+    log.mark_flushed(ReplicaId(2), 55, start=30)
+    assert log.evicted_offset == 55
+
+
+def test_a_flush_mark_from_a_stale_start_changes_nothing() -> None:
+    """A batch written from offset 8 by a replica whose slot was reset to 0 meanwhile (its
+    state was a snapshot from before the reset) must not claim [0, 8) is in its database."""
+    log = new_log()
+    log.append(batch(*[str(i) for i in range(10)]), 1, None, None)
+    log.mark_flushed(ReplicaId(1), 8)
+    log.reset_replica(1)
+    assert log.mark_flushed(ReplicaId(1), 10, start=8) == Flushed(Offset(0), Offset(0))
+    assert log.flushed_offsets[1] == 0
+    assert log.mark_flushed(ReplicaId(1), 4, start=0) == Flushed(Offset(4), Offset(0))
+    assert log.mark_flushed(ReplicaId(1), 10, start=4).flushed_offset == 10  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [ResetReplica(ReplicaId(2)), MarkFlushed(ReplicaId(1), Offset(9), Offset(4))],
+)
+def test_re_replication_commands_survive_the_wire(command: object) -> None:
+    assert from_wire(to_wire(command)) == command  # type: ignore[arg-type]
+
+
+def test_old_two_field_flush_marks_still_decode() -> None:
+    assert from_wire(("mark_flushed", 1, 9)) == MarkFlushed(ReplicaId(1), Offset(9), None)
+    assert from_wire(("reset_replica", True)) is None
+    assert from_wire(("reset_replica", 1, 2)) is None

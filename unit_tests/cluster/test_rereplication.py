@@ -4,15 +4,15 @@ lost: every partition again has three replicas on live brokers, the new ones hol
 message in their databases (also what had left memory before they existed, copied from a
 peer), a consumer gets each message once, and the overview the dashboard draws shows it.
 Then every node restarts, the dead broker included: the moved partitions keep their new
-replicas and serve every message, and the returned broker's stale replicas do not get in
-the way of writes."""
+replicas, serve every message and take writes, and the returned broker drops its stale
+replicas (their Raft files and rows too)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
-
 from functools import partial
+from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -163,8 +163,10 @@ def test_after_a_restart_of_every_node_the_moved_partitions_serve_and_take_write
 ) -> None:
     """The dead broker comes back too (``cluster up`` starts every node): its replicas of
     the moved partitions are no longer members of their groups, so they cannot vote or
-    lead; the partitions keep their new replicas, serve every message and take writes."""
+    lead, and the manager leader tells it to drop them; the partitions keep their new
+    replicas, serve every message and take writes."""
     before = partition_brokers(cluster, TOPIC)
+    victim = next(b for b in range(1, 5) if all(b not in v for v in before.values()))
     ends = {p: end_offset(cluster, TOPIC, p) for p in range(PARTITIONS)}
     cluster.down()
     cluster.up()
@@ -187,6 +189,19 @@ def test_after_a_restart_of_every_node_the_moved_partitions_serve_and_take_write
                 WAIT_S,
                 f"broker {broker_id}'s replica of {TOPIC}/{partition_id} to serve every message",
             )
+    wait_until(
+        partial(_hosts_none, cluster, victim),
+        WAIT_S,
+        f"broker {victim} to drop its stale replicas of {TOPIC}",
+    )
+    replicas_dir = Path(cluster.node(cluster.broker_name(victim))["data_dir"]) / "replicas"
+    assert not [p.name for p in replicas_dir.iterdir() if p.name.startswith(f"{TOPIC}-")]
+
+
+def _hosts_none(cluster: Cluster, broker_id: int) -> bool:
+    url = f"{cluster.broker_url(broker_id)}/partitions"
+    hosted = cluster.internal.get(url, timeout=10).json()["partitions"]
+    return not [p for p in hosted if p["topic"] == TOPIC]
 
 
 def _serves(cluster: Cluster, broker_id: int, partition_id: int, count: int) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from manager.placement import place_partitions
+from manager.placement import place_partitions, place_replacement
 from manager.registry.brokers import BrokerRecord
 from protocol.errors import ErrorCode, RaftQError
 from protocol.types import BrokerId
@@ -62,3 +62,17 @@ def test_lowest_free_port_and_no_free_port() -> None:
     with pytest.raises(RaftQError) as caught:
         place_partitions(range(2), 1, brokers, {}, used)
     assert caught.value.code is ErrorCode.NOT_ENOUGH_BROKERS
+
+
+def test_a_replacement_goes_to_the_least_loaded_broker_outside_the_partition() -> None:
+    brokers = [_broker(1), _broker(2, alive=False), _broker(3), _broker(4), _broker(5)]
+    counts = {BrokerId(1): 2, BrokerId(3): 2, BrokerId(4): 5, BrokerId(5): 3}
+    used = {"h5": {100, 101}}
+    assert place_replacement(_ids(1, 2, 3), brokers, counts, used) == (5, "h5:102")
+    with pytest.raises(RaftQError) as raised:
+        place_replacement(_ids(1, 2, 3, 4, 5), brokers, counts, used)
+    assert raised.value.code is ErrorCode.NOT_ENOUGH_BROKERS
+
+
+def _ids(*ids: int) -> list[BrokerId]:
+    return [BrokerId(i) for i in ids]

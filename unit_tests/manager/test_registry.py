@@ -6,9 +6,10 @@ import pickle
 
 import pytest
 
+from manager.registry.commands import BeginMove, FinishMove
 from manager.registry.outcome import Outcome
 from manager.registry.state import ManagerState
-from manager.registry.topics import Assignment, PartitionState
+from manager.registry.topics import Assignment, PartitionRecord, PartitionState
 from protocol.types import BrokerId, PartitionId
 
 RF = 3
@@ -196,3 +197,59 @@ def test_state_pickles_for_the_raft_dump() -> None:
     assert copy.topics.all() == state.topics.all()
     assert copy.clients.producer("p") == state.clients.producer("p")
     assert copy.revision == state.revision
+
+
+def _active_topic(state: ManagerState) -> None:
+    _topic(state)
+    assert state.finish_partitions("t", (0,)) is Outcome.UPDATED
+
+
+def test_a_move_replaces_one_replica_until_it_is_finished() -> None:
+    state = _state_with_brokers(4)
+    _active_topic(state)
+    assert state.begin_move("t", 0, 1, 4, "127.0.0.1:9104", 1) is Outcome.UPDATED
+    partition = state.topics.get("t").partitions[0]  # type: ignore[union-attr]
+    assert [r.broker_id for r in partition.replicas] == [1, 4, 3]
+    assert partition.moving is not None and partition.moving.removed.broker_id == 2
+    # A repeat is a success; another move of the partition, or a second at once, waits.
+    assert state.begin_move("t", 0, 1, 4, "127.0.0.1:9104", 1) is Outcome.UNCHANGED
+    assert state.begin_move("t", 0, 2, 4, "127.0.0.1:9105", 1) is Outcome.BUSY
+    assert state.apply(FinishMove("t", 0)) is Outcome.UPDATED
+    assert state.apply(FinishMove("t", 0)) is Outcome.UNCHANGED
+    partition = state.topics.get("t").partitions[0]  # type: ignore[union-attr]
+    assert partition.moving is None and [r.broker_id for r in partition.replicas] == [1, 4, 3]
+
+
+@pytest.mark.parametrize(
+    ("args", "outcome"),
+    [
+        (("t", 0, 1, 9, "127.0.0.1:9104", 1), Outcome.UNKNOWN_BROKER),
+        (("t", 0, 1, 3, "127.0.0.1:9104", 1), Outcome.INVALID),  # 3 holds a replica already
+        (("t", 0, 1, 4, "127.0.0.1:9001", 1), Outcome.ADDRESS_TAKEN),
+        (("t", 0, 5, 4, "127.0.0.1:9104", 1), Outcome.INVALID),
+        (("t", 0, 1, 4, "no-port", 1), Outcome.INVALID),
+        (("t", 1, 1, 4, "127.0.0.1:9104", 1), Outcome.UNKNOWN_PARTITION),
+        (("u", 0, 1, 4, "127.0.0.1:9104", 1), Outcome.UNKNOWN_PARTITION),
+        (("t", 0, 1, 4, "127.0.0.1:9104", 0), Outcome.INVALID),
+    ],
+)
+def test_a_move_refuses_what_would_break_the_placement(
+    args: tuple[object, ...], outcome: Outcome
+) -> None:
+    state = _state_with_brokers(4)
+    _active_topic(state)
+    before = pickle.dumps(state)
+    assert state.apply(BeginMove(*args)) is outcome  # type: ignore[arg-type]
+    assert pickle.dumps(state) == before
+
+
+def test_a_creating_partition_does_not_move() -> None:
+    state = _state_with_brokers(4)
+    _topic(state)
+    assert state.begin_move("t", 0, 1, 4, "127.0.0.1:9104", 1) is Outcome.UNKNOWN_PARTITION
+
+
+def test_a_partition_record_from_an_older_snapshot_is_not_moving() -> None:
+    record = PartitionRecord.__new__(PartitionRecord)
+    record.__setstate__([PartitionId(0), (), PartitionState.ACTIVE, 3])
+    assert record.moving is None and record.version == 3

@@ -105,7 +105,8 @@ class LeaderDuties:
             for partition in topic.partitions
             if partition.state is PartitionState.ACTIVE
         ]
-        transfer = next_transfer(placed, (b.broker_id for b in brokers if b.alive))
+        leaders = (b.broker_id for b in brokers if b.alive and not b.draining)
+        transfer = next_transfer(placed, leaders)
         if transfer is None:
             return
         address = next(b.address for b in brokers if b.broker_id == transfer.from_broker)

@@ -1,6 +1,7 @@
 """Where new partitions' replicas go. Pure: the caller passes the registry's current view.
 
-Each partition goes on ``replication_factor`` distinct alive brokers, least loaded first (load =
+Each partition goes on ``replication_factor`` distinct alive brokers (not draining: being
+removed), least loaded first (load =
 replicas hosted, counting the ones placed earlier in the same call, ties by broker id), so the
 partitions of one topic spread. The chosen brokers are rotated by partition id so that replica 0
 is not always on the same broker. Each replica gets the lowest port of its broker's range that
@@ -26,7 +27,7 @@ def place_partitions(
     used_ports: Mapping[str, set[int]],
 ) -> tuple[Assignment, ...]:
     """One assignment per partition id; raises ``RaftQError(NOT_ENOUGH_BROKERS)``."""
-    alive = [b for b in brokers if b.alive]
+    alive = [b for b in brokers if b.alive and not b.draining]
     if len(alive) < replication_factor:
         raise RaftQError(
             ErrorCode.NOT_ENOUGH_BROKERS,

@@ -1,13 +1,15 @@
 """``ReplicaMover``: re-replication, run by the manager leader's duties.
 
-When a broker has been silent for ``broker_replace_after_s``, each replica it holds moves
-to a live broker, one partition at a time (``replica_moves_max``), as a recorded
-multi-step operation that a new manager leader resumes from the registry:
+When a broker has been silent for ``broker_replace_after_s``, or is draining (``raftq
+broker remove``), each replica it holds moves to a live broker, one partition at a time
+(``replica_moves_max``), as a recorded multi-step operation that a new manager leader
+resumes from the registry:
 
 1. ``BeginMove`` (replicated): the partition's replica slot names the new broker and Raft
    address; the old placement is kept as ``moving.removed``.
-2. Every live replica's broker gets the new spec (``POST /partitions/members``, kept for
-   its restarts); the partition's Raft leader also removes the dead member, resets the
+2. A leaving replica that leads (a draining broker's) hands leadership to another first.
+   Every live replica's broker gets the new spec (``POST /partitions/members``, kept for
+   its restarts); the partition's Raft leader also removes the old member, resets the
    slot's flushed offset and adds the new one (``PartitionRaft.replace_member``).
 3. Once the leader reports the new members, the new broker hosts the replica
    (``POST /partitions``): it catches up from a snapshot and copies what already left
@@ -81,7 +83,8 @@ class ReplicaMover:
                     (r.broker_id, t.name, p.partition_id, r.raft_address)
                     for t in s.topics.all()
                     for p in t.partitions
-                    for r in p.replicas
+                    # A leaving replica stays until it has left the group.
+                    for r in (*p.replicas, *([p.moving.removed] if p.moving else []))
                 },
                 {b.broker_id: b.address for b in s.brokers.all()},
             )
@@ -107,12 +110,12 @@ class ReplicaMover:
 
     def _begin_next(self, topics: list[TopicRecord], brokers: dict[BrokerId, BrokerRecord]) -> None:
         now_s = time.monotonic()
+        replace_after_s = self._limits.broker_replace_after_s
         gone = {
             b.broker_id
             for b in brokers.values()
-            if not b.alive
-            and self._monitor.silent_for_s(b.broker_id, now_s)
-            >= self._limits.broker_replace_after_s
+            if b.draining
+            or (not b.alive and self._monitor.silent_for_s(b.broker_id, now_s) >= replace_after_s)
         }
         if not gone:
             return
@@ -147,12 +150,17 @@ class ReplicaMover:
             address,
             self._limits.replica_moves_max,
         )
-        check_outcome(self._raft.propose(command), f"moving {topic.name}")
+        try:
+            check_outcome(self._raft.propose(command), f"moving {topic.name}")
+        except RaftQError as exc:
+            _log.warning("not moving %s/%s: %s", topic.name, partition.partition_id, exc.message)
+            return
         _log.warning(
-            "moving replica %s of %s/%s from dead broker %s to broker %s (%s)",
+            "moving replica %s of %s/%s from %s broker %s to broker %s (%s)",
             slot,
             topic.name,
             partition.partition_id,
+            "draining" if brokers[partition.replicas[slot].broker_id].draining else "dead",
             partition.replicas[slot].broker_id,
             to_broker,
             address,
@@ -163,6 +171,8 @@ class ReplicaMover:
     ) -> None:
         move = partition.moving
         if move is None:
+            return
+        if self._lead_elsewhere(topic, partition, brokers):
             return
         specs = replica_specs(topic, partition, brokers)
         new_address, new_spec = specs[move.replica_id]
@@ -191,6 +201,24 @@ class ReplicaMover:
                 partition.partition_id,
                 partition.replicas[move.replica_id].broker_id,
             )
+
+    def _lead_elsewhere(
+        self, topic: TopicRecord, partition: PartitionRecord, brokers: dict[BrokerId, BrokerRecord]
+    ) -> bool:
+        """A member cannot remove itself, so a leaving replica that leads (a draining
+        broker's: it is alive) first hands leadership to another replica. True while it
+        may still lead (asked now; the next round sees)."""
+        move = partition.moving
+        if move is None:
+            return False
+        leaving = brokers.get(move.removed.broker_id)
+        pid = partition.partition_id
+        if leaving is None or self._monitor.leader_of(topic.name, pid) != leaving.broker_id:
+            return False
+        target = next(r for r in partition.replicas if r.replica_id != move.replica_id)
+        self._brokers.transfer_leadership(leaving.address, topic.name, pid, target.raft_address)
+        _log.info("asked broker %s to hand %s/%s to %s", leaving.broker_id, topic.name, pid, target)
+        return True
 
     def _caught_up(self, topic: str, partition: PartitionRecord, slot: int) -> bool:
         """The new replica's last report: it has applied every committed entry and its

@@ -341,6 +341,12 @@ class ManagerService:
     def register_broker(self, request: RegisterBroker) -> tuple[dict[str, object], int]:
         """201 when registered or updated, 200 when it was already registered as is (and then
         nothing is proposed: brokers re-register every broker_register_period_s)."""
+        if self._raft.read(lambda s: s.brokers.is_removed(request.broker_id)):
+            raise RaftQError(
+                ErrorCode.ID_TAKEN,
+                f"broker id {request.broker_id} was removed from the cluster (raftq broker "
+                "remove) and is never taken again: give this broker a new id",
+            )
         known = self._raft.read(lambda s: s.brokers.get(request.broker_id))
         same = known is not None and known.same_registration(
             request.address, request.raft_host, request.raft_port_min, request.raft_port_max
@@ -371,6 +377,40 @@ class ManagerService:
 
     def brokers(self) -> dict[str, object]:
         return {"brokers": self._raft.read(_broker_summaries)}
+
+    def drain_broker(self, broker_id: BrokerId) -> dict[str, object]:
+        """``raftq broker remove`` step 1: the broker takes no new replica and the manager
+        leader moves its replicas away (``ReplicaMover``), one partition at a time. The
+        answer is the broker's summary: ``partitions`` counts the replicas still to move."""
+        outcome = self._raft.propose(commands.DrainBroker(broker_id))
+        if outcome is Outcome.UNKNOWN_BROKER:
+            raise RaftQError(ErrorCode.NOT_FOUND, f"no broker {broker_id} is registered")
+        check_outcome(outcome, f"broker {broker_id}")
+        return self._broker_summary(broker_id)
+
+    def remove_broker(self, broker_id: BrokerId) -> dict[str, object]:
+        """Step 2: forget a drained broker and refuse its id from then on; 409 while a
+        replica is still placed on it or moving away from it (drain it first)."""
+        outcome = self._raft.propose(commands.RemoveBroker(broker_id))
+        if outcome is Outcome.UNKNOWN_BROKER:
+            raise RaftQError(ErrorCode.NOT_FOUND, f"no broker {broker_id} is registered")
+        if outcome is Outcome.BUSY:
+            raise RaftQError(
+                ErrorCode.BROKER_NOT_EMPTY,
+                f"broker {broker_id} still holds replicas: drain it first (POST "
+                "/brokers/drain), then remove it once it holds none",
+            )
+        if outcome is Outcome.INVALID:
+            raise RaftQError(
+                ErrorCode.BROKER_NOT_EMPTY,
+                f"broker {broker_id} is not draining: drain it first (POST /brokers/drain)",
+            )
+        check_outcome(outcome, f"broker {broker_id}")
+        return {"broker_id": broker_id, "removed": True}
+
+    def _broker_summary(self, broker_id: BrokerId) -> dict[str, object]:
+        summaries = self._raft.read(_broker_summaries)
+        return next(s for s in summaries if s["broker_id"] == broker_id)
 
     def partition_overview(self) -> list[dict[str, object]]:
         """Every partition of every topic with its replicas' last reported figures (the
@@ -489,7 +529,7 @@ def _id_taken(client: str, registered_for: str) -> RaftQError:
 
 
 def _broker_summaries(state: ManagerState) -> list[dict[str, object]]:
-    counts = state.topics.replica_count_by_broker()
+    counts = state.topics.held_count_by_broker()
     return [broker_summary(b, counts.get(b.broker_id, 0)) for b in state.brokers.all()]
 
 
@@ -520,6 +560,6 @@ def replica_specs(
 
 def _broker(brokers: dict[BrokerId, BrokerRecord], broker_id: BrokerId) -> BrokerRecord:
     broker = brokers.get(broker_id)
-    if broker is None:  # placement only picks registered brokers, which are never removed
+    if broker is None:  # a broker is removed only once no replica is placed on it
         raise RaftQError(ErrorCode.INTERNAL, f"broker {broker_id} is not registered")
     return broker

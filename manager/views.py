@@ -56,15 +56,7 @@ def partition_detail(
         "state": partition.state.value,
         "leader": leader,
         "replicas": replicas,
-        "moving": (
-            None
-            if partition.moving is None
-            else {
-                "replica_id": partition.moving.replica_id,
-                "from_broker_id": partition.moving.removed.broker_id,
-                "to_broker_id": partition.replicas[partition.moving.replica_id].broker_id,
-            }
-        ),
+        "moving": moving_json(partition),
     }
 
 
@@ -74,6 +66,7 @@ def broker_summary(broker: BrokerRecord, replica_count: int) -> dict[str, object
         "address": broker.address,
         "alive": broker.alive,
         "partitions": replica_count,
+        "draining": broker.draining,
     }
 
 
@@ -116,13 +109,17 @@ def partition_overview(
         "end_offset": None if led is None else led.get("end_offset"),
         "log_start_offset": None if led is None else led.get("log_start_offset"),
         "replicas": replicas,
-        "moving": (
-            None
-            if partition.moving is None
-            else {
-                "replica_id": partition.moving.replica_id,
-                "from_broker_id": partition.moving.removed.broker_id,
-                "to_broker_id": partition.replicas[partition.moving.replica_id].broker_id,
-            }
-        ),
+        "moving": moving_json(partition),
+    }
+
+
+def moving_json(partition: PartitionRecord) -> dict[str, object] | None:
+    """The re-replication in progress, if any: which replica moves, from and to which broker."""
+    move = partition.moving
+    if move is None:
+        return None
+    return {
+        "replica_id": move.replica_id,
+        "from_broker_id": move.removed.broker_id,
+        "to_broker_id": partition.replicas[move.replica_id].broker_id,
     }

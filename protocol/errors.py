@@ -29,7 +29,10 @@ class ErrorCode(Enum):
     SEQUENCE_OUT_OF_ORDER = 40902
     TOO_MANY = 40903
     ID_TAKEN = 40904
-    """A producer or consumer id is registered for another topic (or partition)."""
+    """A producer or consumer id is registered for another topic (or partition); a broker
+    id is registered and alive at another address, or was removed."""
+    BROKER_NOT_EMPTY = 40905
+    """A broker to remove still holds replicas, or was not drained first."""
     TOO_LARGE = 41301
     OFFSET_OUT_OF_RANGE = 41601
     """A fetch beyond the partition's end offset (the message names the valid range)."""

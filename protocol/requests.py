@@ -485,6 +485,17 @@ class ChecksumRange:
 
 
 @dataclass(frozen=True, slots=True)
+class BrokerRef:
+    """``POST /brokers/drain`` and ``DELETE /brokers``: ``{"broker_id"}``."""
+
+    broker_id: BrokerId
+
+    @classmethod
+    def parse(cls, params: Params, limits: Limits) -> BrokerRef:
+        return cls(BrokerId(get_int(params, "broker_id", minimum=0, maximum=_BROKER_ID_MAX)))
+
+
+@dataclass(frozen=True, slots=True)
 class RegisterBroker:
     """``POST /brokers``: a broker announces itself (idempotent)."""
 
@@ -504,7 +515,7 @@ class RegisterBroker:
         if high < low:
             raise invalid("raft_port_max must not be below raft_port_min")
         return cls(
-            broker_id=BrokerId(get_int(params, "broker_id", minimum=0, maximum=1_000_000)),
+            broker_id=BrokerId(get_int(params, "broker_id", minimum=0, maximum=_BROKER_ID_MAX)),
             address=address.rstrip("/"),
             raft_host=require_str(params, "raft_host", 255),
             raft_port_min=low,
@@ -535,7 +546,7 @@ def parse_replica_spec(params: Params, limits: Limits) -> ReplicaSpec:
         replicas.append(
             ReplicaAddress(
                 replica_id=ReplicaId(get_int(item, "replica_id", minimum=index, maximum=index)),
-                broker_id=BrokerId(get_int(item, "broker_id", minimum=0, maximum=1_000_000)),
+                broker_id=BrokerId(get_int(item, "broker_id", minimum=0, maximum=_BROKER_ID_MAX)),
                 address=require_str(item, "address", 300).rstrip("/"),
                 raft_address=_raft_address(item, f"replicas[{index}].raft_address"),
             )
@@ -552,6 +563,8 @@ def parse_replica_spec(params: Params, limits: Limits) -> ReplicaSpec:
         limits=_partition_limits(params.get("limits")),
     )
 
+
+_BROKER_ID_MAX = 1_000_000
 
 _PORT = re.compile(r"[0-9]{1,5}")
 

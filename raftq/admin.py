@@ -131,6 +131,20 @@ class Admin:
     def brokers(self) -> list[BrokerInfo]:
         return parse_brokers(self._http.call("GET", "/brokers", idempotent=True))
 
+    def drain_broker(self, broker_id: int) -> int:
+        """Begin removing a broker: it takes no new replica and its replicas move to other
+        brokers (re-replication). Idempotent; the replicas it still holds."""
+        body = self._http.call(
+            "POST", "/brokers/drain", body={"broker_id": broker_id}, idempotent=True
+        )
+        (info,) = parse_brokers({"brokers": [body]})
+        return info.partition_count
+
+    def remove_broker(self, broker_id: int) -> None:
+        """Forget a drained broker that holds no replica (``ApiError`` 409 otherwise); its
+        id is refused from then on, so a broker still running with it stops."""
+        self._http.call("DELETE", "/brokers", body={"broker_id": broker_id}, idempotent=True)
+
     def cluster(self) -> dict[str, object]:
         """``GET /cluster`` as the service sends it: managers, brokers and topics."""
         body = self._http.call("GET", "/cluster", idempotent=True)

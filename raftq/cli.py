@@ -206,6 +206,25 @@ def _add_broker_commands(
         "--dir", default=DEFAULT_DIR, help=f"cluster directory (default {DEFAULT_DIR})"
     )
     grow.add_argument("--timeout-s", type=float, default=90.0, help="readiness wait (default 90)")
+    shrink = broker_commands.add_parser(
+        "remove",
+        parents=[target],
+        help="move a broker's replicas to the others, then remove it (and, in a local "
+        "cluster, stop it)",
+    )
+    shrink.add_argument("broker_id", type=int, help="the broker to remove")
+    shrink.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="a progress bar on stderr with rate and ETA (default: when stderr is a terminal)",
+    )
+    shrink.add_argument(
+        "--timeout-s",
+        type=float,
+        default=600.0,
+        help="longest wait for its replicas to move (default 600)",
+    )
 
 
 def _add_node_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -593,6 +612,8 @@ def cmd_key(args: argparse.Namespace, context: Context) -> int:
 
 
 def cmd_broker(args: argparse.Namespace, context: Context) -> int:
+    if args.broker_command == "remove":
+        return _remove_broker(args, context)
     if args.broker_command == "add":
         cluster = LocalCluster(args.dir, progress=_progress_to(context))
         try:
@@ -611,6 +632,44 @@ def cmd_broker(args: argparse.Namespace, context: Context) -> int:
     for b in brokers:
         state = "alive" if b.alive else "DEAD"
         context.stdout.write(f"{b.broker_id:>6} {state:<6} {b.partition_count:>8} {b.address}\n")
+    return 0
+
+
+def _remove_broker(args: argparse.Namespace, context: Context) -> int:
+    """Drain the broker (its replicas move to the others, one partition at a time, with a
+    progress bar), then, in a local cluster, stop it and record it removed, and remove it
+    from the managers' registry (a broker still running elsewhere then stops itself: its
+    id is refused)."""
+    target = resolve_target(args, context)
+    broker_id = args.broker_id
+    with Admin(target.url, api_key=target.api_key, tls_ca=target.tls_ca) as admin:
+        remaining = admin.drain_broker(broker_id)
+        deadline_s = time.monotonic() + args.timeout_s
+        with tqdm(
+            total=remaining,
+            desc=f"moving broker {broker_id}'s replicas",
+            unit="replica",
+            file=context.stderr,
+            disable=not _shows_progress(args, context),
+        ) as bar:
+            while remaining > 0:
+                if time.monotonic() >= deadline_s:
+                    raise UsageError(
+                        f"broker {broker_id} still holds {remaining} replicas after "
+                        f"{args.timeout_s:g} s (it stays draining; run this again to wait)"
+                    )
+                context.sleep(ClientLimits().broker_remove_poll_s)
+                now = next(b.partition_count for b in admin.brokers() if b.broker_id == broker_id)
+                bar.update(remaining - now)
+                remaining = now
+        if args.url is None and (Path(args.dir or DEFAULT_DIR) / CLUSTER_FILE).exists():
+            cluster = LocalCluster(args.dir or DEFAULT_DIR, progress=_progress_to(context))
+            try:
+                cluster.forget_broker(broker_id)
+            finally:
+                cluster.detach()
+        admin.remove_broker(broker_id)
+    context.stdout.write(f"broker {broker_id} removed: it holds no replica and its id is retired\n")
     return 0
 
 

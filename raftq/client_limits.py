@@ -37,6 +37,8 @@ class ClientLimits:
     first; a paused broker costs at most this before the request goes to the load balancer."""
     follow_idle_poll_s: float = 0.5
     """``raftq consume --follow``: the pause after a poll that found nothing new."""
+    broker_remove_poll_s: float = 0.5
+    """``raftq broker remove``: how often it asks how many replicas are left to move."""
     line_count_chunk_bytes: int = 1024 * 1024
     """``raftq produce`` from a file on stdin: bytes read per step when counting its lines
     for the progress bar's total."""

@@ -206,6 +206,18 @@ class LocalCluster:
         self.wait_ready(timeout_s)
         return self.node(name)
 
+    def forget_broker(self, broker_id: int, timeout_s: float = 10.0) -> None:
+        """After ``raftq broker remove`` drained it: stop the broker and record it removed
+        in ``cluster.json``, so no later ``up`` starts it (the managers refuse its id)."""
+        name = f"broker-{broker_id}"
+        if broker_id not in self._settings.broker_ids:
+            raise ClusterError(f"{name} is not one of this cluster's brokers")
+        self.stop_node(name, timeout_s)
+        removed = (*self._settings.removed_brokers, broker_id)
+        self._settings = replace(self._settings, removed_brokers=removed)
+        self._nodes = {node.name: node for node in plan_nodes(self._settings, self._python)}
+        self.save()
+
     def ensure_secret(self) -> Path:
         """Create the cluster secret (64 hex characters, mode 0600) unless it exists; on disk
         (file and directory synced) before any node can use it."""
@@ -446,7 +458,7 @@ class LocalCluster:
             for b in body.get("brokers", [])
             if isinstance(b, dict) and b.get("alive") is True
         }
-        missing = [i for i in range(1, self._settings.brokers + 1) if i not in alive]
+        missing = [i for i in self._settings.broker_ids if i not in alive]
         if not missing:
             return None, "lb"
         names = ", ".join(f"broker-{i}" for i in missing)

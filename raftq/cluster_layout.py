@@ -57,6 +57,14 @@ class ClusterSettings:
     hosts: tuple[str, ...] = ()
     """One address per node, in start order (load balancer, managers, brokers), as if each
     ran on its own host; empty: every node on ``host``."""
+    removed_brokers: tuple[int, ...] = ()
+    """Brokers of 1..N removed by ``raftq broker remove``: never started again (their ids
+    are refused by the managers); the others keep their ids and ports."""
+
+    @property
+    def broker_ids(self) -> tuple[int, ...]:
+        """The brokers this cluster runs."""
+        return tuple(i for i in range(1, self.brokers + 1) if i not in self.removed_brokers)
 
     def validate(self) -> ClusterSettings:
         if not self.directory.is_absolute():
@@ -278,7 +286,7 @@ def plan_nodes(settings: ClusterSettings, python: str) -> tuple[NodeSpec, ...]:
     return (
         _load_balancer(settings, python),
         *(_manager(settings, python, i) for i in range(1, MANAGER_COUNT + 1)),
-        *(_broker(settings, python, i) for i in range(1, settings.brokers + 1)),
+        *(_broker(settings, python, i) for i in settings.broker_ids),
     )
 
 
@@ -299,6 +307,7 @@ def cluster_json(
         "tls": settings.tls,
         "brokers": settings.brokers,
         "hosts": list(settings.hosts),
+        "removed_brokers": list(settings.removed_brokers),
         "nodes": [node.to_json(pids.get(node.name)) for node in nodes],
     }
     if settings.tls:
@@ -325,6 +334,9 @@ def parse_cluster_json(directory: Path, body: object) -> tuple[ClusterSettings, 
         raise LayoutError(f"{CLUSTER_FILE}: tls must be true or false")
     if not isinstance(brokers, int) or isinstance(brokers, bool):
         raise LayoutError(f"{CLUSTER_FILE}: brokers must be a number")
+    removed = body.get("removed_brokers", [])
+    if not isinstance(removed, list) or not all(type(i) is int for i in removed):
+        raise LayoutError(f"{CLUSTER_FILE}: removed_brokers must be a list of broker ids")
     hosts = body.get("hosts", [])
     if not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
         raise LayoutError(f"{CLUSTER_FILE}: hosts must be a list of addresses")
@@ -343,6 +355,7 @@ def parse_cluster_json(directory: Path, body: object) -> tuple[ClusterSettings, 
         tls,
         brokers,
         tuple(hosts),
+        tuple(removed),
     )
     pids: dict[str, int] = {}
     nodes = body.get("nodes", [])

@@ -78,6 +78,8 @@ class BrokerInfo:
     alive: bool
     partition_count: int
     """Replicas this broker hosts."""
+    draining: bool = False
+    """Being removed (``raftq broker remove``): its replicas move away."""
 
 
 # --- parsing -------------------------------------------------------------------------------
@@ -320,6 +322,7 @@ def parse_brokers(body: object) -> list[BrokerInfo]:
             address=_str(b, "address", where),
             alive=_bool(b, "alive", where),
             partition_count=_count(b, "partitions", where),
+            draining=b.get("draining") is True,
         )
         for b in (_obj(i, where) for i in _list(_obj(body, where), "brokers", where))
     ]

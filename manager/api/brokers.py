@@ -5,7 +5,7 @@ from __future__ import annotations
 from manager.service import ManagerService
 from protocol.access import Action
 from protocol.limits import Limits
-from protocol.requests import RegisterBroker
+from protocol.requests import BrokerRef, RegisterBroker
 from runtime.http_api import App, json_response, request_params
 from runtime.http_server import HttpRequest, HttpResponse
 
@@ -15,6 +15,16 @@ def add_routes(api: App, service: ManagerService, limits: Limits) -> None:
     def register_broker(http: HttpRequest) -> HttpResponse:
         body, status = service.register_broker(RegisterBroker.parse(request_params(http), limits))
         return json_response(body, status)
+
+    @api.post("/brokers/drain", Action.ADMIN)
+    def drain_broker(http: HttpRequest) -> HttpResponse:
+        request = BrokerRef.parse(request_params(http), limits)
+        return json_response(service.drain_broker(request.broker_id), 202)
+
+    @api.route("DELETE", "/brokers", Action.ADMIN)
+    def remove_broker(http: HttpRequest) -> HttpResponse:
+        request = BrokerRef.parse(request_params(http), limits)
+        return json_response(service.remove_broker(request.broker_id))
 
     @api.get("/brokers", Action.DESCRIBE)
     def list_brokers(http: HttpRequest) -> HttpResponse:

@@ -65,6 +65,20 @@ class FinishMove:
 
 
 @dataclass(frozen=True, slots=True)
+class DrainBroker:
+    """``raftq broker remove`` step 1: no new replicas; its replicas move away."""
+
+    broker_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveBroker:
+    """Step 2, once it holds no replica: forget it, and refuse its id from then on."""
+
+    broker_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class RegisterBroker:
     broker_id: int
     address: str
@@ -145,6 +159,8 @@ RegistryCommand = (
     | RevokeKey
     | BeginMove
     | FinishMove
+    | DrainBroker
+    | RemoveBroker
 )
 
 _TAGS: dict[str, type[RegistryCommand]] = {
@@ -160,6 +176,8 @@ _TAGS: dict[str, type[RegistryCommand]] = {
     "revoke_key": RevokeKey,
     "begin_move": BeginMove,
     "finish_move": FinishMove,
+    "drain_broker": DrainBroker,
+    "remove_broker": RemoveBroker,
 }
 """The wire tag of each command: part of the journal format, never renamed."""
 _TAG_OF = {kind: tag for tag, kind in _TAGS.items()}

@@ -15,6 +15,7 @@ from manager.registry.commands import (
     BeginPartition,
     BeginTopic,
     CreateKey,
+    DrainBroker,
     ExpireIdleClients,
     FinishMove,
     FinishPartitions,
@@ -22,6 +23,7 @@ from manager.registry.commands import (
     RegisterConsumer,
     RegisterProducer,
     RegistryCommand,
+    RemoveBroker,
     RevokeKey,
     SetBrokerAlive,
 )
@@ -91,6 +93,10 @@ class ManagerState:
                 return self.begin_move(
                     name, partition_id, replica_id, to_broker, to_address, moves_max
                 )
+            case DrainBroker(broker_id):
+                return self._stamp(self.brokers.drain(broker_id, version=self.revision + 1))
+            case RemoveBroker(broker_id):
+                return self.remove_broker(broker_id)
             case FinishMove(name, partition_id):
                 return self._stamp(
                     self.topics.finish_move(name, partition_id, version=self.revision + 1)
@@ -180,6 +186,14 @@ class ManagerState:
                 version=self.revision + 1,
             )
         )
+
+    def remove_broker(self, broker_id: int) -> Outcome:
+        """Only once no replica is placed on it, nor moving away from it."""
+        if not isinstance(broker_id, int):
+            return Outcome.INVALID
+        if self.topics.holds_replicas(BrokerId(broker_id)):
+            return Outcome.BUSY
+        return self._stamp(self.brokers.remove(broker_id, version=self.revision + 1))
 
     def register_broker(
         self,

@@ -146,11 +146,26 @@ class TopicRegistry:
             counts[replica.broker_id] = counts.get(replica.broker_id, 0) + 1
         return counts
 
+    def held_count_by_broker(self) -> dict[BrokerId, int]:
+        """Replicas each broker holds: placed on it, or still moving away from it."""
+        counts = self.replica_count_by_broker()
+        for topic in self._topics.values():
+            for partition in topic.partitions:
+                if partition.moving is not None:
+                    leaving = partition.moving.removed.broker_id
+                    counts[leaving] = counts.get(leaving, 0) + 1
+        return counts
+
+    def holds_replicas(self, broker_id: BrokerId) -> bool:
+        return self.held_count_by_broker().get(broker_id, 0) > 0
+
     def raft_ports_by_host(self) -> dict[str, set[int]]:
-        """Ports taken on each Raft host, by replicas of any broker, topic and state."""
+        """Ports taken on each Raft host, by replicas of any broker, topic and state, also
+        by replicas that moved away (their address is never used again: a broker that was
+        down may still run the old replica until it is told to drop it)."""
         ports: dict[str, set[int]] = {}
-        for replica in self._replicas():
-            host, port = replica.raft_address.rsplit(":", 1)
+        for address in self._raft_addresses:
+            host, port = address.rsplit(":", 1)
             ports.setdefault(host, set()).add(int(port))
         return ports
 

@@ -90,6 +90,10 @@ class Cluster:
             self.http.close()
             self.internal.close()
 
+    def cli(self, *args: str) -> str:
+        """``raftq ARGS`` as a user runs it; its stdout (fails the test on an error)."""
+        return self._cli(*args)
+
     def _cli(self, *args: str) -> str:
         done = subprocess.run(
             [sys.executable, "-m", "raftq.cli", *args],

@@ -5,10 +5,14 @@ message in their databases (also what had left memory before they existed, copie
 peer), a consumer gets each message once, and the overview the dashboard draws shows it.
 Then every node restarts, the dead broker included: the moved partitions keep their new
 replicas, serve every message and take writes, and the returned broker drops its stale
-replicas (their Raft files and rows too)."""
+replicas (their Raft files and rows too). Last, ``raftq broker remove`` moves a live
+broker's replicas away first, then retires it."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -206,3 +210,47 @@ def _hosts_none(cluster: Cluster, broker_id: int) -> bool:
 
 def _serves(cluster: Cluster, broker_id: int, partition_id: int, count: int) -> bool:
     return len(read_replica(cluster, broker_id, TOPIC, partition_id)) == count
+
+
+def test_removing_a_broker_moves_its_replicas_first_then_retires_it(cluster: Cluster) -> None:
+    """``raftq broker remove``: the broker's replicas (some of which it leads) move to the
+    others with nothing lost, then it is stopped, listed nowhere, and its id is refused."""
+    placed = partition_brokers(cluster, TOPIC)
+    counts = {b: sum(b in brokers for brokers in placed.values()) for b in range(1, 5)}
+    leaving = max(counts, key=lambda b: (counts[b], b))
+    assert counts[leaving] > 0
+    ends = {p: end_offset(cluster, TOPIC, p) for p in range(PARTITIONS)}
+    expected = {p: [e.value for e in read_replica(cluster, placed[p][0], TOPIC, p)] for p in ends}
+    out = cluster.cli(
+        "broker", "remove", str(leaving), "--dir", str(cluster.directory), "--timeout-s", "120"
+    )
+    assert f"broker {leaving} removed" in out, out
+
+    moved = partition_brokers(cluster, TOPIC)
+    assert all(leaving not in brokers and len(set(brokers)) == 3 for brokers in moved.values())
+    listed = cluster.get("/brokers").json()["brokers"]
+    assert sorted(b["broker_id"] for b in listed) == sorted(set(range(1, 5)) - {leaving})
+    assert not cluster.local.is_running(cluster.broker_name(leaving))
+    assert json.loads((cluster.directory / "cluster.json").read_text())["removed_brokers"] == [
+        leaving
+    ]
+    for partition_id, brokers in moved.items():
+        assert end_offset(cluster, TOPIC, partition_id) == ends[partition_id]
+        for broker_id in brokers:
+            wait_until(
+                partial(_serves, cluster, broker_id, partition_id, ends[partition_id]),
+                WAIT_S,
+                f"broker {broker_id}'s replica of {TOPIC}/{partition_id}",
+            )
+            stored = [e.value for e in read_replica(cluster, broker_id, TOPIC, partition_id)]
+            assert stored == expected[partition_id]
+    # Its id is retired: a broker started with it is refused and stops.
+    node_file = cluster.node(cluster.broker_name(leaving))["config_file"]
+    done = subprocess.run(
+        [sys.executable, "-m", "raftq.cli", "node", "run", "--config", str(node_file)],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        check=False,
+    )
+    assert f"broker id {leaving} was removed from the cluster" in done.stdout + done.stderr

@@ -27,6 +27,11 @@ EXAMPLES: list[RegistryCommand] = [
     commands.ExpireIdleClients(2_000, 60_000, 10),
     commands.CreateKey("0123456789ab", "f" * 64, "producer", ("t",), "n", 3_000, 10),
     commands.RevokeKey("0123456789ab"),
+    commands.RegisterBroker(2, "http://b2", "127.0.0.2", 100, 199, 10),
+    commands.BeginMove("t", 0, 0, 2, "127.0.0.2:100", 1),
+    commands.FinishMove("t", 0),
+    commands.DrainBroker(2),
+    commands.RemoveBroker(2),  # busy: it holds t/0 now
 ]
 
 
@@ -46,6 +51,8 @@ def test_applying_them_in_order_builds_the_state() -> None:
     assert topic is not None and len(topic.partitions) == 2
     assert topic.partition_limits == Limits().partition_limits()
     assert len(state.clients) == 2
+    assert [r.broker_id for r in topic.partitions[0].replicas] == [2]
+    assert outcomes[-1] is Outcome.BUSY and state.brokers.get(BrokerId(2)) is not None
 
 
 @pytest.mark.parametrize(

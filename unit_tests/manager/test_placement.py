@@ -76,3 +76,10 @@ def test_a_replacement_goes_to_the_least_loaded_broker_outside_the_partition() -
 
 def _ids(*ids: int) -> list[BrokerId]:
     return [BrokerId(i) for i in ids]
+
+
+def test_a_draining_broker_gets_no_new_replica() -> None:
+    draining = BrokerRecord(BrokerId(4), "http://b4", "h4", 100, 199, True, 1, draining=True)
+    brokers = [_broker(1), _broker(2), _broker(3), draining]
+    placed = place_partitions(range(4), 3, brokers, {}, {})
+    assert all(4 not in [b for b, _ in a] for a in placed)

@@ -6,7 +6,8 @@ import pickle
 
 import pytest
 
-from manager.registry.commands import BeginMove, FinishMove
+from manager.registry.brokers import BrokerRecord
+from manager.registry.commands import BeginMove, DrainBroker, FinishMove, RemoveBroker
 from manager.registry.outcome import Outcome
 from manager.registry.state import ManagerState
 from manager.registry.topics import Assignment, PartitionRecord, PartitionState
@@ -253,3 +254,44 @@ def test_a_partition_record_from_an_older_snapshot_is_not_moving() -> None:
     record = PartitionRecord.__new__(PartitionRecord)
     record.__setstate__([PartitionId(0), (), PartitionState.ACTIVE, 3])
     assert record.moving is None and record.version == 3
+
+
+def test_a_broker_is_removed_only_once_drained_and_empty_and_its_id_is_never_taken_again() -> None:
+    state = _state_with_brokers(4)
+    _active_topic(state)  # on brokers 1, 2, 3
+    assert state.apply(RemoveBroker(4)) is Outcome.INVALID  # not draining
+    assert state.apply(DrainBroker(4)) is Outcome.UPDATED
+    assert state.apply(DrainBroker(4)) is Outcome.UNCHANGED
+    assert state.apply(DrainBroker(2)) is Outcome.UPDATED
+    assert state.apply(RemoveBroker(2)) is Outcome.BUSY  # holds t/0
+    assert state.apply(RemoveBroker(4)) is Outcome.UPDATED
+    assert state.apply(RemoveBroker(4)) is Outcome.UNCHANGED
+    assert [b.broker_id for b in state.brokers.all()] == [1, 2, 3]
+    assert state.brokers.get(BrokerId(4)) is None and state.brokers.is_removed(BrokerId(4))
+    again = state.register_broker(4, "http://127.0.0.1:8004", "127.0.0.1", 9000, 9099, 100)
+    assert again is Outcome.EXISTS
+    assert state.apply(DrainBroker(9)) is Outcome.UNKNOWN_BROKER
+
+
+def test_a_broker_with_a_replica_moving_away_is_not_removed_yet() -> None:
+    state = _state_with_brokers(4)
+    _active_topic(state)
+    assert state.apply(DrainBroker(2)) is Outcome.UPDATED
+    assert state.begin_move("t", 0, 1, 4, "127.0.0.1:9104", 1) is Outcome.UPDATED
+    assert state.apply(RemoveBroker(2)) is Outcome.BUSY  # its replica has not left yet
+    assert state.apply(FinishMove("t", 0)) is Outcome.UPDATED
+    assert state.apply(RemoveBroker(2)) is Outcome.UPDATED
+
+
+def test_a_broker_record_from_an_older_snapshot_is_neither_draining_nor_removed() -> None:
+    record = BrokerRecord.__new__(BrokerRecord)
+    record.__setstate__([BrokerId(1), "http://b1", "h", 1, 2, True, 5])
+    assert not record.draining and not record.removed and record.version == 5
+
+
+def test_an_address_a_replica_moved_away_from_stays_taken() -> None:
+    state = _state_with_brokers(4)
+    _active_topic(state)
+    assert state.begin_move("t", 0, 1, 4, "127.0.0.1:9104", 1) is Outcome.UPDATED
+    assert state.apply(FinishMove("t", 0)) is Outcome.UPDATED
+    assert 9002 in state.topics.raft_ports_by_host()["127.0.0.1"]  # broker 2's old replica

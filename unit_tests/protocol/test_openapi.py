@@ -31,6 +31,7 @@ from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 from protocol.openapi import Node, api_document, operations
 from protocol.requests import (
+    BrokerRef,
     ChecksumRange,
     CreateKeyRequest,
     CreateTopic,
@@ -327,6 +328,8 @@ PARSED = [
         },
     ),
     Parsed(M, "GET", "/partitions", TopicRef.parse, {"topic": "orders"}),
+    Parsed(M, "POST", "/brokers/drain", BrokerRef.parse, {"broker_id": 4}),
+    Parsed(M, "DELETE", "/brokers", BrokerRef.parse, {"broker_id": 4}),
     Parsed(M, "GET", "/lag", TopicRef.parse, {"topic": "orders"}),
     Parsed(B, "GET", "/lag", TopicRef.parse, {"topic": "orders"}),
     Parsed(

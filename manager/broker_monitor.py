@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 
+from manager.registry.brokers import BrokerRecord
 from protocol.types import BrokerId, PartitionId
 
 PartitionKey = tuple[str, PartitionId]
@@ -84,6 +85,19 @@ class BrokerMonitor:
             last = self._last_seen_s.get(broker_id)
             silent = broker_id in self._silent
         return now_s - last if silent and last is not None else 0.0
+
+    def gone(
+        self, brokers: Iterable[BrokerRecord], replace_after_s: float, now_s: float
+    ) -> set[BrokerId]:
+        """Brokers that will not come back soon: draining (being removed), or held dead and
+        silent for ``replace_after_s``. Their replicas move away (``ReplicaMover``), and a
+        creation placed on them is rolled back (``ManagerService.resume_pending``)."""
+        return {
+            b.broker_id
+            for b in brokers
+            if b.draining
+            or (not b.alive and self.silent_for_s(b.broker_id, now_s) >= replace_after_s)
+        }
 
     def silent(self) -> frozenset[BrokerId]:
         with self._lock:

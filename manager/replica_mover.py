@@ -109,14 +109,8 @@ class ReplicaMover:
                 _log.warning("broker %s keeps a stray replica: %s", broker_id, exc.message)
 
     def _begin_next(self, topics: list[TopicRecord], brokers: dict[BrokerId, BrokerRecord]) -> None:
-        now_s = time.monotonic()
         replace_after_s = self._limits.broker_replace_after_s
-        gone = {
-            b.broker_id
-            for b in brokers.values()
-            if b.draining
-            or (not b.alive and self._monitor.silent_for_s(b.broker_id, now_s) >= replace_after_s)
-        }
+        gone = self._monitor.gone(brokers.values(), replace_after_s, time.monotonic())
         if not gone:
             return
         for topic in topics:

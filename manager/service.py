@@ -228,12 +228,18 @@ class ManagerService:
 
     def resume_pending(self) -> None:
         """Finish every CREATING partition (a failed request, or a previous leader's): re-send
-        its replica specs (idempotent at the brokers), then record it ACTIVE."""
+        its replica specs (idempotent at the brokers), then record it ACTIVE; or, when a
+        broker it was placed on is gone (``BrokerMonitor.gone``), roll the operation back."""
         pending = self._raft.read(
             lambda s: [(t.name, tuple(p.partition_id for p in t.creating)) for t in s.topics.all()]
         )
+        brokers = self._raft.read(lambda s: s.brokers.all())
+        gone = self._monitor.gone(brokers, self._limits.broker_replace_after_s, time.monotonic())
         for name, partition_ids in pending:
             if not partition_ids:
+                continue
+            if self._placed_on(name, gone):
+                self._roll_back(name, partition_ids)
                 continue
             try:
                 with self._operation_lock:
@@ -241,6 +247,35 @@ class ManagerService:
                 _log.info("resumed topic %s partitions %s", name, partition_ids)
             except RaftQError as exc:
                 _log.warning("topic %s still not created: %s", name, exc.message)
+
+    def _placed_on(self, name: str, gone: set[BrokerId]) -> bool:
+        """A CREATING partition of the topic has a replica on a gone or removed broker."""
+
+        def placed(s: ManagerState) -> bool:
+            topic = s.topics.get(name)
+            return topic is not None and any(
+                r.broker_id in gone or s.brokers.get(r.broker_id) is None
+                for p in topic.creating
+                for r in p.replicas
+            )
+
+        return self._raft.read(placed)
+
+    def _roll_back(self, name: str, partition_ids: tuple[int, ...]) -> None:
+        """A creation that cannot finish is forgotten, not retried forever; the replicas
+        already hosted are dropped as strays (``ReplicaMover``). A client that repeats the
+        request creates it anew on live brokers."""
+        try:
+            with self._operation_lock:
+                outcome = self._raft.propose(commands.RollBackPartitions(name, partition_ids))
+            check_outcome(outcome, f"topic {name!r}")
+            _log.warning(
+                "rolled back topic %s partitions %s: a broker they were placed on is gone",
+                name,
+                partition_ids,
+            )
+        except RaftQError as exc:
+            _log.warning("topic %s not rolled back yet: %s", name, exc.message)
 
     def _complete_recorded(self, name: str, partition_ids: tuple[int, ...]) -> None:
         """``_complete`` for an operation whose first step was just committed: a failure now

@@ -46,6 +46,15 @@ class FinishPartitions:
 
 
 @dataclass(frozen=True, slots=True)
+class RollBackPartitions:
+    """A topic's creation (or a partition's addition) that cannot finish: a broker it was
+    placed on is gone. Forgets its CREATING partitions (``TopicRegistry.roll_back``)."""
+
+    name: str
+    partition_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class BeginMove:
     """Re-replication: replica ``replica_id`` of a partition goes to ``to_broker_id`` at
     Raft address ``to_raft_address`` (``TopicRegistry.begin_move``)."""
@@ -161,6 +170,7 @@ RegistryCommand = (
     | FinishMove
     | DrainBroker
     | RemoveBroker
+    | RollBackPartitions
 )
 
 _TAGS: dict[str, type[RegistryCommand]] = {
@@ -178,6 +188,7 @@ _TAGS: dict[str, type[RegistryCommand]] = {
     "finish_move": FinishMove,
     "drain_broker": DrainBroker,
     "remove_broker": RemoveBroker,
+    "roll_back_partitions": RollBackPartitions,
 }
 """The wire tag of each command: part of the journal format, never renamed."""
 _TAG_OF = {kind: tag for tag, kind in _TAGS.items()}

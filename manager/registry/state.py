@@ -25,6 +25,7 @@ from manager.registry.commands import (
     RegistryCommand,
     RemoveBroker,
     RevokeKey,
+    RollBackPartitions,
     SetBrokerAlive,
 )
 from manager.registry.keys import KeyRecord, KeyRegistry
@@ -92,6 +93,10 @@ class ManagerState:
             case BeginMove(name, partition_id, replica_id, to_broker, to_address, moves_max):
                 return self.begin_move(
                     name, partition_id, replica_id, to_broker, to_address, moves_max
+                )
+            case RollBackPartitions(name, partition_ids):
+                return self._stamp(
+                    self.topics.roll_back(name, partition_ids, version=self.revision + 1)
                 )
             case DrainBroker(broker_id):
                 return self._stamp(self.brokers.drain(broker_id, version=self.revision + 1))

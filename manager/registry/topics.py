@@ -264,6 +264,26 @@ class TopicRegistry:
         self._topics[name] = replace(topic, partitions=tuple(partitions), version=version)
         return Outcome.UPDATED
 
+    def roll_back(self, name: str, partition_ids: tuple[int, ...], *, version: int) -> Outcome:
+        """Forget the named CREATING partitions, which must be every CREATING one (they are
+        the last: the ACTIVE ones are a prefix), and the topic with them when none is left.
+        Their Raft addresses stay taken (a broker may still run such a replica until it
+        is told to drop it)."""
+        topic = self._topics.get(name) if isinstance(name, str) else None
+        if topic is None:
+            return Outcome.UNKNOWN_TOPIC
+        creating = tuple(p.partition_id for p in topic.creating)
+        if not creating:
+            return Outcome.UNCHANGED  # a repeat (or finished meanwhile)
+        if not isinstance(partition_ids, tuple) or tuple(sorted(partition_ids)) != creating:
+            return Outcome.INVALID
+        kept = tuple(p for p in topic.partitions if p.state is PartitionState.ACTIVE)
+        if kept:
+            self._topics[name] = replace(topic, partitions=kept, version=version)
+        else:
+            del self._topics[name]
+        return Outcome.UPDATED
+
     def begin_move(
         self,
         name: str,

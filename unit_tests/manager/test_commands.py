@@ -32,6 +32,7 @@ EXAMPLES: list[RegistryCommand] = [
     commands.FinishMove("t", 0),
     commands.DrainBroker(2),
     commands.RemoveBroker(2),  # busy: it holds t/0 now
+    commands.RollBackPartitions("t", (1,)),  # partition 1 is forgotten
 ]
 
 
@@ -48,11 +49,11 @@ def test_applying_them_in_order_builds_the_state() -> None:
     outcomes = [state.apply(from_wire(to_wire(c))) for c in EXAMPLES]
     assert Outcome.FAILED not in outcomes and Outcome.INVALID not in outcomes, outcomes
     topic = state.topics.get("t")
-    assert topic is not None and len(topic.partitions) == 2
+    assert topic is not None and len(topic.partitions) == 1  # 1 was added, then rolled back
     assert topic.partition_limits == Limits().partition_limits()
     assert len(state.clients) == 2
     assert [r.broker_id for r in topic.partitions[0].replicas] == [2]
-    assert outcomes[-1] is Outcome.BUSY and state.brokers.get(BrokerId(2)) is not None
+    assert outcomes[-2] is Outcome.BUSY and state.brokers.get(BrokerId(2)) is not None
 
 
 @pytest.mark.parametrize(

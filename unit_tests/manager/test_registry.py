@@ -7,7 +7,13 @@ import pickle
 import pytest
 
 from manager.registry.brokers import BrokerRecord
-from manager.registry.commands import BeginMove, DrainBroker, FinishMove, RemoveBroker
+from manager.registry.commands import (
+    BeginMove,
+    DrainBroker,
+    FinishMove,
+    RemoveBroker,
+    RollBackPartitions,
+)
 from manager.registry.outcome import Outcome
 from manager.registry.state import ManagerState
 from manager.registry.topics import Assignment, PartitionRecord, PartitionState
@@ -295,3 +301,22 @@ def test_an_address_a_replica_moved_away_from_stays_taken() -> None:
     assert state.begin_move("t", 0, 1, 4, "127.0.0.1:9104", 1) is Outcome.UPDATED
     assert state.apply(FinishMove("t", 0)) is Outcome.UPDATED
     assert 9002 in state.topics.raft_ports_by_host()["127.0.0.1"]  # broker 2's old replica
+
+
+def test_a_roll_back_forgets_the_creating_partitions_and_a_topic_left_without_any() -> None:
+    state = _state_with_brokers()
+    _topic(state, partitions=2)
+    assert state.apply(RollBackPartitions("t", (0,))) is Outcome.INVALID  # not every one
+    assert state.apply(RollBackPartitions("t", (0, 1))) is Outcome.UPDATED
+    assert state.topics.get("t") is None
+    assert state.apply(RollBackPartitions("t", (0, 1))) is Outcome.UNKNOWN_TOPIC
+    again = (_assignment(1, 2, 3, port=9600),)  # the name is free again, at new addresses
+    assert state.begin_topic("t", again, 10, 8, RF) is Outcome.CREATED
+    assert state.finish_partitions("t", (0,)) is Outcome.UPDATED
+    added = _assignment(1, 2, 3, port=9500)
+    assert state.begin_partition("t", 1, added, 8, RF) is Outcome.CREATED
+    assert state.apply(RollBackPartitions("t", (1,))) is Outcome.UPDATED
+    topic = state.topics.get("t")
+    assert topic is not None and len(topic.partitions) == 1 and topic.is_active
+    assert state.apply(RollBackPartitions("t", ())) is Outcome.UNCHANGED
+    assert 9501 in state.topics.raft_ports_by_host()["127.0.0.1"]  # stays taken

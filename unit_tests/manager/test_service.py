@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -10,7 +11,7 @@ import pytest
 from manager.broker_client import BrokerClient, BrokerRefusalError
 from manager.broker_monitor import BrokerMonitor
 from manager.log_router import LogRouter
-from manager.registry.commands import SetBrokerAlive
+from manager.registry.commands import DrainBroker, SetBrokerAlive
 from manager.registry.topics import PartitionState
 from manager.replicated import LocalRegistry
 from manager.service import ManagerService
@@ -382,3 +383,47 @@ def test_lag_lists_a_partition_whose_leader_moved_since_the_last_poll_as_unavail
     consumers = answer["consumers"]
     assert isinstance(consumers, list)
     assert [(c["consumer_id"], c["partition_id"]) for c in consumers] == [("c", 0)]
+
+
+def test_a_creation_placed_on_a_gone_broker_is_rolled_back(executor: ThreadPoolExecutor) -> None:
+    """Broker 2 died after the topic's placement was recorded: while it may come back the
+    creation is retried; once it has been silent for ``broker_replace_after_s`` the
+    creation is rolled back (not retried forever), and the name can be created anew."""
+    registry, brokers = LocalRegistry(), StubBrokers()
+    monitor = BrokerMonitor(LIMITS.broker_dead_after_s)
+    service = ManagerService(LIMITS, registry, brokers, monitor, executor)
+    for broker_id in (1, 2, 3, 4):
+        request = RegisterBroker(BrokerId(broker_id), f"http://b{broker_id}", "h", 9000, 9099)
+        service.register_broker(request)
+    brokers.down.add("http://b2")
+    with pytest.raises(RaftQError):
+        service.create_topic(CreateTopic("t", 1, 3))
+    placed = registry.read(lambda s: s.topics.get("t"))
+    assert placed is not None and 2 in [r.broker_id for r in placed.partitions[0].replicas]
+    registry.propose(SetBrokerAlive(BrokerId(2), False))
+    now_s = time.monotonic()
+    monitor.record_answer(BrokerId(2), [], now_s - LIMITS.broker_replace_after_s / 2)
+    monitor.record_silence(BrokerId(2), now_s)
+    service.resume_pending()  # silent for less than broker_replace_after_s: kept
+    assert registry.read(lambda s: s.topics.get("t")) is not None
+    monitor.record_answer(BrokerId(2), [], now_s - LIMITS.broker_replace_after_s - 1)
+    monitor.record_silence(BrokerId(2), now_s)
+    service.resume_pending()
+    assert registry.read(lambda s: s.topics.get("t")) is None
+    assert registry.commands[-1] == "roll_back_partitions"
+    body = service.create_topic(CreateTopic("t", 1, 3))  # anew, on live brokers
+    assert body["partitions"][0]["replicas"] == [1, 3, 4]  # type: ignore[index]
+
+
+def test_a_partition_addition_placed_on_a_draining_broker_is_rolled_back(
+    setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter],
+) -> None:
+    registry, brokers, service, _ = setup
+    service.create_topic(CreateTopic("t", 1, 3))
+    brokers.down.add("http://b3")
+    with pytest.raises(RaftQError):
+        service.add_partition(TopicRef("t"))
+    registry.propose(DrainBroker(BrokerId(3)))
+    service.resume_pending()
+    topic = registry.read(lambda s: s.topics.get("t"))
+    assert topic is not None and len(topic.partitions) == 1 and topic.is_active

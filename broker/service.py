@@ -180,6 +180,7 @@ class BrokerService:
     ) -> tuple[list[Offset], Ack]:
         """The batch's offsets and what its acknowledgement achieved (``Ack``)."""
         replica = self._replica(topic, partition_id)
+        self._check_in_sync(replica)
         batch = [(m.key, m.value) for m in messages]
         appended, entry = replica.partition.append(
             batch,
@@ -201,6 +202,32 @@ class BrokerService:
             replicas_flushed=flushed,
         )
         return [Offset(o) for o in range(appended.start, appended.end)], ack
+
+    def _check_in_sync(self, replica: HostedReplica) -> None:
+        """Refuse a produce, before proposing anything, while fewer replicas are in sync
+        than the topic's ``min_insync_replicas``. Only the leader knows how many are: a
+        follower (which would forward the produce to the leader unchecked) refuses with
+        NOT_LEADER when the topic asks for more than the majority a commit needs anyway."""
+        wanted = replica.partition.read(lambda log: log.limits.min_insync_replicas)
+        if wanted <= 1:
+            return
+        in_sync = replica.partition.replicas_in_sync()
+        if in_sync == 0:
+            if wanted > len(replica.spec.replicas) // 2 + 1:
+                raise RaftQError(
+                    ErrorCode.NOT_LEADER,
+                    f"{replica.partition.name} does not lead, and only its leader takes a "
+                    f"produce for a topic with min_insync_replicas {wanted} (it alone knows "
+                    "which replicas are in sync)",
+                )
+            return
+        if in_sync < wanted:
+            raise RaftQError(
+                ErrorCode.NOT_ENOUGH_REPLICAS,
+                f"{replica.partition.name}: {in_sync} of {len(replica.spec.replicas)} replicas "
+                f"are in sync, its topic's min_insync_replicas is {wanted}: nothing was "
+                "stored; retry once the others are back",
+            )
 
     def _replicas_flushed(self, replica: HostedReplica, end: int) -> int:
         flushed = replica.partition.read(lambda log: list(log.flushed_offsets))

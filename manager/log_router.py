@@ -309,5 +309,10 @@ def _proves_nothing_done(failure: Exception) -> bool:
 
 def _says_not_processed(answer: HttpAnswer) -> bool:
     """A broker's 5xx that proves it did nothing: another replica may take the request. (A
-    4xx proves it too, but it is the caller's to see: another replica would answer the same.)"""
+    4xx proves it too, but it is the caller's to see: another replica would answer the same;
+    so is NOT_ENOUGH_REPLICAS: the leader alone knows, and the others refuse as well.)"""
+    body = answer.body
+    code = body.get("error_code") if isinstance(body, dict) else None
+    if code == ErrorCode.NOT_ENOUGH_REPLICAS.value:
+        return False
     return answer.status >= 500 and proves_nothing_done(answer.status, answer.body)

@@ -122,6 +122,8 @@ class ManagerService:
                         limits.partition_limits(),
                         retention_ms=request.retention_ms,
                         retention_bytes=request.retention_bytes,
+                        min_insync_replicas=request.min_insync_replicas
+                        or request.replication_factor // 2 + 1,
                     ),
                 )
             )

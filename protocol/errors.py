@@ -55,6 +55,9 @@ class ErrorCode(Enum):
     """Refused before doing anything: busy, not ready yet (a topic still being created, a
     replica that cannot serve the range yet, a Raft queue that is full), or the connection
     was never made. Repeating it, here later or elsewhere, is safe."""
+    NOT_ENOUGH_REPLICAS = 50308
+    """The partition has fewer replicas in sync than its topic's ``min_insync_replicas``:
+    the produce was refused before anything was stored (Kafka's NOT_ENOUGH_REPLICAS)."""
 
     @property
     def status(self) -> int:
@@ -68,7 +71,13 @@ class ErrorCode(Enum):
 
 
 _NOTHING_DONE_5XX = frozenset(
-    {ErrorCode.NO_LEADER, ErrorCode.NOT_LEADER, ErrorCode.NOT_ENOUGH_BROKERS, ErrorCode.REFUSED}
+    {
+        ErrorCode.NO_LEADER,
+        ErrorCode.NOT_LEADER,
+        ErrorCode.NOT_ENOUGH_BROKERS,
+        ErrorCode.REFUSED,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+    }
 )
 
 

@@ -39,6 +39,14 @@ class PartitionLimits:
     retention_bytes: int = 0
     """The topic's retention by size, per partition (as Kafka's ``retention.bytes``): the
     oldest messages leave while the partition holds more. 0: no bound."""
+    min_insync_replicas: int = 1
+    """The topic's ``min.insync.replicas`` (Kafka's name): the partition leader refuses a
+    produce (503 NOT_ENOUGH_REPLICAS, nothing stored) unless this many replicas, itself
+    included, answered it within ``raft_leader_fallback_timeout_s``. A commit needs a
+    majority anyway; the topic's default is that majority, which turns a write that would
+    wait out its timeout with an unknown outcome into an immediate refusal; the replication
+    factor refuses writes whenever any replica is away. 1 (no check beyond Raft's) is what
+    replicas created before this limit existed get."""
 
     def to_json(self) -> dict[str, int]:
         return {spec.name: getattr(self, spec.name) for spec in fields(self)}
@@ -71,7 +79,7 @@ class PartitionLimits:
 
 
 _RETENTION_FIELDS = frozenset({"retention_ms", "retention_bytes"})
-_LATER_FIELDS = _RETENTION_FIELDS | {"client_idle_expiry_ms"}
+_LATER_FIELDS = _RETENTION_FIELDS | {"client_idle_expiry_ms", "min_insync_replicas"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -117,25 +117,42 @@ class CreateTopic:
     """Messages older than this leave (0: kept however old)."""
     retention_bytes: int = 0
     """Per partition, the oldest messages leave while it holds more (0: no bound)."""
+    min_insync_replicas: int | None = None
+    """Replicas that must be in sync for a produce to be taken (``None``: a majority of the
+    replication factor)."""
 
     @classmethod
     def parse(cls, params: Params, limits: Limits) -> CreateTopic:
+        replication_factor = get_int(
+            params,
+            "replication_factor",
+            minimum=1,
+            maximum=limits.replication_factor,
+            default=limits.replication_factor,
+        )
+        min_insync = get_int(
+            params,
+            "min_insync_replicas",
+            minimum=1,
+            maximum=limits.replication_factor,
+            default=replication_factor // 2 + 1,
+        )
+        if min_insync > replication_factor:
+            raise invalid(
+                f"field 'min_insync_replicas' ({min_insync}) must not exceed the replication "
+                f"factor ({replication_factor})"
+            )
         return cls(
             name=topic_name(params, limits, "name"),
             partitions=get_int(
                 params, "partitions", minimum=1, maximum=limits.topic_partitions_max, default=1
             ),
-            replication_factor=get_int(
-                params,
-                "replication_factor",
-                minimum=1,
-                maximum=limits.replication_factor,
-                default=limits.replication_factor,
-            ),
+            replication_factor=replication_factor,
             retention_ms=get_int(params, "retention_ms", minimum=0, maximum=_INT_MAX, default=0),
             retention_bytes=get_int(
                 params, "retention_bytes", minimum=0, maximum=_INT_MAX, default=0
             ),
+            min_insync_replicas=min_insync,
         )
 
 

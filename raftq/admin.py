@@ -69,17 +69,22 @@ class Admin:
         *,
         retention_ms: int = 0,
         retention_bytes: int = 0,
+        min_insync_replicas: int | None = None,
     ) -> Topic:
         """Create a topic; ``ApiError`` with status 409 if it already exists. Retention (0:
         none): messages older than ``retention_ms`` leave, and the oldest leave while a
-        partition holds more than ``retention_bytes``."""
-        body = {
+        partition holds more than ``retention_bytes``. ``min_insync_replicas`` (default: a
+        majority of ``replication_factor``): produces are refused (503
+        NOT_ENOUGH_REPLICAS) while fewer replicas of a partition are in sync."""
+        body: dict[str, object] = {
             "name": name,
             "partitions": partitions,
             "replication_factor": replication_factor,
             "retention_ms": retention_ms,
             "retention_bytes": retention_bytes,
         }
+        if min_insync_replicas is not None:
+            body["min_insync_replicas"] = min_insync_replicas
         try:
             return parse_topic(self._http.call("POST", "/topics", body=body, idempotent=True))
         except ApiError as exc:

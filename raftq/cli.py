@@ -133,6 +133,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="per partition, the oldest messages leave while it holds more (default 0: none)",
     )
+    create.add_argument(
+        "--min-insync-replicas",
+        type=_positive,
+        default=None,
+        help="replicas that must be in sync for a produce to be taken (default: a majority "
+        "of the replication factor; the replication factor: refuse writes while any "
+        "replica is away)",
+    )
     topic_commands.add_parser("list", parents=[target], help="list topics")
     describe = topic_commands.add_parser(
         "describe", parents=[target], help="partitions, leaders, offsets and consumer lag"
@@ -389,6 +397,7 @@ def cmd_topic(args: argparse.Namespace, context: Context) -> int:
                 args.replication_factor,
                 retention_ms=args.retention_ms,
                 retention_bytes=args.retention_bytes,
+                min_insync_replicas=args.min_insync_replicas,
             )
             for part in topic.partitions:
                 context.stdout.write(

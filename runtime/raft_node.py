@@ -242,6 +242,15 @@ class RaftNode(SyncObj):
         matched: dict[Any, int] = self._SyncObj__raftMatchIndex
         return 1 + sum(1 for found in list(matched.values()) if found >= index)
 
+    def replicas_answering(self, within_s: float) -> int:
+        """On the leader: the replicas (itself included) that answered it within the last
+        ``within_s`` seconds (pysyncobj's own clock, as its quorum check); 0 elsewhere."""
+        if not self._isLeader():
+            return 0
+        answered: dict[Any, float] = self._SyncObj__lastResponseTime
+        since = monotonic_time() - within_s
+        return 1 + sum(1 for at in list(answered.values()) if at >= since)
+
     def leave_unsynced(self, consumer: object, method_prefix: str) -> None:
         """Entries that call ``consumer``'s replicated methods named ``method_prefix…`` are
         not synced when appended to this node's journal (a later sync covers them)."""

@@ -88,6 +88,10 @@ class PartitionConsensus(Protocol):
         ``raft_address`` (Raft's TimeoutNow). Best effort and asynchronous: refused by the
         Raft layer unless that replica has every entry; the new leader shows in ``status``."""
 
+    def replicas_in_sync(self) -> int:
+        """On the leader: the replicas, itself included, that answered it lately (Kafka's
+        in-sync replicas, for ``min_insync_replicas``); 0 on a follower."""
+
     def respec(self, spec: ReplicaSpec) -> None:
         """The partition's replicas changed (re-replication): ``spec`` names them now."""
 
@@ -133,6 +137,7 @@ class MemoryConsensus:
         self._name = name
         self._lock = threading.Lock()
         self._log = PartitionLog(replica_count, limits)
+        self._replica_count = replica_count
         self._entries = 0
 
     @property
@@ -161,6 +166,9 @@ class MemoryConsensus:
 
     def transfer_leadership(self, raft_address: str) -> None:
         pass  # one replica: it always leads
+
+    def replicas_in_sync(self) -> int:
+        return self._replica_count  # it stands for a healthy group
 
     def respec(self, spec: ReplicaSpec) -> None:
         pass  # no peers to talk to

@@ -204,6 +204,12 @@ class PartitionRaft:
         synced_count = max(majority, self._sync.replicas_holding(applied.index)) if synced else 0
         return applied.results, Entry(applied.term, applied.index, synced_count)
 
+    def replicas_in_sync(self) -> int:
+        """On the leader: itself and the followers that answered within
+        ``raft_leader_fallback_timeout_s`` (after which pysyncobj's leader would count the
+        quorum lost too); 0 on a follower."""
+        return self._sync.replicas_answering(self._limits.raft_leader_fallback_timeout_s)
+
     def respec(self, spec: ReplicaSpec) -> None:
         self.spec = spec
 

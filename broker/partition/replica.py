@@ -102,6 +102,9 @@ class PartitionReplica:
     def transfer_leadership(self, raft_address: str) -> None:
         self._consensus.transfer_leadership(raft_address)
 
+    def replicas_in_sync(self) -> int:
+        return self._consensus.replicas_in_sync()
+
     def respec(self, spec: ReplicaSpec) -> None:
         self.spec = spec
         self._consensus.respec(spec)

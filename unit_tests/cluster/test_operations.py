@@ -10,12 +10,14 @@ and the brokers' ``/metrics``, matching what was produced and popped.
 Leader balance: after a broker is killed and comes back (leading nothing), the brokers again
 lead within one partition of each other.
 
-The dashboard: headless Chromium loads ``/ui`` and shows what the cluster holds."""
+The dashboard: headless Chromium loads ``/ui`` and shows what the cluster holds.
+``min_insync_replicas``: a partition with fewer replicas in sync refuses writes."""
 
 from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +28,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from raftq import Admin, Consumer, ConsumerLag, Producer
 from stress_tests.cluster_view import replica_status
 from stress_tests.polling import poll_until
-from unit_tests.cluster.client_ops import checksums, create_topic_answer, partition_leader
+from unit_tests.cluster.client_ops import (
+    checksums,
+    create_topic_answer,
+    partition_brokers,
+    partition_leader,
+    pop_all,
+    produce,
+    register_consumer,
+    register_producer,
+)
 from unit_tests.cluster.harness import Cluster, running_cluster
 from unit_tests.ports import CLUSTER_BASE_PORTS
 
@@ -294,3 +305,57 @@ def test_metrics_count_what_was_produced_and_consumed(cluster: Cluster) -> None:
     balancer = _scrape(cluster, cluster.lb_url)
     forwarded = [v for k, v in balancer.items() if k[0] == "raftq_lb_http_request_seconds_count"]
     assert sum(forwarded) >= 1  # every request the load balancer forwarded was timed
+
+
+def test_a_partition_below_min_insync_replicas_refuses_writes_and_stores_nothing(
+    cluster: Cluster,
+) -> None:
+    """A topic with ``min_insync_replicas`` 3: once a paused follower has not answered its
+    leader for ``raft_leader_fallback_timeout_s``, a produce is refused at once (503
+    NOT_ENOUGH_REPLICAS, outcome known: nothing stored) rather than taken by two replicas;
+    a topic with the default (a majority) goes on taking writes; once the follower is back,
+    writes are taken again."""
+    _create(cluster, "strict", min_insync_replicas=3)
+    _create(cluster, "relaxed")
+    producer = register_producer(cluster, "strict")
+    produce(cluster, producer, 0, [(None, "first")], topic="strict", partition_id=0)
+    leader = partition_leader(cluster, "strict", 0)
+    follower = next(b for b in partition_brokers(cluster, "strict")[0] if b != leader)
+    sent: list[str] = ["first"]
+    cluster.kill(cluster.broker_name(follower), signal.SIGSTOP)
+    try:
+
+        def refused() -> dict[str, object] | None:
+            """One produce, a new sequence each once taken: taken until the leader counts
+            the follower out of sync, then refused (NOT_ENOUGH_REPLICAS)."""
+            value = f"probe-{len(sent)}"
+            body = {
+                "producer_id": producer,
+                "topic": "strict",
+                "partition_id": 0,
+                "sequence": len(sent),
+                "messages": [{"message": value}],
+            }
+            answer = cluster.post("/logs", body)
+            if answer.status_code == 201:
+                sent.append(value)
+                return None
+            assert answer.status_code == 503, answer.text
+            if answer.json()["error_code"] != 50308:
+                return None  # say the paused broker held it up: repeat the same sequence
+            return {**answer.json(), "value": value}
+
+        error = poll_until(refused, WAIT_S, "a produce to be refused")
+        expected = "2 of 3 replicas are in sync, its topic's min_insync_replicas is 3"
+        assert expected in str(error["message"]), error
+        relaxed = register_producer(cluster, "relaxed")
+        acks = produce(cluster, relaxed, 0, [(None, "taken")], topic="relaxed", partition_id=0)
+        assert acks[0].offset == 0
+    finally:
+        cluster.kill(cluster.broker_name(follower), signal.SIGCONT)
+    sequence = len(sent) + 1  # past the refused one's
+    acks = produce(cluster, producer, sequence, [(None, "last")], topic="strict", partition_id=0)
+    assert acks[0].offset == len(sent)  # the refused produce stored nothing
+    consumer = register_consumer(cluster, "strict", 0)
+    assert [m["message"] for m in pop_all(cluster, consumer)] == [*sent, "last"]
+    assert error["value"] not in sent

@@ -11,6 +11,7 @@ NOTHING_DONE_5XX = {
     ErrorCode.NOT_LEADER,
     ErrorCode.NOT_ENOUGH_BROKERS,
     ErrorCode.REFUSED,
+    ErrorCode.NOT_ENOUGH_REPLICAS,  # checked at the leader before proposing
 }
 
 

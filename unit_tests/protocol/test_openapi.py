@@ -322,9 +322,10 @@ PARSED = [
         {
             "name": "t",
             "partitions": 1,
-            "replication_factor": 1,
+            "replication_factor": 3,
             "retention_ms": 60_000,
             "retention_bytes": 1_000_000,
+            "min_insync_replicas": 1,
         },
     ),
     Parsed(M, "GET", "/partitions", TopicRef.parse, {"topic": "orders"}),

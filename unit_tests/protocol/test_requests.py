@@ -145,3 +145,19 @@ def test_key_routing_is_stable_and_spread() -> None:
     assert partition_for_unkeyed("p:1", 4) == partition_for_unkeyed("p:1", 4)
     with pytest.raises(ValueError):
         partition_for_key("a", 0)
+
+
+def test_min_insync_replicas_defaults_to_a_majority_and_never_exceeds_the_replication_factor() -> (
+    None
+):
+    assert CreateTopic.parse({"name": "t"}, Limits()).min_insync_replicas == 2
+    one = CreateTopic.parse({"name": "t", "replication_factor": 1}, Limits())
+    assert one.min_insync_replicas == 1
+    every = CreateTopic.parse({"name": "t", "min_insync_replicas": 3}, Limits())
+    assert every.min_insync_replicas == 3
+    with pytest.raises(RaftQError) as refused:
+        CreateTopic.parse(
+            {"name": "t", "replication_factor": 2, "min_insync_replicas": 3}, Limits()
+        )
+    assert refused.value.code is ErrorCode.INVALID_FIELD
+    assert "must not exceed the replication factor (2)" in refused.value.message

@@ -431,31 +431,18 @@ class ReplicaConsumer:
 
 
 @dataclass(frozen=True, slots=True)
-class TransferLeadership:
-    """``POST /leadership {"topic", "partition_id", "raft_address"}`` at a broker (the
-    manager leader's leader balancing): hand the partition's leadership to that replica."""
+class ReplicaRef:
+    """``{"topic", "partition_id", "raft_address"}``: one replica of a partition, at a
+    broker. ``POST /leadership`` (the manager leader's leader balancing: hand the
+    partition's leadership to that replica) and ``DELETE /partitions`` (stop hosting that
+    replica, which its partition no longer has)."""
 
     topic: str
     partition_id: PartitionId
     raft_address: str
 
     @classmethod
-    def parse(cls, params: Params, limits: Limits) -> TransferLeadership:
-        topic, partition_id = partition_ref(params, limits)
-        return cls(topic, partition_id, _raft_address(params, "field 'raft_address'"))
-
-
-@dataclass(frozen=True, slots=True)
-class DropReplica:
-    """``DELETE /partitions {"topic", "partition_id", "raft_address"}`` at a broker (the
-    manager leader): stop hosting that replica, which its partition no longer has."""
-
-    topic: str
-    partition_id: PartitionId
-    raft_address: str
-
-    @classmethod
-    def parse(cls, params: Params, limits: Limits) -> DropReplica:
+    def parse(cls, params: Params, limits: Limits) -> ReplicaRef:
         topic, partition_id = partition_ref(params, limits)
         return cls(topic, partition_id, _raft_address(params, "field 'raft_address'"))
 

@@ -103,13 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument(
         "--tls-ca", help="CA bundle (PEM) to check an https:// cluster's certificate against"
     )
-    data = argparse.ArgumentParser(add_help=False)
-    data.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="a progress bar on stderr with rate and ETA (default: when stderr is a terminal)",
-    )
+    data = argparse.ArgumentParser(add_help=False, parents=[_progress_option()])
     data.add_argument(
         "--direct",
         action=argparse.BooleanOptionalAction,
@@ -200,6 +194,17 @@ def _add_key_commands(
     revoke.add_argument("key_id")
 
 
+def _progress_option() -> argparse.ArgumentParser:
+    options = argparse.ArgumentParser(add_help=False)
+    options.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="a progress bar on stderr with rate and ETA (default: when stderr is a terminal)",
+    )
+    return options
+
+
 def _add_broker_commands(
     commands: argparse._SubParsersAction[argparse.ArgumentParser],
     target: argparse.ArgumentParser,
@@ -216,17 +221,11 @@ def _add_broker_commands(
     grow.add_argument("--timeout-s", type=float, default=90.0, help="readiness wait (default 90)")
     shrink = broker_commands.add_parser(
         "remove",
-        parents=[target],
+        parents=[target, _progress_option()],
         help="move a broker's replicas to the others, then remove it (and, in a local "
         "cluster, stop it)",
     )
     shrink.add_argument("broker_id", type=int, help="the broker to remove")
-    shrink.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="a progress bar on stderr with rate and ETA (default: when stderr is a terminal)",
-    )
     shrink.add_argument(
         "--timeout-s",
         type=float,

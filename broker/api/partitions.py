@@ -7,11 +7,10 @@ from protocol.access import Action, require_topic
 from protocol.limits import Limits
 from protocol.requests import (
     ChecksumRange,
-    DropReplica,
     ReplaceMember,
     ReplicaConsumer,
+    ReplicaRef,
     TopicRef,
-    TransferLeadership,
     parse_replica_spec,
 )
 from runtime.http_api import App, json_response, request_params
@@ -32,7 +31,7 @@ def add_partition_routes(api: App, service: BrokerService, broker_id: int, limit
 
     @api.route("DELETE", "/partitions", Action.NODE)
     def drop(http: HttpRequest) -> HttpResponse:
-        request = DropReplica.parse(request_params(http), limits)
+        request = ReplicaRef.parse(request_params(http), limits)
         dropped = service.drop(request.topic, request.partition_id, request.raft_address)
         body = {"topic": request.topic, "partition_id": request.partition_id, "dropped": dropped}
         return json_response(body)
@@ -59,7 +58,7 @@ def add_partition_routes(api: App, service: BrokerService, broker_id: int, limit
 
     @api.post("/leadership", Action.NODE)
     def transfer_leadership(http: HttpRequest) -> HttpResponse:
-        request = TransferLeadership.parse(request_params(http), limits)
+        request = ReplicaRef.parse(request_params(http), limits)
         body = service.transfer_leadership(
             request.topic, request.partition_id, request.raft_address
         )

@@ -1,0 +1,155 @@
+"""ReplicaMover over the in-memory registry twin and a stub broker client: a gone broker's
+replica moves step by step, a move begun by one manager leader is finished by the next from
+the registry alone, a leaving replica that leads hands over first, and strays are dropped."""
+
+from __future__ import annotations
+
+import time
+
+from manager.broker_client import BrokerClient
+from manager.broker_monitor import BrokerMonitor
+from manager.registry.commands import (
+    BeginTopic,
+    DrainBroker,
+    FinishPartitions,
+    RegisterBroker,
+    SetBrokerAlive,
+)
+from manager.registry.topics import PartitionRecord
+from manager.replica_mover import ReplicaMover
+from manager.replicated import LocalRegistry
+from protocol.limits import Limits
+from protocol.types import BrokerId, PartitionId, ReplicaSpec
+from runtime.http_client import PeerLink
+
+LIMITS = Limits()
+
+
+class StubBrokers(BrokerClient):
+    """Records the calls; the partition leader's answer is ``members_match``."""
+
+    def __init__(self) -> None:
+        super().__init__(LIMITS, PeerLink("test-node-token", None))
+        self.members_match = False
+        self.calls: list[tuple[str, str]] = []
+
+    def replace_member(
+        self, address: str, spec: ReplicaSpec, moved_replica_id: int, removed: str
+    ) -> dict[str, object]:
+        self.calls.append(("members", address))
+        leads = address == "http://b2"
+        return {"leader": leads, "members_match": leads and self.members_match}
+
+    def host_replica(self, address: str, spec: ReplicaSpec) -> None:
+        self.calls.append(("host", address))
+
+    def transfer_leadership(
+        self, address: str, topic: str, partition_id: int, raft_address: str
+    ) -> None:
+        self.calls.append(("transfer", address))
+
+    def drop_replica(self, address: str, topic: str, partition_id: int, raft_address: str) -> bool:
+        self.calls.append(("drop", address))
+        return True
+
+
+def _registry() -> LocalRegistry:
+    registry = LocalRegistry()
+    for broker_id in (1, 2, 3, 4):
+        registry.propose(RegisterBroker(broker_id, f"http://b{broker_id}", "h", 9000, 9099, 10))
+    placement = tuple((BrokerId(b), f"h:{9000 + b}") for b in (1, 2, 3))
+    registry.propose(BeginTopic("t", (placement,), 10, 8, 3, LIMITS.partition_limits()))
+    registry.propose(FinishPartitions("t", (0,)))
+    return registry
+
+
+def _gone_for_long(monitor: BrokerMonitor, broker_id: int) -> None:
+    now_s = time.monotonic()
+    monitor.record_answer(BrokerId(broker_id), [], now_s - LIMITS.broker_replace_after_s - 1)
+    monitor.record_silence(BrokerId(broker_id), now_s)
+
+
+def _partition(registry: LocalRegistry) -> PartitionRecord:
+    topic = registry.read(lambda s: s.topics.get("t"))
+    assert topic is not None
+    return topic.partitions[0]
+
+
+def _report_caught_up(monitor: BrokerMonitor, flushed: list[int]) -> None:
+    report = {
+        "topic": "t",
+        "partition_id": 0,
+        "raft_address": "h:9000",  # broker 4's lowest free port on host h
+        "caught_up": True,
+        "flushed_offsets": flushed,
+    }
+    monitor.record_answer(BrokerId(4), [report], time.monotonic())
+
+
+def test_a_move_begun_by_one_leader_is_finished_by_the_next() -> None:
+    registry, brokers = _registry(), StubBrokers()
+    registry.propose(SetBrokerAlive(1, False))
+    monitor = BrokerMonitor(LIMITS.broker_dead_after_s)
+    _gone_for_long(monitor, 1)
+    first = ReplicaMover(LIMITS, registry, brokers, monitor)
+    first.tick()  # begins: broker 4 takes slot 0
+    moving = _partition(registry)
+    assert moving.moving is not None and moving.moving.removed.broker_id == 1
+    assert [r.broker_id for r in moving.replicas] == [4, 2, 3]
+    first.tick()  # the leader has not changed the members yet: nothing hosted
+    assert ("members", "http://b2") in brokers.calls and ("host", "http://b4") not in brokers.calls
+
+    # A new manager leader: a fresh monitor (it knows nothing of the broker polls yet).
+    brokers.members_match = True
+    monitor = BrokerMonitor(LIMITS.broker_dead_after_s)
+    second = ReplicaMover(LIMITS, registry, brokers, monitor)
+    second.tick()
+    assert ("host", "http://b4") in brokers.calls
+    assert _partition(registry).moving is not None  # not caught up: no report yet
+    _report_caught_up(monitor, [0, 50, 40])
+    second.tick()
+    assert _partition(registry).moving is not None  # behind the slowest other replica
+    _report_caught_up(monitor, [40, 50, 40])
+    second.tick()
+    done = _partition(registry)
+    assert done.moving is None and [r.broker_id for r in done.replicas] == [4, 2, 3]
+    assert registry.commands[-1] == "finish_move"
+
+
+def test_a_draining_brokers_replica_that_leads_hands_over_first() -> None:
+    registry, brokers = _registry(), StubBrokers()
+    registry.propose(DrainBroker(1))
+    monitor = BrokerMonitor(LIMITS.broker_dead_after_s)
+    monitor.record_answer(
+        BrokerId(1),
+        [{"topic": "t", "partition_id": 0, "is_leader": True, "raft_address": "h:9001"}],
+        time.monotonic(),
+    )
+    mover = ReplicaMover(LIMITS, registry, brokers, monitor)
+    mover.tick()  # begins at once: draining needs no wait
+    assert _partition(registry).moving is not None
+    brokers.calls.clear()
+    mover.tick()
+    # Not dropped (it has not left the group yet), not removed yet: asked to hand over.
+    assert brokers.calls == [("transfer", "http://b1")]
+
+
+def test_a_dead_broker_keeps_its_replicas_until_broker_replace_after_s() -> None:
+    registry, brokers = _registry(), StubBrokers()
+    registry.propose(SetBrokerAlive(1, False))
+    monitor = BrokerMonitor(LIMITS.broker_dead_after_s)
+    now_s = time.monotonic()
+    monitor.record_answer(BrokerId(1), [], now_s - LIMITS.broker_replace_after_s / 2)
+    monitor.record_silence(BrokerId(1), now_s)
+    ReplicaMover(LIMITS, registry, brokers, monitor).tick()
+    assert _partition(registry).moving is None and brokers.calls == []
+
+
+def test_a_replica_no_partition_has_is_dropped() -> None:
+    registry, brokers = _registry(), StubBrokers()
+    monitor = BrokerMonitor(LIMITS.broker_dead_after_s)
+    stray = {"topic": "gone", "partition_id": 0, "raft_address": "h:9050"}
+    kept = {"topic": "t", "partition_id": PartitionId(0), "raft_address": "h:9003"}
+    monitor.record_answer(BrokerId(3), [stray, kept], time.monotonic())
+    ReplicaMover(LIMITS, registry, brokers, monitor).tick()
+    assert brokers.calls == [("drop", "http://b3")]

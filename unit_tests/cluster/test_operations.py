@@ -18,9 +18,7 @@ from __future__ import annotations
 import json
 import re
 import signal
-import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -28,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from raftq import Admin, Consumer, ConsumerLag, Producer
 from stress_tests.cluster_view import replica_status
 from stress_tests.polling import poll_until
+from unit_tests.cluster.browser import ARTIFACTS, browser, dashboard_cells
 from unit_tests.cluster.client_ops import (
     checksums,
     create_topic_answer,
@@ -179,32 +178,6 @@ def test_consumer_lag_matches_what_was_produced_and_popped(cluster: Cluster) -> 
     assert shown >= 1
 
 
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-"""Where the dashboard's screenshot is kept (git ignores it; CI may upload it)."""
-BROWSER_TIMEOUT_S = 90.0
-
-
-def _browser(*args: str) -> str:
-    """Headless Chromium (Debian's ``chromium``, installed by scripts/setup.sh); its stdout."""
-    done = subprocess.run(
-        [
-            "chromium",
-            "--headless",
-            "--no-sandbox",  # the tests may run as root
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--window-size=1280,1600",
-            "--virtual-time-budget=10000",  # the page's timers run; its requests are real
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=BROWSER_TIMEOUT_S,
-        check=True,
-    )
-    return done.stdout
-
-
 def _overview_shows(cluster: Cluster, topic: str, end: int) -> bool:
     body = cluster.get("/overview").json()
     return any(p["topic"] == topic and p["end_offset"] == end for p in body["partitions"])
@@ -218,9 +191,7 @@ def test_the_dashboard_shows_the_cluster(cluster: Cluster) -> None:
         poll_until(lambda: consumer.poll(5), WAIT_S, "a pop")
     poll_until(lambda: _overview_shows(cluster, "shown", 25), WAIT_S, "the overview")
     page = f"{cluster.lb_url}/ui#key={cluster.admin_key}"
-    dom = _browser("--dump-dom", page)
-    cells = re.findall(r"<td[^>]*>([^<]*)</td>", dom)
-    text = " | ".join(cells)
+    text = dashboard_cells(page)
     assert text.count("leader ★") == 1, text  # one manager leads, and it is marked
     for broker_id in (1, 2, 3):
         # Alive, replicas, leads, stored msgs/s in what it leads (a number from the second
@@ -235,7 +206,7 @@ def test_the_dashboard_shows_the_cluster(cluster: Cluster) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "dashboard.png"
     shot.unlink(missing_ok=True)
-    _browser(f"--screenshot={shot}", page)
+    browser(f"--screenshot={shot}", page)
     assert shot.stat().st_size > 10_000  # a rendered page, not an empty one
 
 

@@ -11,6 +11,7 @@ broker's replicas away first, then retires it."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from unit_tests.cluster.browser import ARTIFACTS, browser, dashboard_cells
 from unit_tests.cluster.client_ops import (
     checksums,
     create_topic,
@@ -143,6 +145,7 @@ def test_a_dead_brokers_replicas_move_to_a_live_broker_with_nothing_lost(cluster
         consumer = register_consumer(cluster, TOPIC, partition_id)
         popped = [m["message"] for m in pop_all(cluster, consumer)]
         assert popped == sent[partition_id]
+    _dashboard_shows_the_move(cluster, victim, moved)
     leader_url = cluster.node(cluster.manager_leader())["http_address"]
     text = cluster.http.get(f"{leader_url}/metrics", timeout=10).text
     gauges = {
@@ -254,3 +257,23 @@ def test_removing_a_broker_moves_its_replicas_first_then_retires_it(cluster: Clu
         check=False,
     )
     assert f"broker id {leaving} was removed from the cluster" in done.stdout + done.stderr
+
+
+def _dashboard_shows_the_move(cluster: Cluster, victim: int, placed: dict[int, list[int]]) -> None:
+    """Headless Chromium on ``/ui``: the dead broker is DOWN, every partition's three
+    replicas are on live brokers and none is moving; a screenshot is kept."""
+    page = f"{cluster.lb_url}/ui#key={cluster.admin_key}"
+    text = dashboard_cells(page)
+    assert re.search(rf"broker {victim} \| [^|]+ \| DOWN \| 0 \|", text), text
+    for partition_id, brokers in placed.items():
+        row = re.search(
+            rf"{TOPIC} \| {partition_id} \| broker \d \| 0 \| \d+ \| ([^|]+)(?: \||$)", text
+        )
+        assert row is not None, text
+        shown = sorted(int(r.split(":")[0].rstrip("*")) for r in row[1].split(", "))
+        assert shown == sorted(brokers) and "DOWN" not in row[1] and "moving" not in row[1], row[1]
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "dashboard-rereplication.png"
+    shot.unlink(missing_ok=True)
+    browser(f"--screenshot={shot}", page)
+    assert shot.stat().st_size > 10_000

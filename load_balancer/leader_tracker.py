@@ -100,18 +100,20 @@ class LeaderTracker:
     ) -> None:
         """``ca_path``: the CA bundle ``https://`` managers are checked against (``None``:
         the system's)."""
-        self._urls = tuple(manager_urls)
+        self._urls = list(manager_urls)
+        """Guarded by ``_lock``: a manager named as the leader by another is added."""
+        self._urls_max = max(len(self._urls), limits.lb_managers_max)
         self._period_s = limits.manager_poll_period_s
         # Connecting to a live manager on the same network takes far less than a poll timeout.
         self._timeout = (
             min(limits.http_connect_timeout_s, limits.manager_poll_timeout_s),
             limits.manager_poll_timeout_s,
         )
-        self._sessions = tuple(requests.Session() for _ in self._urls)
+        self._sessions = {url: requests.Session() for url in self._urls}
         # Per request, not on the sessions: requests lets $REQUESTS_CA_BUNDLE override a
         # session's CA but not a request's.
         self._verify: str | bool = True if ca_path is None else str(ca_path)
-        self._pool = ThreadPoolExecutor(len(self._urls), thread_name_prefix="manager-poll")
+        self._pool = ThreadPoolExecutor(self._urls_max, thread_name_prefix="manager-poll")
         self._lock = threading.Lock()
         """Guards ``_views``, ``_leader`` and ``_last_poll_started_s``."""
         self._refresh_lock = threading.Lock()
@@ -145,7 +147,9 @@ class LeaderTracker:
         if self._thread.is_alive():
             self._thread.join(timeout_s)
         self._pool.shutdown(wait=True)
-        for session in self._sessions:
+        with self._lock:
+            sessions = list(self._sessions.values())
+        for session in sessions:
             session.close()
 
     def refresh(self) -> str | None:
@@ -158,6 +162,7 @@ class LeaderTracker:
                     return self._leader
                 self._last_poll_started_s = time.monotonic()
             views = self._poll_all()
+            self._learn(views)
             leader = choose_leader(views)
             with self._lock:
                 self._views = views
@@ -175,16 +180,27 @@ class LeaderTracker:
                 raise
             self._stop.wait(self._period_s)
 
+    def _learn(self, views: Sequence[ManagerView]) -> None:
+        """A leader that some manager names and that is not polled yet (a manager added
+        since this load balancer started) is polled from the next round on."""
+        with self._lock:
+            for view in views:
+                url = view.leader_address
+                if url and url not in self._urls and len(self._urls) < self._urls_max:
+                    self._urls.append(url)
+                    self._sessions[url] = requests.Session()
+
     def _poll_all(self) -> tuple[ManagerView, ...]:
-        futures = [self._pool.submit(self._poll_one, i) for i in range(len(self._urls))]
+        with self._lock:
+            urls = list(self._urls)
+        futures = [self._pool.submit(self._poll_one, url) for url in urls]
         return tuple(f.result() for f in futures)
 
-    def _poll_one(self, index: int) -> ManagerView:
-        url = self._urls[index]
+    def _poll_one(self, url: str) -> ManagerView:
+        with self._lock:
+            session = self._sessions[url]
         try:
-            response = self._sessions[index].get(
-                f"{url}/raft_status", timeout=self._timeout, verify=self._verify
-            )
+            response = session.get(f"{url}/raft_status", timeout=self._timeout, verify=self._verify)
             body = response.json()
         except requests.RequestException as exc:
             return ManagerView(url, reachable=False, error=_short_error(exc))

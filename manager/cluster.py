@@ -10,9 +10,14 @@ from importlib import metadata
 
 from manager.config import ManagerConfig, Peer
 from manager.peer_check import peer_list
+from manager.registry.commands import AddManager, RemoveManager
+from manager.registry.managers import ManagerEntry
+from manager.registry.outcome import Outcome
+from manager.registry.state import ManagerState
 from manager.replicated import ReplicatedRegistry
-from manager.service import ManagerService
-from protocol.errors import RaftQError
+from manager.service import ManagerService, check_outcome
+from protocol.errors import ErrorCode, RaftQError
+from protocol.requests import ManagerRef
 from runtime.http_client import JsonHttpClient, PeerLink
 
 
@@ -40,6 +45,7 @@ class ClusterView:
         self._raft = raft
         self._service = service
         self._executor = executor
+        self.limits = config.limits
         self._version = _version()
         self._started_s = time.monotonic()
         limits = config.limits
@@ -49,10 +55,81 @@ class ClusterView:
             timeout_s=limits.http_connect_timeout_s,
         )
 
+    def peers(self) -> tuple[Peer, ...]:
+        """The managers today: this one's file, with the managers added and removed since
+        (``ManagerRegistry``)."""
+        return self._raft.read(lambda s: effective_peers(self._config.peers, s))
+
     def leader_http_url(self) -> str | None:
         address = self._raft.leader_raft_address()
-        peer = None if address is None else self._config.peer_by_raft_address(address)
-        return None if peer is None else peer.http_url
+        peers = [p for p in self.peers() if p.raft_address == address]
+        return peers[0].http_url if peers else None
+
+    # --- membership ----------------------------------------------------------------------
+    def add_manager(self, request: ManagerRef) -> tuple[dict[str, object], int]:
+        """Add one manager: recorded first (every manager then knows its HTTP address),
+        then its Raft node joins the group, committed before the answer. Start the new
+        manager's process with every member in its ``--peers``. 200 when it is a member
+        already; 409 ID_TAKEN for an id or address in use or retired."""
+        peer = Peer(request.manager_id, request.http_url, request.raft_address)
+        known = {p.manager_id: p for p in self.peers()}
+        if known.get(peer.manager_id) == peer and peer.raft_address in self._members():
+            return self._managers_body(), 200
+        clash = [p for p in known.values() if p != peer and p.manager_id == peer.manager_id]
+        clash += [p for p in known.values() if p.raft_address == peer.raft_address and p != peer]
+        if clash:
+            raise RaftQError(
+                ErrorCode.ID_TAKEN,
+                f"manager {clash[0].manager_id} is at {clash[0].http_url} "
+                f"({clash[0].raft_address}): choose another id and address",
+            )
+        outcome = self._raft.propose(AddManager(peer.manager_id, peer.http_url, peer.raft_address))
+        if outcome is Outcome.EXISTS:
+            raise RaftQError(
+                ErrorCode.ID_TAKEN, f"manager id {peer.manager_id} was removed: use another"
+            )
+        check_outcome(outcome, f"manager {peer.manager_id}")
+        if peer.raft_address not in self._members():
+            self._raft.change_member(peer.raft_address, add=True)
+        return self._managers_body(), 201
+
+    def remove_manager(self, manager_id: int) -> dict[str, object]:
+        """Remove one manager: its Raft node leaves the group (committed), then the removal
+        is recorded and its id retired. The leader cannot remove itself: it hands leadership
+        to another member and answers 503 NOT_LEADER, so the load balancer repeats the
+        request at the new leader. At least ``MANAGERS_MIN`` stay."""
+        peers = {p.manager_id: p for p in self.peers()}
+        peer = peers.get(manager_id)
+        if peer is None:
+            raise RaftQError(ErrorCode.NOT_FOUND, f"no manager {manager_id} is a member")
+        if len(peers) <= MANAGERS_MIN:
+            raise RaftQError(
+                ErrorCode.INVALID_FIELD,
+                f"{len(peers)} managers are members: at least {MANAGERS_MIN} stay (add one first)",
+            )
+        if manager_id == self._config.manager_id:
+            others = sorted(self._members())
+            if others:
+                self._raft.transfer_leadership(others[0])
+            raise RaftQError(
+                ErrorCode.NOT_LEADER,
+                f"manager {manager_id} leads and cannot remove itself: leadership is being "
+                "handed to another manager; repeat the request",
+                self.leader_http_url(),
+            )
+        if peer.raft_address in self._members():
+            self._raft.change_member(peer.raft_address, add=False)
+        outcome = self._raft.propose(
+            RemoveManager(peer.manager_id, peer.http_url, peer.raft_address)
+        )
+        check_outcome(outcome, f"manager {manager_id}")
+        return self._managers_body()
+
+    def _members(self) -> frozenset[str]:
+        return self._raft.members() | {self._config.raft_address}
+
+    def _managers_body(self) -> dict[str, object]:
+        return {"managers": [_peer_json(p) for p in self.peers()]}
 
     def raft_status(self) -> dict[str, object]:
         """Everything (for nodes); ``PUBLIC_RAFT_STATUS`` names what anyone may see."""
@@ -66,8 +143,9 @@ class ClusterView:
             "term": status.term,
             "commit_index": status.commit_index,
             "last_applied": status.last_applied,
-            "partners": self._config.partner_raft_addresses,
-            "peers": peer_list(self._config.peers),
+            "partners": sorted(self._raft.members()),
+            "peers": peer_list(self.peers()),
+            "peers_changed": self._raft.read(lambda s: s.managers.changed),
             "has_quorum": status.has_quorum,
             "uptime_s": int(time.monotonic() - self._started_s),
             "version": self._version,
@@ -76,7 +154,7 @@ class ClusterView:
     def cluster(self) -> dict[str, object]:
         futures = [
             (peer, self._executor.submit(self._peer_summary, peer))
-            for peer in self._config.peers
+            for peer in self.peers()
             if peer.manager_id != self._config.manager_id
         ]
         managers = [self._summary(self._config.http_url, self.raft_status())]
@@ -118,3 +196,19 @@ class ClusterView:
             "version": status.get("version"),
             "alive": True,
         }
+
+
+MANAGERS_MIN = 3
+"""Fewer managers could not outlive the loss of one."""
+
+
+def effective_peers(started: tuple[Peer, ...], state: ManagerState) -> tuple[Peer, ...]:
+    """The managers a node file lists, with the changes recorded since."""
+    entries = [ManagerEntry(p.manager_id, p.http_url, p.raft_address) for p in started]
+    return tuple(
+        Peer(m.manager_id, m.http_url, m.raft_address) for m in state.managers.effective(entries)
+    )
+
+
+def _peer_json(peer: Peer) -> dict[str, object]:
+    return {"id": peer.manager_id, "address": peer.http_url, "raft_address": peer.raft_address}

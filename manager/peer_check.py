@@ -2,7 +2,10 @@
 
 Managers started from files whose ``[[peers]]`` differ could each count a different majority
 (issue 11): a manager refuses to start when a running peer lists other managers than it does.
-A peer that does not answer yet is skipped: it makes the same check when it starts. One
+A peer that does not answer yet is skipped: it makes the same check when it starts. Once
+managers were added or removed (``raftq manager add|remove``), a running peer's list is the
+cluster's today and an older file may lag it: then it is enough that the peer lists this
+manager as this file does. One
 attempt per peer (the caller's client makes one), bounded by ``manager_peer_check_timeout_s``,
 before the manager binds its port or starts Raft: a peer that is down costs nothing, a
 paused one that much.
@@ -23,6 +26,11 @@ def peer_list(peers: Sequence[Peer]) -> list[str]:
     return sorted(f"{p.manager_id}={p.http_url}@{p.raft_address}" for p in peers)
 
 
+def _mine(config: ManagerConfig) -> str:
+    (me,) = (p for p in config.peers if p.manager_id == config.manager_id)
+    return peer_list([me])[0]
+
+
 def check_peers_agree(config: ManagerConfig, client: JsonHttpClient) -> None:
     """Raise ``ConfigError`` naming both lists when a peer that answers lists others."""
     ours = peer_list(config.peers)
@@ -40,7 +48,12 @@ def check_peers_agree(config: ManagerConfig, client: JsonHttpClient) -> None:
             continue  # not running yet
         body = answer.body if answer.status == 200 else None
         theirs = body.get("peers") if isinstance(body, dict) else None
-        if isinstance(theirs, list) and sorted(map(str, theirs)) != ours:
+        if not isinstance(theirs, list):
+            continue
+        changed = isinstance(body, dict) and body.get("peers_changed") is True
+        if changed and _mine(config) in map(str, theirs):
+            continue  # managers were added or removed since the files were written
+        if sorted(map(str, theirs)) != ours:
             raise ConfigError(
                 f"manager {peer.manager_id} ({peer.http_url}) lists other managers than this "
                 f"one: there {sorted(map(str, theirs))}, here {ours}; every manager's file "

@@ -171,6 +171,7 @@ class ManagerRaft:
             bind_address=config.raft_address,
             journal_file=str(config.journal_path),
             dump_file=str(config.dump_path),
+            membership_changes=True,  # managers are added and removed one at a time
         )
         self._consumer = _RegistryConsumer()
         durable_journal.install()  # entries and votes on disk before Raft acts on them
@@ -182,8 +183,26 @@ class ManagerRaft:
             commit_notice_delay_s=config.limits.raft_commit_notice_delay_s,
         )
 
+        self._transfer_to: str | None = None
+        """Set by a request thread, taken by the tick thread (pysyncobj is not thread-safe)."""
+        self._syncobj.addOnTickCallback(self._transfer_when_asked)
+
     def close(self) -> None:
         self._syncobj.destroy()
+
+    def members(self) -> frozenset[str]:
+        return self._syncobj.members()
+
+    def change_member(self, raft_address: str, *, add: bool) -> None:
+        self._syncobj.change_member(raft_address, add=add, timeout_s=self._commit_timeout_s)
+
+    def transfer_leadership(self, raft_address: str) -> None:
+        self._transfer_to = raft_address
+
+    def _transfer_when_asked(self) -> None:
+        target, self._transfer_to = self._transfer_to, None
+        if target is not None and target in self.members() and self._syncobj._isLeader():
+            self._syncobj.transferLeadership(target)
 
     # --- reads -------------------------------------------------------------------------------
     def read(self, query: Callable[[ManagerState], T]) -> T:

@@ -40,6 +40,16 @@ class ReplicatedRegistry(Protocol):
     def leader_raft_address(self) -> str | None: ...
     def status(self) -> RaftStatus: ...
     def propose(self, command: RegistryCommand) -> Outcome: ...
+    def members(self) -> frozenset[str]:
+        """The Raft addresses of the other members of the managers' group, as this node's
+        log has them."""
+
+    def change_member(self, raft_address: str, *, add: bool) -> None:
+        """On the leader: add or remove one member and wait until that is committed;
+        ``RaftQError`` otherwise (pysyncobj refuses a second change while one is open)."""
+
+    def transfer_leadership(self, raft_address: str) -> None:
+        """Ask this node, if it leads, to hand leadership to that member (asynchronous)."""
 
 
 class LocalRegistry:
@@ -49,6 +59,9 @@ class LocalRegistry:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.state = ManagerState()
+        self._members: set[str] = set()
+        self.transferred_to: str | None = None
+        """Where the last leadership transfer was asked to go (tests)."""
         self.commands: list[str] = []
         """Names of the commands applied, in order (tests check what was proposed)."""
 
@@ -70,3 +83,17 @@ class LocalRegistry:
     def status(self) -> RaftStatus:
         applied = len(self.commands)
         return RaftStatus("leader", True, None, 1, applied, applied, True, 0)
+
+    def members(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self._members)
+
+    def change_member(self, raft_address: str, *, add: bool) -> None:
+        with self._lock:
+            if add:
+                self._members.add(raft_address)
+            else:
+                self._members.discard(raft_address)
+
+    def transfer_leadership(self, raft_address: str) -> None:
+        self.transferred_to = raft_address

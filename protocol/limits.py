@@ -233,6 +233,9 @@ class Limits:
     """How often a broker re-registers with the managers (idempotent)."""
     manager_poll_period_s: float = 0.2
     """How often the load balancer asks every manager who leads."""
+    lb_managers_max: int = 9
+    """Most managers the load balancer polls: those it was started with, and those it
+    learns of since (a manager added later, named as the leader by the others)."""
     manager_poll_timeout_s: float = 0.5
     """Longest wait for one manager's /raft_status answer: a paused manager must not hold
     back the load balancer's view of the others."""

@@ -489,6 +489,31 @@ class ChecksumRange:
 
 
 @dataclass(frozen=True, slots=True)
+class ManagerRef:
+    """``POST /managers {"manager_id", "http_url", "raft_address"}`` (add one manager) and
+    ``DELETE /managers {"manager_id"}`` (``parse_id``)."""
+
+    manager_id: int
+    http_url: str
+    raft_address: str
+
+    @classmethod
+    def parse(cls, params: Params, limits: Limits) -> ManagerRef:
+        url = require_str(params, "http_url", 300).rstrip("/")
+        if not re.fullmatch(r"https?://[^/@\s]+", url):
+            raise invalid(f"field 'http_url' must be http(s)://host:port, not {url!r}")
+        return cls(
+            cls.parse_id(params, limits),
+            url,
+            _raft_address(params, "field 'raft_address'"),
+        )
+
+    @staticmethod
+    def parse_id(params: Params, limits: Limits) -> int:
+        return get_int(params, "manager_id", minimum=1, maximum=_MANAGER_ID_MAX)
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerRef:
     """``POST /brokers/drain`` and ``DELETE /brokers``: ``{"broker_id"}``."""
 
@@ -569,6 +594,8 @@ def parse_replica_spec(params: Params, limits: Limits) -> ReplicaSpec:
 
 
 _BROKER_ID_MAX = 1_000_000
+_MANAGER_ID_MAX = 1_000
+
 
 _PORT = re.compile(r"[0-9]{1,5}")
 

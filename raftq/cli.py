@@ -161,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_key_commands(commands, target)
     _add_broker_commands(commands, target)
+    _add_manager_commands(commands)
     completion = commands.add_parser(
         "completion", help='print a shell completion script: eval "$(raftq completion bash)"'
     )
@@ -232,6 +233,19 @@ def _add_broker_commands(
         default=600.0,
         help="longest wait for its replicas to move (default 600)",
     )
+
+
+def _add_manager_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    manager = commands.add_parser("manager", help="add or remove a manager of a local cluster")
+    actions = manager.add_subparsers(dest="manager_command", required=True, metavar="ACTION")
+    grow = actions.add_parser("add", help="one more manager (the next id) joins the group")
+    shrink = actions.add_parser("remove", help="a manager leaves the group and stops")
+    shrink.add_argument("manager_id", type=int, help="the manager to remove")
+    for action in (grow, shrink):
+        action.add_argument(
+            "--dir", default=DEFAULT_DIR, help=f"cluster directory (default {DEFAULT_DIR})"
+        )
+        action.add_argument("--timeout-s", type=float, default=90.0, help="wait (default 90)")
 
 
 def _add_node_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -643,6 +657,20 @@ def cmd_broker(args: argparse.Namespace, context: Context) -> int:
     return 0
 
 
+def cmd_manager(args: argparse.Namespace, context: Context) -> int:
+    cluster = LocalCluster(args.dir, progress=_progress_to(context))
+    try:
+        if args.manager_command == "add":
+            node = cluster.add_manager(timeout_s=args.timeout_s)
+            context.stdout.write(f"{node.name} joined the managers: {node.http_address}\n")
+        else:
+            cluster.remove_manager(args.manager_id, timeout_s=args.timeout_s)
+            context.stdout.write(f"manager-{args.manager_id} left the managers and stopped\n")
+    finally:
+        cluster.detach()
+    return 0
+
+
 def _remove_broker(args: argparse.Namespace, context: Context) -> int:
     """Drain the broker (its replicas move to the others, one partition at a time, with a
     progress bar), then, in a local cluster, stop it and record it removed, and remove it
@@ -849,6 +877,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Context], int]] = {
     "key": cmd_key,
     "lag": cmd_lag,
     "broker": cmd_broker,
+    "manager": cmd_manager,
     "node": cmd_node,
     "completion": cmd_completion,
 }

@@ -28,7 +28,6 @@ from protocol.access import NODE_HEADER, node_token
 from protocol.durable_files import create_if_missing, make_directories, write_atomically
 from raftq.cluster_layout import (
     CLUSTER_FILE,
-    MANAGER_COUNT,
     ClusterSettings,
     LayoutError,
     NodeSpec,
@@ -217,6 +216,92 @@ class LocalCluster:
         self._settings = replace(self._settings, removed_brokers=removed)
         self._nodes = {node.name: node for node in plan_nodes(self._settings, self._python)}
         self.save()
+
+    def add_manager(self, timeout_s: float = 90.0) -> NodeSpec:
+        """Grow the managers by one (the next id): the running managers record it and add
+        its Raft node to their group (committed) first, then ``cluster.json`` records it
+        and it starts, its file listing every manager; waits until it follows a leader."""
+        if self._settings.hosts:
+            raise ClusterError("cannot add a manager to a cluster with --hosts: which address?")
+        try:
+            settings = replace(self._settings, managers=self._settings.managers + 1).validate()
+        except LayoutError as exc:
+            raise ClusterError(f"cannot add a manager: {exc}") from None
+        node = {n.name: n for n in plan_nodes(settings, self._python)}[
+            f"manager-{settings.managers}"
+        ]
+        body = {
+            "manager_id": settings.managers,
+            "http_url": node.http_address,
+            "raft_address": node.raft_address,
+        }
+        deadline_s = time.monotonic() + timeout_s
+        self._call_managers("POST", body, (200, 201), deadline_s)
+        self._settings = settings
+        self._nodes = {n.name: n for n in plan_nodes(settings, self._python)}
+        self.save()
+        self._progress(f"starting {node.name} (pid {self.start_node(node.name)})")
+        self._wait_follows(node, deadline_s)
+        return node
+
+    def remove_manager(self, manager_id: int, timeout_s: float = 90.0) -> None:
+        """Shrink the managers by one: the group removes its Raft node (its leader hands
+        over first if it was the one), then it is stopped and ``cluster.json`` records it
+        removed (no later ``up`` starts it)."""
+        name = f"manager-{manager_id}"
+        if manager_id not in self._settings.manager_ids:
+            raise ClusterError(f"{name} is not one of this cluster's managers")
+        deadline_s = time.monotonic() + timeout_s
+        # 404 after an attempt whose answer was lost: it is removed already.
+        self._call_managers("DELETE", {"manager_id": manager_id}, (200, 404), deadline_s)
+        self.stop_node(name)
+        removed = (*self._settings.removed_managers, manager_id)
+        self._settings = replace(self._settings, removed_managers=removed)
+        self._nodes = {n.name: n for n in plan_nodes(self._settings, self._python)}
+        self.save()
+
+    def _call_managers(
+        self, method: str, body: dict[str, object], done: tuple[int, ...], deadline_s: float
+    ) -> None:
+        """``/managers`` through the load balancer, as a node, repeated while the answer
+        is a 503 (no leader yet, a leader handing over, an outcome not known: each repeat
+        is harmless) until ``deadline_s``."""
+        last = "no attempt"
+        with self._session() as session:
+            while time.monotonic() < deadline_s:
+                try:
+                    response = session.request(
+                        method,
+                        self.lb_url + "/managers",
+                        json=body,
+                        headers=self.node_headers(),
+                        timeout=ADMIN_KEY_REQUEST_TIMEOUT_S,
+                    )
+                except requests.RequestException as exc:
+                    last = repr(exc)
+                else:
+                    if response.status_code in done:
+                        return
+                    last = f"{response.status_code} {response.text[:300]}"
+                    if response.status_code != 503:
+                        raise ClusterError(f"{method} /managers: {last}")
+                time.sleep(READY_POLL_PERIOD_S)
+        raise ClusterError(f"{method} /managers did not succeed: {last}")
+
+    def _wait_follows(self, node: NodeSpec, deadline_s: float) -> None:
+        with self._session() as session:
+            session.headers.update(self.node_headers())
+            while time.monotonic() < deadline_s:
+                self._fail_if_exited()
+                answer = _answers(session, node.http_address + "/raft_status")
+                status = answer[1] if answer is not None else None
+                if isinstance(status, dict) and isinstance(status.get("leader_address"), str):
+                    return
+                time.sleep(READY_POLL_PERIOD_S)
+        raise ClusterError(
+            f"{node.name} did not join the managers in time\n"
+            f"last lines of {node.log_file}:\n{self.log_tail(node.name)}"
+        )
 
     def ensure_secret(self) -> Path:
         """Create the cluster secret (64 hex characters, mode 0600) unless it exists; on disk
@@ -465,7 +550,7 @@ class LocalCluster:
         return f"brokers not yet registered and alive: {names}", f"broker-{missing[0]}"
 
     def _silent_manager(self, session: requests.Session) -> str:
-        for i in range(1, MANAGER_COUNT + 1):
+        for i in self._settings.manager_ids:
             if _answers(session, self.node(f"manager-{i}").http_address + "/") is None:
                 return f"manager-{i}"
         return "manager-1"
@@ -476,7 +561,7 @@ class LocalCluster:
             leader = answer[1].get("leader_address")
             if isinstance(leader, str):
                 return leader
-        for i in range(1, MANAGER_COUNT + 1):
+        for i in self._settings.manager_ids:
             node = self.node(f"manager-{i}")
             reply = _answers(session, node.http_address + "/raft_status")
             if reply is not None and isinstance(reply[1], dict) and reply[1].get("is_leader"):

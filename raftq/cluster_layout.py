@@ -15,6 +15,9 @@ from urllib.parse import urlsplit, urlunsplit
 from protocol.node_config import Peer, node_file_text
 
 MANAGER_COUNT = 3
+"""Managers a cluster starts with."""
+MANAGER_ID_MAX = 9
+"""Manager i's ports are B+10+i and B+20+i: below the brokers' B+31.."""
 DEFAULT_BROKER_COUNT = 3
 BROKER_COUNT_MIN = 3
 """Every partition has three replicas, each on its own broker."""
@@ -57,9 +60,19 @@ class ClusterSettings:
     hosts: tuple[str, ...] = ()
     """One address per node, in start order (load balancer, managers, brokers), as if each
     ran on its own host; empty: every node on ``host``."""
+    managers: int = MANAGER_COUNT
+    """Managers 1..M (``raftq manager add`` adds the next); their Raft group's members
+    are the managers' own record since (``manager/registry/managers.py``)."""
+    removed_managers: tuple[int, ...] = ()
+    """Managers removed by ``raftq manager remove``: never started again."""
     removed_brokers: tuple[int, ...] = ()
     """Brokers of 1..N removed by ``raftq broker remove``: never started again (their ids
     are refused by the managers); the others keep their ids and ports."""
+
+    @property
+    def manager_ids(self) -> tuple[int, ...]:
+        """The managers this cluster runs."""
+        return tuple(i for i in range(1, self.managers + 1) if i not in self.removed_managers)
 
     @property
     def broker_ids(self) -> tuple[int, ...]:
@@ -69,6 +82,10 @@ class ClusterSettings:
     def validate(self) -> ClusterSettings:
         if not self.directory.is_absolute():
             raise LayoutError("the cluster directory must be absolute")
+        if not MANAGER_COUNT <= self.managers <= MANAGER_ID_MAX:
+            raise LayoutError(f"managers must be between {MANAGER_COUNT} and {MANAGER_ID_MAX}")
+        if self.hosts and self.managers != MANAGER_COUNT:
+            raise LayoutError("a cluster with --hosts has three managers")
         if not BROKER_COUNT_MIN <= self.brokers <= BROKER_COUNT_MAX:
             raise LayoutError(
                 f"--brokers must be between {BROKER_COUNT_MIN} and {BROKER_COUNT_MAX}"
@@ -206,7 +223,7 @@ def _node(
 
 def _manager_peers(settings: ClusterSettings) -> tuple[Peer, ...]:
     peers = []
-    for j in range(1, MANAGER_COUNT + 1):
+    for j in settings.manager_ids:
         host = settings.host_of(f"manager-{j}")
         http_port, raft_port = manager_ports(settings.base_port, j)
         peers.append(Peer(j, f"{settings.scheme}://{host}:{http_port}", f"{host}:{raft_port}"))
@@ -285,7 +302,7 @@ def plan_nodes(settings: ClusterSettings, python: str) -> tuple[NodeSpec, ...]:
     """Every node, in start order: load balancer, managers, brokers."""
     return (
         _load_balancer(settings, python),
-        *(_manager(settings, python, i) for i in range(1, MANAGER_COUNT + 1)),
+        *(_manager(settings, python, i) for i in settings.manager_ids),
         *(_broker(settings, python, i) for i in settings.broker_ids),
     )
 
@@ -308,6 +325,8 @@ def cluster_json(
         "brokers": settings.brokers,
         "hosts": list(settings.hosts),
         "removed_brokers": list(settings.removed_brokers),
+        "managers": settings.managers,
+        "removed_managers": list(settings.removed_managers),
         "nodes": [node.to_json(pids.get(node.name)) for node in nodes],
     }
     if settings.tls:
@@ -337,6 +356,12 @@ def parse_cluster_json(directory: Path, body: object) -> tuple[ClusterSettings, 
     removed = body.get("removed_brokers", [])
     if not isinstance(removed, list) or not all(type(i) is int for i in removed):
         raise LayoutError(f"{CLUSTER_FILE}: removed_brokers must be a list of broker ids")
+    managers = body.get("managers", MANAGER_COUNT)
+    removed_managers = body.get("removed_managers", [])
+    if type(managers) is not int or not isinstance(removed_managers, list):
+        raise LayoutError(f"{CLUSTER_FILE}: managers must be a number, removed_managers a list")
+    if not all(type(i) is int for i in removed_managers):
+        raise LayoutError(f"{CLUSTER_FILE}: removed_managers must be a list of manager ids")
     hosts = body.get("hosts", [])
     if not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
         raise LayoutError(f"{CLUSTER_FILE}: hosts must be a list of addresses")
@@ -355,6 +380,8 @@ def parse_cluster_json(directory: Path, body: object) -> tuple[ClusterSettings, 
         tls,
         brokers,
         tuple(hosts),
+        managers,
+        tuple(removed_managers),
         tuple(removed),
     )
     pids: dict[str, int] = {}

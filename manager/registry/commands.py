@@ -88,6 +88,25 @@ class RemoveBroker:
 
 
 @dataclass(frozen=True, slots=True)
+class AddManager:
+    """A manager joins (recorded before its Raft node is added to the group)."""
+
+    manager_id: int
+    http_url: str
+    raft_address: str
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveManager:
+    """A manager left (recorded after its Raft node was removed from the group); its id
+    is never taken again."""
+
+    manager_id: int
+    http_url: str
+    raft_address: str
+
+
+@dataclass(frozen=True, slots=True)
 class RegisterBroker:
     broker_id: int
     address: str
@@ -171,6 +190,8 @@ RegistryCommand = (
     | DrainBroker
     | RemoveBroker
     | RollBackPartitions
+    | AddManager
+    | RemoveManager
 )
 
 _TAGS: dict[str, type[RegistryCommand]] = {
@@ -189,6 +210,8 @@ _TAGS: dict[str, type[RegistryCommand]] = {
     "drain_broker": DrainBroker,
     "remove_broker": RemoveBroker,
     "roll_back_partitions": RollBackPartitions,
+    "add_manager": AddManager,
+    "remove_manager": RemoveManager,
 }
 """The wire tag of each command: part of the journal format, never renamed."""
 _TAG_OF = {kind: tag for tag, kind in _TAGS.items()}

@@ -11,6 +11,7 @@ from __future__ import annotations
 from manager.registry.brokers import BrokerRegistry
 from manager.registry.clients import ClientRegistry
 from manager.registry.commands import (
+    AddManager,
     BeginMove,
     BeginPartition,
     BeginTopic,
@@ -24,11 +25,13 @@ from manager.registry.commands import (
     RegisterProducer,
     RegistryCommand,
     RemoveBroker,
+    RemoveManager,
     RevokeKey,
     RollBackPartitions,
     SetBrokerAlive,
 )
 from manager.registry.keys import KeyRecord, KeyRegistry
+from manager.registry.managers import ManagerRegistry
 from manager.registry.outcome import Outcome
 from manager.registry.topics import Assignment, TopicRegistry
 from protocol.access import Role
@@ -50,14 +53,17 @@ class ManagerState:
         self.brokers = BrokerRegistry()
         self.clients = ClientRegistry()
         self.keys = KeyRegistry()
+        self.managers = ManagerRegistry()
         self.revision = 0
         """Revision of the last change; every record's ``version`` is one of these."""
 
     def __setstate__(self, state: dict[str, object]) -> None:
-        """A dump from before API keys has none."""
+        """A dump from before API keys (or manager changes) has none."""
         self.__dict__.update(state)
         if "keys" not in state:
             self.keys = KeyRegistry()
+        if "managers" not in state:
+            self.managers = ManagerRegistry()
 
     def apply(self, command: RegistryCommand | None) -> Outcome:
         """Run one replicated command (``None``: a malformed one, which changes nothing)."""
@@ -98,6 +104,10 @@ class ManagerState:
                 return self._stamp(
                     self.topics.roll_back(name, partition_ids, version=self.revision + 1)
                 )
+            case AddManager(manager_id, http_url, raft_address):
+                return self._stamp(self.managers.add(manager_id, http_url, raft_address))
+            case RemoveManager(manager_id, http_url, raft_address):
+                return self._stamp(self.managers.remove(manager_id, http_url, raft_address))
             case DrainBroker(broker_id):
                 return self._stamp(self.brokers.drain(broker_id, version=self.revision + 1))
             case RemoveBroker(broker_id):

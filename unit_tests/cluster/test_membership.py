@@ -1,9 +1,9 @@
 """Membership with real processes: a broker added to a running cluster (``raftq broker add``)
 registers, is listed alive, takes new partitions' replicas (placement takes the least loaded
-brokers first) and serves them; the cluster remembers it across a restart of every node.
-
-Re-replication of a dead broker's replicas and ``raftq broker remove`` are not built yet
-(ARCHITECTURE.md, "Not done yet")."""
+brokers first) and serves them; a manager added (``raftq manager add``) counts in the Raft
+group, and a dead one is removed (``raftq manager remove``); the cluster remembers both
+across a restart of every node. (Re-replication and ``raftq broker remove``:
+``test_rereplication.py``.)"""
 
 from __future__ import annotations
 
@@ -159,11 +159,47 @@ def test_a_manager_whose_peers_differ_from_the_running_ones_refuses_to_start(
     assert "every manager's file must list the same [[peers]]" in done.stderr
 
 
+def _managers(cluster: Cluster) -> dict[int, bool]:
+    """``GET /cluster`` through the load balancer: manager id -> alive."""
+    body = cluster.get("/cluster").json()
+    return {int(m["id"]): bool(m["alive"]) for m in body["managers"]}
+
+
+def test_a_manager_added_to_the_group_counts_and_a_dead_one_is_removed(
+    cluster: Cluster,
+) -> None:
+    """``raftq manager add``: a fourth manager joins the Raft group (dynamic membership)
+    and is listed; the group then outlives a kill -9 of its leader (three of four) and
+    takes writes; ``raftq manager remove`` of the dead one leaves three members."""
+    out = cluster.cli("manager", "add", "--dir", str(cluster.directory))
+    assert "manager-4 joined the managers" in out, out
+    wait_until(
+        lambda: _managers(cluster) == {1: True, 2: True, 3: True, 4: True},
+        WAIT_S,
+        "four managers alive",
+    )
+    leader = cluster.manager_leader()
+    cluster.kill(leader)
+    create_topic(cluster, "after-a-manager-died", 1)  # a leader among the other three
+    gone = int(leader.removeprefix("manager-"))
+    out = cluster.cli("manager", "remove", str(gone), "--dir", str(cluster.directory))
+    assert f"manager-{gone} left the managers" in out, out
+    left = {1, 2, 3, 4} - {gone}
+    wait_until(lambda: _managers(cluster) == dict.fromkeys(left, True), WAIT_S, "three managers")
+    listed = json.loads((cluster.directory / "cluster.json").read_text())
+    assert listed["managers"] == 4 and listed["removed_managers"] == [gone]
+    create_topic(cluster, "after-a-manager-left", 1)
+
+
 def test_a_restarted_cluster_starts_the_added_broker_too(cluster: Cluster) -> None:
     cluster.down()
     cluster.up()  # cluster.json says four brokers; up waits until all four are alive
     listed = {broker_id: row["alive"] for broker_id, row in _brokers(cluster).items()}
     assert listed == {1: True, 2: True, 3: True, 4: True}
+    # The managers as the last test left them: three members, the removed one not started.
+    managers = json.loads((cluster.directory / "cluster.json").read_text())
+    members = set(range(1, managers["managers"] + 1)) - set(managers["removed_managers"])
+    wait_until(lambda: _managers(cluster) == dict.fromkeys(members, True), WAIT_S, "the managers")
     wait_until(
         lambda: len(read_replica(cluster, 4, "after", 0)) == MESSAGES,
         WAIT_S,

@@ -43,10 +43,14 @@ from unit_tests.ports import free_port
 
 LIMITS = Limits()
 EXAMPLES_PER_OPERATION = 30
-REFUSALS_5XX = {ErrorCode.REFUSED.value, ErrorCode.NOT_ENOUGH_BROKERS.value}
+REFUSALS_5XX = {
+    ErrorCode.REFUSED.value,
+    ErrorCode.NOT_ENOUGH_BROKERS.value,
+    ErrorCode.NOT_LEADER.value,
+}
 """The only 5xx a healthy single manager may answer: a refusal before anything is proposed
 (a routing count above the topic's active partitions; too few brokers or Raft ports for a
-topic's replicas)."""
+topic's replicas; asked to remove itself from the managers, it hands leadership over)."""
 
 SCHEMA = fuzz_schema(Node.MANAGER, EXAMPLES_PER_OPERATION)
 

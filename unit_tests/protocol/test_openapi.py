@@ -37,6 +37,7 @@ from protocol.requests import (
     CreateTopic,
     Fetch,
     KeyRef,
+    ManagerRef,
     Params,
     Pop,
     Produce,
@@ -330,6 +331,14 @@ PARSED = [
     Parsed(M, "GET", "/partitions", TopicRef.parse, {"topic": "orders"}),
     Parsed(M, "POST", "/brokers/drain", BrokerRef.parse, {"broker_id": 4}),
     Parsed(M, "DELETE", "/brokers", BrokerRef.parse, {"broker_id": 4}),
+    Parsed(
+        M,
+        "POST",
+        "/managers",
+        ManagerRef.parse,
+        {"manager_id": 4, "http_url": "http://h:1", "raft_address": "h:2"},
+    ),
+    Parsed(M, "DELETE", "/managers", ManagerRef.parse_id, {"manager_id": 4}),
     Parsed(M, "GET", "/lag", TopicRef.parse, {"topic": "orders"}),
     Parsed(B, "GET", "/lag", TopicRef.parse, {"topic": "orders"}),
     Parsed(

@@ -157,6 +157,15 @@ class Admin:
             raise ProtocolError("GET /cluster: expected a JSON object")
         return body
 
+    def under_replicated(self) -> int:
+        """Partitions with a replica on a broker held dead, or a replica moving to a new
+        broker (re-replication not finished), from ``GET /overview``."""
+        body = self._http.call("GET", "/overview", idempotent=True)
+        partitions = body.get("partitions") if isinstance(body, dict) else None
+        if not isinstance(partitions, list):
+            raise ProtocolError("GET /overview: expected a list of partitions")
+        return sum(1 for p in partitions if isinstance(p, dict) and _under_replicated(p))
+
     def end_offsets(self, topic: str) -> dict[int, int]:
         """``{partition_id: end offset}``: the offset each partition's next message gets.
 
@@ -235,3 +244,11 @@ def pick_end_offsets(
         leaders = [end for is_leader, end in reported if is_leader]
         result[partition.partition_id] = max(leaders or [end for _, end in reported])
     return result
+
+
+def _under_replicated(partition: dict[str, object]) -> bool:
+    replicas = partition.get("replicas")
+    down = not isinstance(replicas, list) or any(
+        not (isinstance(r, dict) and r.get("alive") is True) for r in replicas
+    )
+    return down or partition.get("moving") is not None

@@ -227,6 +227,13 @@ def _add_broker_commands(
         "cluster, stop it)",
     )
     shrink.add_argument("broker_id", type=int, help="the broker to remove")
+    heal = broker_commands.add_parser(
+        "wait-replicated",
+        parents=[target, _progress_option()],
+        help="wait until every partition has all its replicas on live brokers (a dead "
+        "broker's replicas move after broker_replace_after_s)",
+    )
+    heal.add_argument("--timeout-s", type=float, default=600.0, help="longest wait (default 600)")
     shrink.add_argument(
         "--timeout-s",
         type=float,
@@ -636,6 +643,8 @@ def cmd_key(args: argparse.Namespace, context: Context) -> int:
 def cmd_broker(args: argparse.Namespace, context: Context) -> int:
     if args.broker_command == "remove":
         return _remove_broker(args, context)
+    if args.broker_command == "wait-replicated":
+        return _wait_replicated(args, context)
     if args.broker_command == "add":
         cluster = LocalCluster(args.dir, progress=_progress_to(context))
         try:
@@ -671,6 +680,49 @@ def cmd_manager(args: argparse.Namespace, context: Context) -> int:
     return 0
 
 
+def _wait_replicated(args: argparse.Namespace, context: Context) -> int:
+    """A progress bar over the partitions still under-replicated, until none is."""
+    target = resolve_target(args, context)
+    with Admin(target.url, api_key=target.api_key, tls_ca=target.tls_ca) as admin:
+        remaining = admin.under_replicated()
+        _wait_down_to_zero(
+            args,
+            context,
+            remaining,
+            admin.under_replicated,
+            "partitions re-replicated",
+            "partition",
+        )
+    context.stdout.write("every partition has all its replicas on live brokers\n")
+    return 0
+
+
+def _wait_down_to_zero(
+    args: argparse.Namespace,
+    context: Context,
+    remaining: int,
+    count: Callable[[], int],
+    label: str,
+    unit: str,
+) -> None:
+    """Poll ``count`` until it is 0 (bounded by ``--timeout-s``), with a progress bar."""
+    deadline_s = time.monotonic() + args.timeout_s
+    with tqdm(
+        total=remaining,
+        desc=label,
+        unit=unit,
+        file=context.stderr,
+        disable=not _shows_progress(args, context),
+    ) as bar:
+        while remaining > 0:
+            if time.monotonic() >= deadline_s:
+                raise UsageError(f"{remaining} {unit}(s) left after {args.timeout_s:g} s")
+            context.sleep(ClientLimits().broker_remove_poll_s)
+            now = count()
+            bar.update(max(remaining - now, 0))
+            remaining = now
+
+
 def _remove_broker(args: argparse.Namespace, context: Context) -> int:
     """Drain the broker (its replicas move to the others, one partition at a time, with a
     progress bar), then, in a local cluster, stop it and record it removed, and remove it
@@ -680,24 +732,18 @@ def _remove_broker(args: argparse.Namespace, context: Context) -> int:
     broker_id = args.broker_id
     with Admin(target.url, api_key=target.api_key, tls_ca=target.tls_ca) as admin:
         remaining = admin.drain_broker(broker_id)
-        deadline_s = time.monotonic() + args.timeout_s
-        with tqdm(
-            total=remaining,
-            desc=f"moving broker {broker_id}'s replicas",
-            unit="replica",
-            file=context.stderr,
-            disable=not _shows_progress(args, context),
-        ) as bar:
-            while remaining > 0:
-                if time.monotonic() >= deadline_s:
-                    raise UsageError(
-                        f"broker {broker_id} still holds {remaining} replicas after "
-                        f"{args.timeout_s:g} s (it stays draining; run this again to wait)"
-                    )
-                context.sleep(ClientLimits().broker_remove_poll_s)
-                now = next(b.partition_count for b in admin.brokers() if b.broker_id == broker_id)
-                bar.update(remaining - now)
-                remaining = now
+
+        def held() -> int:
+            return next(b.partition_count for b in admin.brokers() if b.broker_id == broker_id)
+
+        try:
+            _wait_down_to_zero(
+                args, context, remaining, held, f"moving broker {broker_id}'s replicas", "replica"
+            )
+        except UsageError as exc:
+            raise UsageError(
+                f"broker {broker_id}: {exc} (it stays draining; run this again)"
+            ) from None
         if args.url is None and (Path(args.dir or DEFAULT_DIR) / CLUSTER_FILE).exists():
             cluster = LocalCluster(args.dir or DEFAULT_DIR, progress=_progress_to(context))
             try:

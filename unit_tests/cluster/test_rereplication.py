@@ -118,12 +118,14 @@ def test_a_dead_brokers_replicas_move_to_a_live_broker_with_nothing_lost(cluster
     more = _produce(cluster, producer, range(BATCHES_BEFORE, BATCHES_BEFORE + BATCHES_AFTER))
     for partition_id, values in more.items():
         sent[partition_id].extend(values)
-    wait_until(
-        lambda: _moved_everywhere(cluster, victim),
-        DEAD_AFTER_S + REPLACE_AFTER_S + MOVE_WAIT_S,
-        f"every replica of broker {victim} to move to a live broker",
-        period_s=0.5,
+    wait_until(partial(_held_dead, cluster, victim), WAIT_S, f"broker {victim} to be held dead")
+    # As a user waits for it: a progress bar over the under-replicated partitions.
+    timeout_s = str(REPLACE_AFTER_S + MOVE_WAIT_S)
+    out = cluster.cli(
+        "broker", "wait-replicated", "--dir", str(cluster.directory), "--timeout-s", timeout_s
     )
+    assert "every partition has all its replicas on live brokers" in out, out
+    assert _moved_everywhere(cluster, victim)
 
     moved = {p: brokers for p, brokers in partition_brokers(cluster, TOPIC).items()}
     total = (BATCHES_BEFORE + BATCHES_AFTER) * BATCH
@@ -277,3 +279,10 @@ def _dashboard_shows_the_move(cluster: Cluster, victim: int, placed: dict[int, l
     shot.unlink(missing_ok=True)
     browser(f"--screenshot={shot}", page)
     assert shot.stat().st_size > 10_000
+
+
+def _held_dead(cluster: Cluster, broker_id: int) -> bool:
+    return any(
+        b["broker_id"] == broker_id and not b["alive"]
+        for b in cluster.get("/brokers").json()["brokers"]
+    )

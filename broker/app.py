@@ -50,7 +50,7 @@ def create_app(config: BrokerConfig) -> App:
 
     keys = KeyVerifier(config.managers_url, config.limits, link)
     app = App("broker", config.limits, authenticator(link.node_token, keys.grant))
-    add_status_routes(app, service, config.broker_id, metrics)
+    add_status_routes(app, service, config.broker_id, metrics, config.limits)
     add_document_route(app, api_document(Node.BROKER))
     add_log_routes(app, service, config.limits, metrics)
     add_partition_routes(app, service, config.broker_id, config.limits)

@@ -26,6 +26,9 @@ class BrokerConfig:
     """The cluster secret: the password of every Raft group."""
     limits: Limits
     tls: TlsFiles = NO_TLS
+    limits_may_differ: bool = False
+    """Start even when a running broker has other limits (a rolling change of limits);
+    otherwise such a start is refused (``broker/limits_check.py``)."""
 
     @property
     def address(self) -> str:
@@ -44,6 +47,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--managers-url", required=True, help="load balancer URL")
     parser.add_argument("--secret-file", required=True)
     add_limit_option(parser)
+    parser.add_argument(
+        "--limits-may-differ",
+        action="store_true",
+        help="start even when a running broker has other limits (a rolling change)",
+    )
     add_tls_options(parser)
     return parser.parse_args(argv)
 
@@ -68,4 +76,5 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
         secret=secret,
         limits=limits,
         tls=tls_from(args),
+        limits_may_differ=args.limits_may_differ,
     )

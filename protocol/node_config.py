@@ -54,6 +54,7 @@ _KEYS: dict[str, dict[str, _Key]] = {
         "db_url": _Key(str, required=False),
         "managers_url": _Key(str),
         "secret_file": _Key(str, path=True),
+        "limits_may_differ": _Key(bool, required=False),
     },
     "load_balancer": {"role": _Key(str), **_ADDRESS, "managers": _Key(list)},
 }
@@ -101,8 +102,11 @@ class NodeFile:
         """The role's command line (``python -m <role>`` takes these options)."""
         args: list[str] = []
         for key, value in self.settings.items():
-            if key != "role":
-                args += [f"--{key.replace('_', '-')}", self._option_text(key, value)]
+            flag = f"--{key.replace('_', '-')}"
+            if isinstance(value, bool):  # a switch: present when true
+                args += [flag] if value else []
+            elif key != "role":
+                args += [flag, self._option_text(key, value)]
         for name, limit in self.limits.items():
             args += ["--limit", f"{name}={limit}"]
         for name, path in self.tls.items():
@@ -148,7 +152,7 @@ def _value(
             raise NodeConfigError(f"{source}: missing key {name!r}")
         return None
     value = body[name]
-    if not isinstance(value, key.kind) or isinstance(value, bool):
+    if not isinstance(value, key.kind) or (isinstance(value, bool) and key.kind is not bool):
         raise NodeConfigError(
             f"{source}: {name} must be a {key.kind.__name__}, got {type(value).__name__}"
         )

@@ -129,6 +129,36 @@ def test_a_second_broker_with_a_taken_id_is_refused_and_stops(
     assert _brokers(cluster)[2]["address"] == original["http_address"]
 
 
+def test_a_broker_whose_limits_differ_from_the_running_ones_refuses_to_start(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """A node file whose [limits] differ from the running brokers' (edited on one host
+    only): the broker says which limit differs and exits, before it registers."""
+    original = cluster.node("broker-2")
+    text = Path(original["config_file"]).read_text()
+    port = str(original["http_address"]).rsplit(":", 1)[1]
+    copy = text.replace("id = 2", "id = 9").replace(
+        f"port = {port}", f"port = {DUPLICATE_HTTP_PORT}"
+    )
+    copy = copy.replace(str(original["data_dir"]), str(tmp_path / "other-limits"))
+    copy = re.sub(r"raft_port_min = \d+", f"raft_port_min = {DUPLICATE_RAFT_PORT}", copy)
+    copy = re.sub(r"raft_port_max = \d+", f"raft_port_max = {DUPLICATE_RAFT_PORT}", copy)
+    copy = copy.replace("[limits]", "[limits]\nflush_batch_messages_max = 777")
+    node_file = tmp_path / "broker-9.toml"
+    node_file.write_text(copy)
+    done = subprocess.run(
+        [sys.executable, "-m", "raftq.cli", "node", "run", "--config", str(node_file)],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        check=False,
+    )
+    assert done.returncode == 2, done
+    assert "runs with other limits (flush_batch_messages_max: " in done.stderr, done.stderr
+    assert "777 here" in done.stderr and "raftq node check" in done.stderr
+    assert 9 not in _brokers(cluster)
+
+
 def test_a_manager_whose_peers_differ_from_the_running_ones_refuses_to_start(
     cluster: Cluster, tmp_path: Path
 ) -> None:

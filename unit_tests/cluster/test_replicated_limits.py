@@ -34,7 +34,11 @@ BATCHES = 30
 BATCH_MESSAGES = 100
 VALUE = "x" * 1000
 """30 x 100 x 1 KB = 3 MB: past the 2 MiB that broker-3 alone is started with."""
-SMALL_MEMORY = ["--limit", f"partition_unflushed_bytes_max={2 * 1024 * 1024}"]
+SMALL_MEMORY = [
+    "--limit",
+    f"partition_unflushed_bytes_max={2 * 1024 * 1024}",
+    "--limits-may-differ",  # else its start is refused: the others run with other limits
+]
 
 
 @pytest.fixture(scope="module")

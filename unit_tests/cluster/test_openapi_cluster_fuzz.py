@@ -16,7 +16,8 @@ admin key: fuzzing them here checks that refusal. Bounded: ``EXAMPLES_PER_OPERAT
 derandomized examples per operation (~500 requests, ~30 s here), topics of at most 2
 partitions (a topic made by a valid request costs Raft groups on every broker). Brokers'
 own documents are fuzzed in process only: a valid ``POST /partitions`` to a real broker
-would host replicas of made-up Raft groups.
+would host replicas of made-up Raft groups; so are the membership operations (draining or
+removing a broker, adding or removing a manager).
 """
 
 from __future__ import annotations
@@ -42,7 +43,13 @@ pytestmark = pytest.mark.cluster
 EXAMPLES_PER_OPERATION = 25
 REQUEST_TIMEOUT_S = 30.0
 LIMITS = {"topic_partitions_max": "2"}
-SCHEMA = fuzz_schema(Node.LOAD_BALANCER, EXAMPLES_PER_OPERATION)
+SCHEMA = (
+    fuzz_schema(Node.LOAD_BALANCER, EXAMPLES_PER_OPERATION)
+    .exclude(path_regex="^/(managers|brokers/drain)$")
+    .exclude(path="/brokers", method="DELETE")
+)
+"""Membership operations are fuzzed in process only (``unit_tests/manager``): a valid one
+would drain a real broker or add a made-up member to the managers' Raft group."""
 # The admin key may not call what is for nodes only: the 403 comes before the body is read,
 # as in every server that checks credentials first, and it too rejects the request.
 SCHEMA.config.checks.negative_data_rejection.expected_statuses += ["403"]

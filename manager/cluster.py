@@ -83,6 +83,15 @@ class ClusterView:
                 f"manager {clash[0].manager_id} is at {clash[0].http_url} "
                 f"({clash[0].raft_address}): choose another id and address",
             )
+        away = len(self._members()) - self._raft.members_answering()
+        if peer.raft_address not in self._members() and away > 0:
+            # The new member has not started yet: with one away too, the group would be
+            # one failure from a standstill (etcd refuses such an add as well).
+            raise RaftQError(
+                ErrorCode.INVALID_FIELD,
+                f"{away} manager(s) do not answer the leader: bring them back, or remove "
+                "them, before adding one",
+            )
         outcome = self._raft.propose(AddManager(peer.manager_id, peer.http_url, peer.raft_address))
         if outcome is Outcome.EXISTS:
             raise RaftQError(
@@ -108,7 +117,7 @@ class ClusterView:
                 f"{len(peers)} managers are members: at least {MANAGERS_MIN} stay (add one first)",
             )
         if manager_id == self._config.manager_id:
-            others = sorted(self._members())
+            others = sorted(self._raft.members())  # the others: never itself
             if others:
                 self._raft.transfer_leadership(others[0])
             raise RaftQError(
@@ -118,12 +127,26 @@ class ClusterView:
                 self.leader_http_url(),
             )
         if peer.raft_address in self._members():
+            self._check_quorum_after(len(self._members()) - 1)
             self._raft.change_member(peer.raft_address, add=False)
         outcome = self._raft.propose(
             RemoveManager(peer.manager_id, peer.http_url, peer.raft_address)
         )
         check_outcome(outcome, f"manager {manager_id}")
         return self._managers_body()
+
+    def _check_quorum_after(self, members: int) -> None:
+        """Refuse a removal after which the members that answer the leader could be fewer
+        than a majority (etcd's strict reconfiguration check; the leaving one is counted
+        as answering: the worst case)."""
+        answering = self._raft.members_answering() - 1
+        majority = members // 2 + 1
+        if answering < majority:
+            raise RaftQError(
+                ErrorCode.INVALID_FIELD,
+                f"{answering} of the managers would answer the leader, and {members} members "
+                f"need {majority}: bring the others back (or remove a dead one) first",
+            )
 
     def _members(self) -> frozenset[str]:
         return self._raft.members() | {self._config.raft_address}

@@ -165,6 +165,7 @@ class ManagerRaft:
         limits = config.limits
         make_directories(config.data_dir)  # durable: the journal and dump inside must be found
         self._commit_timeout_s = limits.raft_commit_timeout_s
+        self._leader_fallback_timeout_s = limits.raft_leader_fallback_timeout_s
         conf = raft_conf(
             limits,
             secret=config.secret,
@@ -198,6 +199,9 @@ class ManagerRaft:
 
     def transfer_leadership(self, raft_address: str) -> None:
         self._transfer_to = raft_address
+
+    def members_answering(self) -> int:
+        return self._syncobj.replicas_answering(self._leader_fallback_timeout_s)
 
     def _transfer_when_asked(self) -> None:
         target, self._transfer_to = self._transfer_to, None

@@ -51,6 +51,9 @@ class ReplicatedRegistry(Protocol):
     def transfer_leadership(self, raft_address: str) -> None:
         """Ask this node, if it leads, to hand leadership to that member (asynchronous)."""
 
+    def members_answering(self) -> int:
+        """On the leader: the members, itself included, that answered it lately."""
+
 
 class LocalRegistry:
     """In-memory twin of ``ManagerRaft``: a single node that always leads. Goes through the
@@ -61,6 +64,8 @@ class LocalRegistry:
         self.state = ManagerState()
         self._members: set[str] = set()
         self.transferred_to: str | None = None
+        self.silent_members = 0
+        """Members the twin's leader counts as not answering (tests)."""
         """Where the last leadership transfer was asked to go (tests)."""
         self.commands: list[str] = []
         """Names of the commands applied, in order (tests check what was proposed)."""
@@ -97,3 +102,7 @@ class LocalRegistry:
 
     def transfer_leadership(self, raft_address: str) -> None:
         self.transferred_to = raft_address
+
+    def members_answering(self) -> int:
+        with self._lock:
+            return 1 + len(self._members) - self.silent_members

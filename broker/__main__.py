@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 
 from broker.app import create_app
 from broker.config import BrokerConfig, build_config, parse_args
 from broker.limits_check import check_limits_agree
-from runtime.command_line import ServeOptions, expand_config, run_server
-from runtime.http_client import JsonHttpClient, PeerLink
+from runtime.command_line import ServeOptions, check_before_start, expand_config, run_server
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,13 +17,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _checked_config(args: list[str]) -> BrokerConfig:
     config = build_config(parse_args(expand_config("broker", args)))
-    # One attempt per call: a broker that is not listening yet is skipped at once.
-    once = replace(config.limits, http_retries_max=1)
-    client = JsonHttpClient(once, PeerLink.of(config.secret, config.tls))
-    try:
-        check_limits_agree(config, client)
-    finally:
-        client.close()
+    check_before_start(
+        config.limits, config.secret, config.tls, lambda client: check_limits_agree(config, client)
+    )
     return config
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from manager.app import create_app
@@ -14,12 +13,12 @@ from manager.peer_check import check_peers_agree
 from runtime.command_line import (
     ServeOptions,
     add_limit_option,
+    check_before_start,
     expand_config,
     limits_from,
     read_secret,
     run_server,
 )
-from runtime.http_client import JsonHttpClient, PeerLink
 from runtime.tls import add_tls_options, tls_from
 
 
@@ -62,13 +61,9 @@ def main(argv: list[str]) -> int:
 def _checked(argv: list[str]) -> ManagerConfig:
     """The config, once the peers that answer agree on who the managers are."""
     config = config_from_args(expand_config("manager", argv))
-    # One attempt per peer: a peer that is not listening yet is skipped at once.
-    once = replace(config.limits, http_retries_max=1)
-    client = JsonHttpClient(once, PeerLink.of(config.secret, config.tls))
-    try:
-        check_peers_agree(config, client)
-    finally:
-        client.close()
+    check_before_start(
+        config.limits, config.secret, config.tls, lambda client: check_peers_agree(config, client)
+    )
     return config
 
 

@@ -8,13 +8,14 @@ import argparse
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
 from protocol.limits import Limits, LimitsError
 from protocol.node_config import NodeConfigError, parse_node_file
 from runtime.http_api import App, server_limits
+from runtime.http_client import JsonHttpClient, PeerLink
 from runtime.http_server import HttpRequest, HttpResponse, HttpServer
 from runtime.tls import TlsFiles, server_context
 
@@ -122,3 +123,16 @@ def run_server(
     finally:
         built[0].close()
     return 0
+
+
+def check_before_start(
+    limits: Limits, secret: str, tls: TlsFiles, check: Callable[[JsonHttpClient], None]
+) -> None:
+    """Run a start-up check against the running nodes (``check`` raises ``ValueError`` to
+    refuse the start) with a client that makes one attempt per call: a node that is not
+    listening yet is skipped at once, before this one binds its port or starts Raft."""
+    client = JsonHttpClient(replace(limits, http_retries_max=1), PeerLink.of(secret, tls))
+    try:
+        check(client)
+    finally:
+        client.close()

@@ -7,6 +7,7 @@ Nodes run detached in their own sessions (their process group id is their pid), 
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -182,3 +183,26 @@ def wait_until(
             last_error = exc
         time.sleep(period_s)
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}: {last_error}")
+
+
+def run_node_file(node_file: Path, timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """``raftq node run --config FILE`` for a node expected to refuse to start: its exit
+    status and what it said."""
+    return subprocess.run(
+        [sys.executable, "-m", "raftq.cli", "node", "run", "--config", str(node_file)],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
+def broker_file_copy(node: dict[str, Any], data_dir: Path, http_port: int, raft_port: int) -> str:
+    """A broker's node file moved to other ports and another data directory (its id and
+    limits as they were): a second broker as a copy-paste slip would make it."""
+    text = Path(node["config_file"]).read_text()
+    port = str(node["http_address"]).rsplit(":", 1)[1]
+    copy = text.replace(f"port = {port}", f"port = {http_port}")
+    copy = copy.replace(str(node["data_dir"]), str(data_dir))
+    copy = re.sub(r"raft_port_min = \d+", f"raft_port_min = {raft_port}", copy)
+    return re.sub(r"raft_port_max = \d+", f"raft_port_max = {raft_port}", copy)

@@ -8,7 +8,6 @@ across a restart of every node. (Re-replication and ``raftq broker remove``:
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -26,7 +25,13 @@ from unit_tests.cluster.client_ops import (
     register_consumer,
     register_producer,
 )
-from unit_tests.cluster.harness import Cluster, running_cluster, wait_until
+from unit_tests.cluster.harness import (
+    Cluster,
+    broker_file_copy,
+    run_node_file,
+    running_cluster,
+    wait_until,
+)
 from unit_tests.ports import CLUSTER_BASE_PORTS
 
 MESSAGES = 30
@@ -105,12 +110,7 @@ def test_a_second_broker_with_a_taken_id_is_refused_and_stops(
     """Two node files with one broker id (a copy-paste slip): the second broker to start
     is refused by the managers, says why, and stops; the first keeps its id and address."""
     original = cluster.node("broker-2")
-    text = Path(original["config_file"]).read_text()
-    port = str(original["http_address"]).rsplit(":", 1)[1]
-    copy = text.replace(f"port = {port}", f"port = {DUPLICATE_HTTP_PORT}")
-    copy = copy.replace(str(original["data_dir"]), str(tmp_path / "copy"))
-    copy = re.sub(r"raft_port_min = \d+", f"raft_port_min = {DUPLICATE_RAFT_PORT}", copy)
-    copy = re.sub(r"raft_port_max = \d+", f"raft_port_max = {DUPLICATE_RAFT_PORT}", copy)
+    copy = broker_file_copy(original, tmp_path / "copy", DUPLICATE_HTTP_PORT, DUPLICATE_RAFT_PORT)
     node_file = tmp_path / "broker-2-copy.toml"
     node_file.write_text(copy)
     log_path = tmp_path / "copy.log"
@@ -134,25 +134,17 @@ def test_a_broker_whose_limits_differ_from_the_running_ones_refuses_to_start(
 ) -> None:
     """A node file whose [limits] differ from the running brokers' (edited on one host
     only): the broker says which limit differs and exits, before it registers."""
-    original = cluster.node("broker-2")
-    text = Path(original["config_file"]).read_text()
-    port = str(original["http_address"]).rsplit(":", 1)[1]
-    copy = text.replace("id = 2", "id = 9").replace(
-        f"port = {port}", f"port = {DUPLICATE_HTTP_PORT}"
+    copy = broker_file_copy(
+        cluster.node("broker-2"),
+        tmp_path / "other-limits",
+        DUPLICATE_HTTP_PORT,
+        DUPLICATE_RAFT_PORT,
     )
-    copy = copy.replace(str(original["data_dir"]), str(tmp_path / "other-limits"))
-    copy = re.sub(r"raft_port_min = \d+", f"raft_port_min = {DUPLICATE_RAFT_PORT}", copy)
-    copy = re.sub(r"raft_port_max = \d+", f"raft_port_max = {DUPLICATE_RAFT_PORT}", copy)
+    copy = copy.replace("id = 2", "id = 9")
     copy = copy.replace("[limits]", "[limits]\nflush_batch_messages_max = 777")
     node_file = tmp_path / "broker-9.toml"
     node_file.write_text(copy)
-    done = subprocess.run(
-        [sys.executable, "-m", "raftq.cli", "node", "run", "--config", str(node_file)],
-        capture_output=True,
-        text=True,
-        timeout=WAIT_S,
-        check=False,
-    )
+    done = run_node_file(node_file, WAIT_S)
     assert done.returncode == 2, done
     assert "runs with other limits (flush_batch_messages_max: " in done.stderr, done.stderr
     assert "777 here" in done.stderr and "raftq node check" in done.stderr
@@ -177,13 +169,7 @@ def test_a_manager_whose_peers_differ_from_the_running_ones_refuses_to_start(
     text = text.replace(str(manager_1["data_dir"]), str(tmp_path / "other-manager"))
     node_file = tmp_path / "manager-elsewhere.toml"
     node_file.write_text(text)
-    done = subprocess.run(
-        [sys.executable, "-m", "raftq.cli", "node", "run", "--config", str(node_file)],
-        capture_output=True,
-        text=True,
-        timeout=WAIT_S,
-        check=False,
-    )
+    done = run_node_file(node_file, WAIT_S)
     assert done.returncode == 2, done
     assert "lists other managers than this one" in done.stderr, done.stderr
     assert "every manager's file must list the same [[peers]]" in done.stderr

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -34,7 +32,7 @@ from unit_tests.cluster.client_ops import (
     register_consumer,
     register_producer,
 )
-from unit_tests.cluster.harness import Cluster, running_cluster, wait_until
+from unit_tests.cluster.harness import Cluster, run_node_file, running_cluster, wait_until
 from unit_tests.ports import CLUSTER_BASE_PORTS
 
 TOPIC = "moved"
@@ -250,14 +248,8 @@ def test_removing_a_broker_moves_its_replicas_first_then_retires_it(cluster: Clu
             stored = [e.value for e in read_replica(cluster, broker_id, TOPIC, partition_id)]
             assert stored == expected[partition_id]
     # Its id is retired: a broker started with it is refused and stops.
-    node_file = cluster.node(cluster.broker_name(leaving))["config_file"]
-    done = subprocess.run(
-        [sys.executable, "-m", "raftq.cli", "node", "run", "--config", str(node_file)],
-        capture_output=True,
-        text=True,
-        timeout=WAIT_S,
-        check=False,
-    )
+    node_file = Path(cluster.node(cluster.broker_name(leaving))["config_file"])
+    done = run_node_file(node_file, WAIT_S)
     assert f"broker id {leaving} was removed from the cluster" in done.stdout + done.stderr
 
 

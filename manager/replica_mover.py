@@ -61,9 +61,13 @@ class ReplicaMover:
             lambda s: (s.topics.all(), {b.broker_id: b for b in s.brokers.all()})
         )
         moving = [(t, p) for t in topics for p in t.moving]
+        gone = self._monitor.gone(
+            brokers.values(), self._limits.broker_replace_after_s, time.monotonic()
+        )
         for topic, partition in moving:
             try:
-                self._advance(topic, partition, brokers)
+                if not self._retarget(topic, partition, brokers, gone):
+                    self._advance(topic, partition, brokers)
             except RaftQError as exc:
                 _log.warning(
                     "moving %s/%s: %s (retried)", topic.name, partition.partition_id, exc.message
@@ -119,6 +123,44 @@ class ReplicaMover:
                 if slot is not None:
                     self._begin(topic, partition, slot, brokers)
                     return
+
+    def _retarget(
+        self,
+        topic: TopicRecord,
+        partition: PartitionRecord,
+        brokers: dict[BrokerId, BrokerRecord],
+        gone: set[BrokerId],
+    ) -> bool:
+        """A move whose new broker is gone before the move finished goes elsewhere (the
+        partition leader then removes the abandoned member too). True when re-targeted."""
+        move = partition.moving
+        if move is None or partition.replicas[move.replica_id].broker_id not in gone:
+            return False
+        abandoned = partition.replicas[move.replica_id].broker_id
+        counts, ports = self._raft.read(
+            lambda s: (s.topics.replica_count_by_broker(), s.topics.raft_ports_by_host())
+        )
+        holders = [r.broker_id for r in partition.replicas] + [move.removed.broker_id]
+        alive = [b for b in brokers.values() if b.broker_id not in gone]
+        try:
+            to_broker, address = place_replacement(holders, alive, counts, ports)
+        except RaftQError as exc:
+            _log.warning("cannot re-target %s/%s: %s", topic.name, partition.partition_id, exc)
+            return True
+        command = commands.RetargetMove(
+            topic.name, partition.partition_id, abandoned, to_broker, address
+        )
+        check_outcome(self._raft.propose(command), f"moving {topic.name}")
+        _log.warning(
+            "moving replica %s of %s/%s to broker %s (%s) instead: broker %s is gone",
+            move.replica_id,
+            topic.name,
+            partition.partition_id,
+            to_broker,
+            address,
+            abandoned,
+        )
+        return True
 
     def _begin(
         self,

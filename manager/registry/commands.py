@@ -68,6 +68,18 @@ class BeginMove:
 
 
 @dataclass(frozen=True, slots=True)
+class RetargetMove:
+    """A move's new broker ``from_broker_id`` is gone before the move finished: the slot
+    goes to ``to_broker_id`` at ``to_raft_address`` instead."""
+
+    name: str
+    partition_id: int
+    from_broker_id: int
+    to_broker_id: int
+    to_raft_address: str
+
+
+@dataclass(frozen=True, slots=True)
 class FinishMove:
     name: str
     partition_id: int
@@ -192,6 +204,7 @@ RegistryCommand = (
     | RollBackPartitions
     | AddManager
     | RemoveManager
+    | RetargetMove
 )
 
 _TAGS: dict[str, type[RegistryCommand]] = {
@@ -212,6 +225,7 @@ _TAGS: dict[str, type[RegistryCommand]] = {
     "roll_back_partitions": RollBackPartitions,
     "add_manager": AddManager,
     "remove_manager": RemoveManager,
+    "retarget_move": RetargetMove,
 }
 """The wire tag of each command: part of the journal format, never renamed."""
 _TAG_OF = {kind: tag for tag, kind in _TAGS.items()}

@@ -26,6 +26,7 @@ from manager.registry.commands import (
     RegistryCommand,
     RemoveBroker,
     RemoveManager,
+    RetargetMove,
     RevokeKey,
     RollBackPartitions,
     SetBrokerAlive,
@@ -112,6 +113,18 @@ class ManagerState:
                 return self._stamp(self.brokers.drain(broker_id, version=self.revision + 1))
             case RemoveBroker(broker_id):
                 return self.remove_broker(broker_id)
+            case RetargetMove(name, partition_id, from_broker, to_broker, to_address):
+                if not isinstance(to_broker, int) or self.brokers.get(BrokerId(to_broker)) is None:
+                    return Outcome.UNKNOWN_BROKER
+                return self._stamp(
+                    self.topics.retarget_move(
+                        name,
+                        partition_id,
+                        from_broker,
+                        (BrokerId(to_broker), to_address),
+                        version=self.revision + 1,
+                    )
+                )
             case FinishMove(name, partition_id):
                 return self._stamp(
                     self.topics.finish_move(name, partition_id, version=self.revision + 1)

@@ -331,6 +331,41 @@ class TopicRegistry:
         self._raft_addresses.add(address)
         return Outcome.UPDATED
 
+    def retarget_move(
+        self,
+        name: str,
+        partition_id: int,
+        from_broker: int,
+        to: tuple[BrokerId, str],
+        *,
+        version: int,
+    ) -> Outcome:
+        """A move whose new broker ``from_broker`` is gone before the move finished goes
+        to broker ``to[0]`` at ``to[1]`` instead; what it replaces (``moving.removed``)
+        stays, and the abandoned replica becomes a stray (dropped if its broker returns)."""
+        partition = self._active_partition(name, partition_id)
+        if partition is None or partition.moving is None:
+            return Outcome.UNKNOWN_PARTITION if partition is None else Outcome.INVALID
+        slot = partition.moving.replica_id
+        current = partition.replicas[slot]
+        if (current.broker_id, current.raft_address) == tuple(to):
+            return Outcome.UNCHANGED
+        if current.broker_id != from_broker or not valid_assignment((to,), 1):
+            return Outcome.INVALID
+        broker_id, address = to
+        holders = {r.broker_id for r in partition.replicas} | {partition.moving.removed.broker_id}
+        if broker_id in holders:
+            return Outcome.INVALID
+        if address in self._raft_addresses:
+            return Outcome.ADDRESS_TAKEN
+        placed = ReplicaPlacement(ReplicaId(slot), BrokerId(broker_id), address)
+        replicas = tuple(placed if r.replica_id == slot else r for r in partition.replicas)
+        self._replace_partition(
+            name, replace(partition, replicas=replicas, version=version), version
+        )
+        self._raft_addresses.add(address)
+        return Outcome.UPDATED
+
     def finish_move(self, name: str, partition_id: int, *, version: int) -> Outcome:
         """The move is done: forget the old placement (its address stays taken: a broker
         that comes back may still run it until told to drop it)."""

@@ -29,6 +29,7 @@ EXAMPLES: list[RegistryCommand] = [
     commands.RevokeKey("0123456789ab"),
     commands.RegisterBroker(2, "http://b2", "127.0.0.2", 100, 199, 10),
     commands.BeginMove("t", 0, 0, 2, "127.0.0.2:100", 1),
+    commands.RetargetMove("t", 0, 2, 2, "127.0.0.2:100"),  # already there: unchanged
     commands.FinishMove("t", 0),
     commands.DrainBroker(2),
     commands.RemoveBroker(2),  # busy: it holds t/0 now

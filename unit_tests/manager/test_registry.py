@@ -12,6 +12,7 @@ from manager.registry.commands import (
     DrainBroker,
     FinishMove,
     RemoveBroker,
+    RetargetMove,
     RollBackPartitions,
 )
 from manager.registry.outcome import Outcome
@@ -320,3 +321,18 @@ def test_a_roll_back_forgets_the_creating_partitions_and_a_topic_left_without_an
     assert topic is not None and len(topic.partitions) == 1 and topic.is_active
     assert state.apply(RollBackPartitions("t", ())) is Outcome.UNCHANGED
     assert 9501 in state.topics.raft_ports_by_host()["127.0.0.1"]  # stays taken
+
+
+def test_a_move_can_go_elsewhere_only_from_its_current_new_broker() -> None:
+    state = _state_with_brokers(5)
+    _active_topic(state)
+    assert state.begin_move("t", 0, 1, 4, "127.0.0.1:9104", 1) is Outcome.UPDATED
+    retarget = RetargetMove("t", 0, 4, 5, "127.0.0.1:9105")
+    assert state.apply(RetargetMove("t", 0, 3, 5, "127.0.0.1:9105")) is Outcome.INVALID
+    assert state.apply(RetargetMove("t", 0, 4, 2, "127.0.0.1:9106")) is Outcome.INVALID
+    assert state.apply(retarget) is Outcome.UPDATED
+    assert state.apply(retarget) is Outcome.UNCHANGED
+    partition = state.topics.get("t").partitions[0]  # type: ignore[union-attr]
+    assert [r.broker_id for r in partition.replicas] == [1, 5, 3]
+    assert partition.moving is not None and partition.moving.removed.broker_id == 2
+    assert 9104 in state.topics.raft_ports_by_host()["127.0.0.1"]  # the abandoned address

@@ -153,3 +153,21 @@ def test_a_replica_no_partition_has_is_dropped() -> None:
     monitor.record_answer(BrokerId(3), [stray, kept], time.monotonic())
     ReplicaMover(LIMITS, registry, brokers, monitor).tick()
     assert brokers.calls == [("drop", "http://b3")]
+
+
+def test_a_move_whose_new_broker_is_gone_goes_elsewhere() -> None:
+    registry, brokers = _registry(), StubBrokers()
+    registry.propose(RegisterBroker(5, "http://b5", "h", 9000, 9099, 10))
+    registry.propose(SetBrokerAlive(1, False))
+    monitor = BrokerMonitor(LIMITS.broker_dead_after_s)
+    _gone_for_long(monitor, 1)
+    mover = ReplicaMover(LIMITS, registry, brokers, monitor)
+    mover.tick()
+    assert [r.broker_id for r in _partition(registry).replicas] == [4, 2, 3]
+    registry.propose(SetBrokerAlive(4, False))  # the new broker dies before it caught up
+    _gone_for_long(monitor, 4)
+    mover.tick()
+    moved = _partition(registry)
+    assert moved.moving is not None and moved.moving.removed.broker_id == 1
+    assert [r.broker_id for r in moved.replicas] == [5, 2, 3]
+    assert registry.commands[-1] == "retarget_move"

@@ -109,12 +109,13 @@ class BrokerService:
             self._replicas[(spec.topic, spec.partition_id)] = self._make_replica(spec)
             return True
 
-    def replace_member(self, spec: ReplicaSpec, slot: ReplicaId, removed: str) -> dict[str, object]:
+    def replace_member(self, spec: ReplicaSpec, slot: ReplicaId) -> dict[str, object]:
         """Re-replication, on every live replica of the partition: keep ``spec`` (the
-        partition's replicas, replica ``slot`` now a new one in place of the one at Raft
-        address ``removed``) for restarts, and on the leader make the Raft group's members
-        match it (``PartitionConsensus.replace_member``). Idempotent: the manager repeats
-        it until the leader answers ``"members_match": true``."""
+        partition's replicas, replica ``slot`` now a new one) for restarts, and on the
+        leader make the Raft group's members match it (``PartitionConsensus.
+        replace_member``). Idempotent: the manager repeats it until the leader answers
+        ``"members_match": true``. (The request's ``removed`` is checked by its parser:
+        the leader removes every member the spec does not name.)"""
         replica = self._replica(spec.topic, spec.partition_id)
         mine = (replica.spec.replica_id, replica.spec.raft_address)
         if mine != (spec.replica_id, spec.raft_address) or slot == spec.replica_id:
@@ -127,7 +128,7 @@ class BrokerService:
             self._store.update_replica(spec)
             replica.respec(spec)
         leads = replica.partition.status().role is RaftRole.LEADER
-        matched = replica.partition.replace_member(removed, slot) if leads else False
+        matched = replica.partition.replace_member(slot) if leads else False
         return {
             "topic": spec.topic,
             "partition_id": spec.partition_id,

@@ -73,7 +73,7 @@ class ReplicaMover:
                     "moving %s/%s: %s (retried)", topic.name, partition.partition_id, exc.message
                 )
         if len(moving) < self._limits.replica_moves_max:
-            self._begin_next(topics, brokers)
+            self._begin_next(topics, brokers, gone)
 
     def _drop_strays(self) -> None:
         """Tell brokers to drop the replicas they report that no partition has (moved
@@ -112,9 +112,12 @@ class ReplicaMover:
             except RaftQError as exc:
                 _log.warning("broker %s keeps a stray replica: %s", broker_id, exc.message)
 
-    def _begin_next(self, topics: list[TopicRecord], brokers: dict[BrokerId, BrokerRecord]) -> None:
-        replace_after_s = self._limits.broker_replace_after_s
-        gone = self._monitor.gone(brokers.values(), replace_after_s, time.monotonic())
+    def _begin_next(
+        self,
+        topics: list[TopicRecord],
+        brokers: dict[BrokerId, BrokerRecord],
+        gone: set[BrokerId],
+    ) -> None:
         if not gone:
             return
         for topic in topics:
@@ -137,16 +140,10 @@ class ReplicaMover:
         if move is None or partition.replicas[move.replica_id].broker_id not in gone:
             return False
         abandoned = partition.replicas[move.replica_id].broker_id
-        counts, ports = self._raft.read(
-            lambda s: (s.topics.replica_count_by_broker(), s.topics.raft_ports_by_host())
-        )
-        holders = [r.broker_id for r in partition.replicas] + [move.removed.broker_id]
-        alive = [b for b in brokers.values() if b.broker_id not in gone]
-        try:
-            to_broker, address = place_replacement(holders, alive, counts, ports)
-        except RaftQError as exc:
-            _log.warning("cannot re-target %s/%s: %s", topic.name, partition.partition_id, exc)
+        placed = self._place(topic, partition, brokers, leaving=move.removed.broker_id)
+        if placed is None:
             return True
+        to_broker, address = placed
         command = commands.RetargetMove(
             topic.name, partition.partition_id, abandoned, to_broker, address
         )
@@ -162,6 +159,27 @@ class ReplicaMover:
         )
         return True
 
+    def _place(
+        self,
+        topic: TopicRecord,
+        partition: PartitionRecord,
+        brokers: dict[BrokerId, BrokerRecord],
+        leaving: BrokerId | None = None,
+    ) -> tuple[BrokerId, str] | None:
+        """Where the moving slot goes: a broker alive and not draining (so not gone) that
+        holds no replica of the partition, nor the ``leaving`` one; ``None`` (logged)
+        when there is none yet."""
+        counts, ports = self._raft.read(
+            lambda s: (s.topics.replica_count_by_broker(), s.topics.raft_ports_by_host())
+        )
+        holders = [r.broker_id for r in partition.replicas]
+        holders += [] if leaving is None else [leaving]
+        try:
+            return place_replacement(holders, brokers.values(), counts, ports)
+        except RaftQError as exc:
+            _log.warning("cannot move %s/%s yet: %s", topic.name, partition.partition_id, exc)
+            return None
+
     def _begin(
         self,
         topic: TopicRecord,
@@ -169,15 +187,10 @@ class ReplicaMover:
         slot: int,
         brokers: dict[BrokerId, BrokerRecord],
     ) -> None:
-        counts, ports = self._raft.read(
-            lambda s: (s.topics.replica_count_by_broker(), s.topics.raft_ports_by_host())
-        )
-        holders = [r.broker_id for r in partition.replicas]
-        try:
-            to_broker, address = place_replacement(holders, brokers.values(), counts, ports)
-        except RaftQError as exc:
-            _log.warning("cannot move %s/%s yet: %s", topic.name, partition.partition_id, exc)
+        placed = self._place(topic, partition, brokers)
+        if placed is None:
             return
+        to_broker, address = placed
         command = commands.BeginMove(
             topic.name,
             partition.partition_id,

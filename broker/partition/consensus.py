@@ -95,9 +95,9 @@ class PartitionConsensus(Protocol):
     def respec(self, spec: ReplicaSpec) -> None:
         """The partition's replicas changed (re-replication): ``spec`` names them now."""
 
-    def replace_member(self, spec: ReplicaSpec, removed: str, slot: ReplicaId) -> bool:
-        """On the leader: replace the member at Raft address ``removed`` by ``spec``'s
-        replica ``slot`` (remove, reset its slot, add; each step committed, a repeat resumes). True
+    def replace_member(self, spec: ReplicaSpec, slot: ReplicaId) -> bool:
+        """On the leader: make the group's members ``spec``'s, whose replica ``slot`` is
+        new (remove, reset its slot, add; each step committed, a repeat resumes). True
         once the group's members are ``spec``'s. Raises ``RaftQError``: NOT_LEADER on a
         follower, or a Raft failure (retry)."""
 
@@ -173,7 +173,7 @@ class MemoryConsensus:
     def respec(self, spec: ReplicaSpec) -> None:
         pass  # no peers to talk to
 
-    def replace_member(self, spec: ReplicaSpec, removed: str, slot: ReplicaId) -> bool:
+    def replace_member(self, spec: ReplicaSpec, slot: ReplicaId) -> bool:
         """Only the log's side: the new replica's slot starts again from 0."""
         self.propose([ResetReplica(slot)])
         return True

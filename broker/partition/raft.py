@@ -213,17 +213,17 @@ class PartitionRaft:
     def respec(self, spec: ReplicaSpec) -> None:
         self.spec = spec
 
-    def replace_member(self, spec: ReplicaSpec, removed: str, slot: ReplicaId) -> bool:
+    def replace_member(self, spec: ReplicaSpec, slot: ReplicaId) -> bool:
         """On the leader: make the group's members those of ``spec``, whose replica
-        ``slot`` replaces the one at ``removed`` (or, when a move was re-targeted, a new
-        replica that never caught up), one step at a time, each committed before the next
-        and each skipped when already done, so a repeat resumes where a failure left off:
-        remove every member ``spec`` does not name (``removed``, and a re-targeted move's
-        earlier new replica); reset the slot's flushed offset (the new replica's database
-        is empty); add the new replica (which then catches up from a snapshot and copies
-        what left memory from a peer's database). Removing first keeps the group at three
-        members at most, so a dead one never counts toward a majority. True when the
-        members are ``spec``'s. Raises ``RaftQError`` (NOT_LEADER on a follower)."""
+        ``slot`` is new (in place of a dead or leaving one, or, for a re-targeted move, of
+        a new replica that never caught up), one step at a time, each committed before the
+        next and skipped when already done, so a repeat resumes where a failure left off:
+        remove every member ``spec`` does not name; reset the slot's flushed offset (the
+        new replica's database is empty); add the new replica (which then catches up from
+        a snapshot and copies what left memory from a peer's database). Removing first
+        keeps the group at three members at most, so a dead one never counts toward a
+        majority. True when the members are ``spec``'s. Raises ``RaftQError`` (NOT_LEADER
+        on a follower)."""
         if not self._sync._isLeader():
             raise RaftQError(ErrorCode.NOT_LEADER, f"{self.name} does not lead")
         timeout_s = self._limits.raft_commit_timeout_s

@@ -109,8 +109,8 @@ class PartitionReplica:
         self.spec = spec
         self._consensus.respec(spec)
 
-    def replace_member(self, removed: str, slot: ReplicaId) -> bool:
-        return self._consensus.replace_member(self.spec, removed, slot)
+    def replace_member(self, slot: ReplicaId) -> bool:
+        return self._consensus.replace_member(self.spec, slot)
 
     def status(self) -> ConsensusStatus:
         return self._consensus.status()

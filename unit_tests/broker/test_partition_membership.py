@@ -77,9 +77,7 @@ def test_a_dead_member_is_replaced_and_a_re_targeted_move_drops_the_abandoned_on
 
     # The move to D: D's replica is started only once the group has it.
     with_d = tuple(_address(slot) if r.replica_id == slot else r for r in replicas)
-    assert leader.replace_member(
-        _spec(with_d, leader.spec.replica_id), dead.spec.raft_address, slot
-    )
+    assert leader.replace_member(_spec(with_d, leader.spec.replica_id), slot)
     d = start(_spec(with_d, slot))
     _wait(lambda: d.read(lambda log: log.end_offset) == 1, "D to catch up")
     assert leader.read(lambda log: log.flushed_offsets[slot]) == 0  # reset for the new one
@@ -89,12 +87,12 @@ def test_a_dead_member_is_replaced_and_a_re_targeted_move_drops_the_abandoned_on
     with_e = tuple(_address(slot) if r.replica_id == slot else r for r in replicas)
     leader = _leader(survivors)
     spec_e = _spec(with_e, leader.spec.replica_id)
-    assert leader.replace_member(spec_e, dead.spec.raft_address, slot)
+    assert leader.replace_member(spec_e, slot)
     e = start(_spec(with_e, slot))
     leader.propose([Append(((None, "m1"),), 2, None, None)])
     _wait(lambda: e.read(lambda log: log.end_offset) == 2, "E to catch up")
     # The members are exactly the spec's: D was removed (``replace_member`` compares the
     # group's own members); a repeat changes nothing and says so again.
     before = leader.status().commit_index
-    assert leader.replace_member(spec_e, dead.spec.raft_address, slot)
+    assert leader.replace_member(spec_e, slot)
     assert leader.status().commit_index == before

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker.partition.consensus import Entry
+from broker.partition.log import PartitionLog
 from broker.persistence.store import MessageStore, RangeChecksum
 from broker.replica import HostedReplica
 from protocol.deadline import Deadline
@@ -40,6 +41,8 @@ class ReplicaStatus:
     log_start_offset: int
     """First offset still readable: retention moved it past older messages."""
     flushed_offsets: list[Offset]
+    evicted_offset: int
+    """Messages below it have left memory: only databases hold them."""
     has_quorum: bool
     caught_up: bool
     """Its state holds every committed entry (its end offset is not stale)."""
@@ -56,6 +59,7 @@ class ReplicaStatus:
             "end_offset": self.end_offset,
             "log_start_offset": self.log_start_offset,
             "flushed_offsets": self.flushed_offsets,
+            "evicted_offset": self.evicted_offset,
             "has_quorum": self.has_quorum,
             "caught_up": self.caught_up,
         }
@@ -109,13 +113,15 @@ class BrokerService:
             self._replicas[(spec.topic, spec.partition_id)] = self._make_replica(spec)
             return True
 
-    def replace_member(self, spec: ReplicaSpec, slot: ReplicaId) -> dict[str, object]:
+    def replace_member(
+        self, spec: ReplicaSpec, slot: ReplicaId, leaving: str, leaving_alive: bool
+    ) -> dict[str, object]:
         """Re-replication, on every live replica of the partition: keep ``spec`` (the
         partition's replicas, replica ``slot`` now a new one) for restarts, and on the
         leader make the Raft group's members match it (``PartitionConsensus.
-        replace_member``). Idempotent: the manager repeats it until the leader answers
-        ``"members_match": true``. (The request's ``removed`` is checked by its parser:
-        the leader removes every member the spec does not name.)"""
+        replace_member``: ``leaving`` is the replica the slot had, still running when
+        ``leaving_alive``). Idempotent: the manager repeats it until the leader answers
+        ``"members_match": true``."""
         replica = self._replica(spec.topic, spec.partition_id)
         mine = (replica.spec.replica_id, replica.spec.raft_address)
         if mine != (spec.replica_id, spec.raft_address) or slot == spec.replica_id:
@@ -128,7 +134,7 @@ class BrokerService:
             self._store.update_replica(spec)
             replica.respec(spec)
         leads = replica.partition.status().role is RaftRole.LEADER
-        matched = replica.partition.replace_member(slot) if leads else False
+        matched = replica.partition.replace_member(slot, leaving, leaving_alive) if leads else False
         return {
             "topic": spec.topic,
             "partition_id": spec.partition_id,
@@ -181,7 +187,8 @@ class BrokerService:
     ) -> tuple[list[Offset], Ack]:
         """The batch's offsets and what its acknowledgement achieved (``Ack``)."""
         replica = self._replica(topic, partition_id)
-        self._check_in_sync(replica)
+        if not _stored(replica, producer_id, sequence):  # a repeat is answered, not refused
+            self._check_in_sync(replica)
         batch = [(m.key, m.value) for m in messages]
         appended, entry = replica.partition.append(
             batch,
@@ -191,6 +198,7 @@ class BrokerService:
             deadline,
             synced=durability is not Durability.REPLICATED,
         )
+        self._wait_in_sync(replica, entry, deadline)
         flushed = self._replicas_flushed(replica, appended.end)
         if durability is Durability.FLUSHED and flushed <= len(replica.spec.replicas) // 2:
             flushed = self._wait_flushed(replica, appended.end, entry, deadline)
@@ -230,6 +238,32 @@ class BrokerService:
                 "stored; retry once the others are back",
             )
 
+    def _wait_in_sync(
+        self, replica: HostedReplica, entry: Entry, deadline: Deadline | None
+    ) -> None:
+        """An acknowledgement of a topic with ``min_insync_replicas`` = n means n replicas
+        hold the entry (Kafka's acks=all), not that a check before proposing passed: the
+        leader's view of who answered lags a death by up to its fallback timeout, and a
+        commit needs only a majority. Wait (bounded) until n replicas acknowledged it."""
+        wanted = replica.partition.read(lambda log: log.limits.min_insync_replicas)
+        if wanted <= len(replica.spec.replicas) // 2 + 1:
+            return  # the commit itself proves a majority holds it
+        wait_s = self._limits.min_insync_ack_wait_s_max
+        if deadline is not None:
+            wait_s = deadline.bound(wait_s, time.monotonic())
+        until_s = time.monotonic() + wait_s
+        while (holding := replica.partition.replicas_holding(entry)) < wanted:
+            if time.monotonic() >= until_s:
+                raise RaftQError(
+                    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                    f"{replica.partition.name}: the batch is committed (Raft term "
+                    f"{entry.term}, index {entry.index}) but {holding} of "
+                    f"{len(replica.spec.replicas)} replicas hold it, and its topic's "
+                    f"min_insync_replicas is {wanted}: not acknowledged; retry with the "
+                    "same sequence",
+                )
+            time.sleep(self._limits.flushed_ack_poll_s)
+
     def _replicas_flushed(self, replica: HostedReplica, end: int) -> int:
         flushed = replica.partition.read(lambda log: list(log.flushed_offsets))
         return sum(1 for offset in flushed if offset >= end)
@@ -265,11 +299,21 @@ class BrokerService:
         sequence: int | None = None,
         deadline: Deadline | None = None,
     ) -> list[StoredMessage]:
+        """The consumer's next messages. Refused before anything is claimed when this replica
+        could not read them (its database lags behind what left memory); once the pop is
+        applied, a failed read is an unknown outcome (see ``_read``)."""
         replica = self._replica(topic, partition_id)
+        slot = replica.spec.replica_id
+        if replica.partition.read(lambda log: log.lagging(slot)):
+            raise RaftQError(
+                ErrorCode.REFUSED,
+                f"{replica.partition.name} is still copying what left memory from a peer: "
+                "nothing was claimed; try another replica",
+            )
         consumed = replica.partition.consume(
             consumer_id, max_messages, request_id, self._clock_ms(), sequence, deadline
         )
-        return self._read(replica, consumed.start, consumed.end)
+        return self._read(replica, consumed.start, consumed.end, claimed=True)
 
     def fetch(
         self, topic: str, partition_id: PartitionId, offset: int, max_messages: int
@@ -310,7 +354,7 @@ class BrokerService:
         ``raft_address`` (one of the partition's); asynchronous: the answer says it was
         asked, ``GET /partitions`` later shows who leads."""
         replica = self._replica(topic, partition_id)
-        if raft_address not in replica.spec.partners:
+        if raft_address not in replica.partition.status().partners:
             raise RaftQError(
                 ErrorCode.INVALID_FIELD,
                 f"{raft_address!r} is not another replica of {replica.partition.name}",
@@ -384,9 +428,14 @@ class BrokerService:
             )
         return replica
 
-    def _read(self, replica: HostedReplica, start: int, end: int) -> list[StoredMessage]:
+    def _read(
+        self, replica: HostedReplica, start: int, end: int, *, claimed: bool = False
+    ) -> list[StoredMessage]:
         """Messages ``[start, end)``: the part every replica has flushed from the database,
-        the rest from ``msg_dict``."""
+        the rest from ``msg_dict``. ``claimed``: a pop already moved its consumer past them,
+        so a failure here is answered as an unknown outcome (503 UNAVAILABLE), never as
+        REFUSED ("nothing done"): a client told that would start a new pop and skip the
+        range, where repeating the same pop (same sequence or request id) gets it again."""
         evicted, in_memory = replica.partition.read(
             lambda log: (log.evicted_offset, log.read(start, end))
         )
@@ -401,6 +450,12 @@ class BrokerService:
             for offset, (key, value, timestamp_ms) in in_memory
         )
         if len(messages) != end - start or (messages and messages[0].offset != start):
+            if claimed:
+                raise RaftQError(
+                    ErrorCode.UNAVAILABLE,
+                    f"{replica.partition.name} claimed [{start}, {end}) for this pop but "
+                    "cannot read it yet: repeat the same pop (same sequence or request id)",
+                )
             raise RaftQError(
                 ErrorCode.REFUSED,
                 f"{replica.partition.name} cannot read [{start}, {end}) yet: try another replica",
@@ -409,11 +464,12 @@ class BrokerService:
 
     def _status(self, replica: HostedReplica) -> ReplicaStatus:
         raft = replica.partition.status()
-        end_offset, log_start, flushed, limits = replica.partition.read(
+        end_offset, log_start, flushed, evicted, limits = replica.partition.read(
             lambda log: (
                 log.end_offset,
                 log.log_start_offset,
                 list(log.flushed_offsets),
+                log.evicted_offset,
                 log.limits,
             )
         )
@@ -424,7 +480,22 @@ class BrokerService:
             end_offset=end_offset,
             log_start_offset=log_start,
             flushed_offsets=flushed,
+            evicted_offset=evicted,
             has_quorum=raft.has_quorum,
             caught_up=replica.partition.caught_up(),
             limits=limits,
         )
+
+
+def _stored(replica: HostedReplica, producer_id: str | None, sequence: int | None) -> bool:
+    """The partition already holds this producer's batch ``sequence``: a repeat (of an
+    attempt whose answer was lost, or not acknowledged) is answered as the duplicate it
+    is, never refused as if nothing had been stored."""
+    if producer_id is None or sequence is None:
+        return False
+
+    def known(log: PartitionLog) -> bool:
+        producer = log.producers.get(producer_id)
+        return producer is not None and sequence in producer.ranges
+
+    return replica.partition.read(known)

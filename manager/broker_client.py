@@ -47,12 +47,22 @@ class BrokerClient:
         return [item for item in items if isinstance(item, dict)]
 
     def replace_member(
-        self, address: str, spec: ReplicaSpec, moved_replica_id: int, removed: str
+        self,
+        address: str,
+        spec: ReplicaSpec,
+        moved_replica_id: int,
+        removed: str,
+        removed_alive: bool,
     ) -> dict[str, object]:
         """Re-replication at one live replica's broker (``POST /partitions/members``): its
         answer says whether that replica leads and, if so, whether the Raft group's members
         now match ``spec``. Raises ``RaftQError``."""
-        body = {"spec": spec.to_json(), "moved_replica_id": moved_replica_id, "removed": removed}
+        body = {
+            "spec": spec.to_json(),
+            "moved_replica_id": moved_replica_id,
+            "removed": removed,
+            "removed_alive": removed_alive,
+        }
         answer = self._http.call_ok("POST", f"{address}/partitions/members", body, idempotent=True)
         return answer if isinstance(answer, dict) else {}
 

@@ -117,9 +117,9 @@ class ClusterView:
                 f"{len(peers)} managers are members: at least {MANAGERS_MIN} stay (add one first)",
             )
         if manager_id == self._config.manager_id:
-            others = sorted(self._raft.members())  # the others: never itself
-            if others:
-                self._raft.transfer_leadership(others[0])
+            # To the member that holds the most (a named one may be down or behind, and
+            # then the Raft layer refuses every time).
+            self._raft.transfer_leadership(None)
             raise RaftQError(
                 ErrorCode.NOT_LEADER,
                 f"manager {manager_id} leads and cannot remove itself: leadership is being "

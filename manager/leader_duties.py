@@ -86,11 +86,18 @@ class LeaderDuties:
         if time.monotonic() >= self._next_reconcile_s:
             self._service.resume_pending()
             self._service.expire_idle_clients()
-            self._mover.tick()
+            self._move_replicas()
             self._next_reconcile_s = time.monotonic() + self._limits.reconcile_period_s
         if time.monotonic() >= self._next_balance_s:
             self._balance_leaders(brokers)
             self._next_balance_s = time.monotonic() + self._limits.leader_balance_period_s
+
+    def _move_replicas(self) -> None:
+        # A failed round of moves must not stop leader balancing after it.
+        try:
+            self._mover.tick()
+        except Exception:
+            _log.exception("a round of replica moves failed (retried next round)")
 
     def _balance_leaders(self, brokers: list[BrokerRecord]) -> None:
         topics = self._raft.read(lambda s: s.topics.all())

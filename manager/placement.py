@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from manager.registry.brokers import BrokerRecord
-from manager.registry.topics import Assignment
+from manager.registry.topics import Assignment, TopicRecord
 from protocol.errors import ErrorCode, RaftQError
 from protocol.types import BrokerId
 
@@ -76,3 +76,38 @@ def _lowest_free_port(broker: BrokerRecord, used: set[int]) -> int:
         f"broker {broker.broker_id} has no free Raft port in "
         f"[{broker.raft_port_min}, {broker.raft_port_max}]",
     )
+
+
+def drain_refusal(
+    broker_id: BrokerId, topics: Iterable[TopicRecord], brokers: Iterable[BrokerRecord]
+) -> str | None:
+    """Why draining ``broker_id`` could not finish, or ``None``: a replica it holds is its
+    partition's only one (it cannot hand over: the topic has replication factor 1), no
+    other live broker that is not draining could take it, or another replica of the
+    partition is down (the mover waits for it: a drain moves a replica only while every
+    other replica is alive)."""
+    known = {b.broker_id: b for b in brokers}
+    for topic in topics:
+        for partition in topic.partitions:
+            holders = [r.broker_id for r in partition.replicas]
+            if broker_id not in holders:
+                continue
+            name = f"{topic.name}/{partition.partition_id}"
+            if len(holders) == 1:
+                return f"{name} has its only replica on broker {broker_id} (replication factor 1)"
+            takers = [
+                b
+                for b in known.values()
+                if b.alive and not b.draining and b.broker_id not in holders
+            ]
+            if not takers:
+                return f"no other live broker can take broker {broker_id}'s replica of {name}"
+            down = [h for h in holders if h != broker_id and not known[h].alive]
+            if down:
+                # The leaving replica leaves last, so the group keeps its live members;
+                # with one down it would be a failure from a standstill meanwhile.
+                return (
+                    f"{name} has a replica on broker {down[0]}, which is down: bring it "
+                    "back, or let it be replaced, first"
+                )
+    return None

@@ -28,6 +28,8 @@ from runtime import durable_journal
 from runtime.raft_node import RaftNode, raft_conf, raft_failure
 
 _log = logging.getLogger(__name__)
+_ANY_MEMBER = "*"
+"""``transfer_leadership``'s target when none is named: a Raft address never has this form."""
 
 T = TypeVar("T")
 
@@ -197,15 +199,19 @@ class ManagerRaft:
     def change_member(self, raft_address: str, *, add: bool) -> None:
         self._syncobj.change_member(raft_address, add=add, timeout_s=self._commit_timeout_s)
 
-    def transfer_leadership(self, raft_address: str) -> None:
-        self._transfer_to = raft_address
+    def transfer_leadership(self, raft_address: str | None) -> None:
+        self._transfer_to = raft_address or _ANY_MEMBER
 
     def members_answering(self) -> int:
         return self._syncobj.replicas_answering(self._leader_fallback_timeout_s)
 
     def _transfer_when_asked(self) -> None:
         target, self._transfer_to = self._transfer_to, None
-        if target is not None and target in self.members() and self._syncobj._isLeader():
+        if target is None or not self._syncobj._isLeader():
+            return
+        if target == _ANY_MEMBER:
+            self._syncobj.transferLeadership(None)
+        elif target in self.members():
             self._syncobj.transferLeadership(target)
 
     # --- reads -------------------------------------------------------------------------------

@@ -46,10 +46,12 @@ class ReplicatedRegistry(Protocol):
 
     def change_member(self, raft_address: str, *, add: bool) -> None:
         """On the leader: add or remove one member and wait until that is committed;
-        ``RaftQError`` otherwise (pysyncobj refuses a second change while one is open)."""
+        ``RaftQError`` otherwise (NOT_LEADER, nothing done, while a change is open:
+        ``RaftNode.change_member``)."""
 
-    def transfer_leadership(self, raft_address: str) -> None:
-        """Ask this node, if it leads, to hand leadership to that member (asynchronous)."""
+    def transfer_leadership(self, raft_address: str | None) -> None:
+        """Ask this node, if it leads, to hand leadership to that member, or with ``None``
+        to the connected member that holds the most (asynchronous)."""
 
     def members_answering(self) -> int:
         """On the leader: the members, itself included, that answered it lately."""
@@ -100,7 +102,7 @@ class LocalRegistry:
             else:
                 self._members.discard(raft_address)
 
-    def transfer_leadership(self, raft_address: str) -> None:
+    def transfer_leadership(self, raft_address: str | None) -> None:
         self.transferred_to = raft_address
 
     def members_answering(self) -> int:

@@ -21,7 +21,7 @@ from typing import TypeVar
 from manager.broker_client import BrokerClient
 from manager.broker_monitor import BrokerMonitor
 from manager.log_routing import routing_count
-from manager.placement import place_partitions
+from manager.placement import drain_refusal, place_partitions
 from manager.registry import commands
 from manager.registry.brokers import BrokerRecord
 from manager.registry.clients import ConsumerRecord, ProducerRecord
@@ -418,7 +418,19 @@ class ManagerService:
     def drain_broker(self, broker_id: BrokerId) -> dict[str, object]:
         """``raftq broker remove`` step 1: the broker takes no new replica and the manager
         leader moves its replicas away (``ReplicaMover``), one partition at a time. The
-        answer is the broker's summary: ``partitions`` counts the replicas still to move."""
+        answer is the broker's summary: ``partitions`` counts the replicas still to move.
+        409 CANNOT_MOVE, nothing changed, for a drain that could not finish
+        (``drain_refusal``)."""
+        # A repeat of a drain under way is not refused: it changes nothing.
+        refusal = self._raft.read(
+            lambda s: None
+            if any(b.broker_id == broker_id and b.draining for b in s.brokers.all())
+            else drain_refusal(broker_id, s.topics.all(), s.brokers.all())
+        )
+        if refusal is not None:
+            raise RaftQError(
+                ErrorCode.CANNOT_MOVE, f"broker {broker_id} cannot be drained: {refusal}"
+            )
         outcome = self._raft.propose(commands.DrainBroker(broker_id))
         if outcome is Outcome.UNKNOWN_BROKER:
             raise RaftQError(ErrorCode.NOT_FOUND, f"no broker {broker_id} is registered")

@@ -33,6 +33,9 @@ class ErrorCode(Enum):
     id is registered and alive at another address, or was removed."""
     BROKER_NOT_EMPTY = 40905
     """A broker to remove still holds replicas, or was not drained first."""
+    CANNOT_MOVE = 40906
+    """A drain that could not finish: a replica it would move is its partition's only one,
+    no broker could take it, or another replica of its partition is down."""
     TOO_LARGE = 41301
     OFFSET_OUT_OF_RANGE = 41601
     """A fetch beyond the partition's end offset (the message names the valid range)."""
@@ -58,6 +61,10 @@ class ErrorCode(Enum):
     NOT_ENOUGH_REPLICAS = 50308
     """The partition has fewer replicas in sync than its topic's ``min_insync_replicas``:
     the produce was refused before anything was stored (Kafka's NOT_ENOUGH_REPLICAS)."""
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 50309
+    """The batch is committed, but fewer replicas than the topic's ``min_insync_replicas``
+    acknowledged holding it within the bound (Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND):
+    not acknowledged; retry with the same sequence (it is recognised as a duplicate)."""
 
     @property
     def status(self) -> int:

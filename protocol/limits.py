@@ -42,11 +42,18 @@ class PartitionLimits:
     min_insync_replicas: int = 1
     """The topic's ``min.insync.replicas`` (Kafka's name): the partition leader refuses a
     produce (503 NOT_ENOUGH_REPLICAS, nothing stored) unless this many replicas, itself
-    included, answered it within ``raft_leader_fallback_timeout_s``. A commit needs a
+    included, answered an append of its term within ``raft_leader_fallback_timeout_s``,
+    and acknowledges one only once this many hold its entry (else 503
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND after ``min_insync_ack_wait_s_max``). A commit needs a
     majority anyway; the topic's default is that majority, which turns a write that would
     wait out its timeout with an unknown outcome into an immediate refusal; the replication
     factor refuses writes whenever any replica is away. 1 (no check beyond Raft's) is what
     replicas created before this limit existed get."""
+    # Snapshots pickle the fields by position (slots): a field added later goes last.
+    request_ids_remembered: int = 1
+    """Recent request ids per consumer, of pops without a sequence, whose ranges a repeat
+    or a late copy gets back (``partition_consumer_request_ids_max``). 1, only the last
+    one, is what replicas created before this limit existed get."""
 
     def to_json(self) -> dict[str, int]:
         return {spec.name: getattr(self, spec.name) for spec in fields(self)}
@@ -79,7 +86,11 @@ class PartitionLimits:
 
 
 _RETENTION_FIELDS = frozenset({"retention_ms", "retention_bytes"})
-_LATER_FIELDS = _RETENTION_FIELDS | {"client_idle_expiry_ms", "min_insync_replicas"}
+_LATER_FIELDS = _RETENTION_FIELDS | {
+    "client_idle_expiry_ms",
+    "min_insync_replicas",
+    "request_ids_remembered",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +130,12 @@ class Limits:
     """Recent sequences per producer whose offsets a duplicate batch gets back."""
     partition_consumers_max: int = 10_000
     """Consumers with an offset in one partition."""
+    partition_consumer_request_ids_max: int = 8
+    """Recent request ids a partition remembers per consumer, for pops without a sequence
+    (raw clients): a repeat or a late copy of any of them gets its range again and claims
+    nothing; an older one is taken for a new pop. At most ``partition_consumers_max`` times
+    this many ids of up to ``id_chars_max`` characters per partition (16 MB at the
+    defaults, reached only by that many raw clients)."""
     client_idle_expiry_s: float = 7 * 24 * 3600.0
     """A producer or consumer that no command has named for this long is forgotten: by each
     partition (its dedup window, its offset) and by the managers (its registration). Measured
@@ -155,7 +172,12 @@ class Limits:
     (also bounded by its caller's deadline); past it, 503 COMMIT_TIMEOUT (stored and synced,
     retry with the same sequence to wait again)."""
     flushed_ack_poll_s: float = 0.005
-    """How often that wait looks at the replicas' flushed offsets."""
+    """How often that wait looks at the replicas' flushed offsets (and the wait for
+    ``min_insync_replicas`` at the replicas' acknowledged entries)."""
+    min_insync_ack_wait_s_max: float = 3.0
+    """Longest wait, after a produce of a topic whose ``min_insync_replicas`` exceeds a
+    majority committed, for that many replicas to hold its entry (also bounded by its
+    caller's deadline); past it, 503 NOT_ENOUGH_REPLICAS_AFTER_APPEND."""
 
     # --- Raft ------------------------------------------------------------------------------
     raft_commit_timeout_s: float = 5.0
@@ -229,6 +251,13 @@ class Limits:
     restart takes, so a broker that is only restarting keeps its replicas."""
     replica_moves_max: int = 1
     """Partitions whose replica moves at once (each copies a snapshot and the database)."""
+    replica_move_stall_s: float = 60.0
+    """A move that has not finished this long after the current manager leader first saw
+    it no longer counts toward ``replica_moves_max``: one partition that cannot progress
+    (its new broker or a majority away) must not hold every other move."""
+    replica_moves_stalled_max: int = 8
+    """Most stalled moves that may each let one more move start (the bound on moves at
+    once is ``replica_moves_max`` plus this)."""
     broker_register_period_s: float = 5.0
     """How often a broker re-registers with the managers (idempotent)."""
     manager_poll_period_s: float = 0.2
@@ -271,6 +300,7 @@ class Limits:
             sequences_remembered=self.producer_sequences_remembered,
             consumers_max=self.partition_consumers_max,
             client_idle_expiry_ms=int(self.client_idle_expiry_s * 1000),
+            request_ids_remembered=self.partition_consumer_request_ids_max,
         )
 
     def validate(self) -> Limits:

@@ -449,13 +449,16 @@ class ReplicaRef:
 
 @dataclass(frozen=True, slots=True)
 class ReplaceMember:
-    """``POST /partitions/members {"spec": ReplicaSpec, "moved_replica_id", "removed"}`` at
-    a broker (the manager leader's re-replication): the partition's replica
-    ``moved_replica_id`` is a new one now, in place of the one at Raft address ``removed``."""
+    """``POST /partitions/members {"spec": ReplicaSpec, "moved_replica_id", "removed",
+    "removed_alive"?}`` at a broker (the manager leader's re-replication): the partition's
+    replica ``moved_replica_id`` is a new one now, in place of the one at Raft address
+    ``removed``; ``removed_alive`` (default false): that one still runs (a drain), so it
+    leaves the Raft group last, after the new one caught up."""
 
     spec: ReplicaSpec
     moved_replica_id: ReplicaId
     removed: str
+    removed_alive: bool = False
 
     @classmethod
     def parse(cls, params: Params, limits: Limits) -> ReplaceMember:
@@ -467,7 +470,10 @@ class ReplaceMember:
         removed = _raft_address({"raft_address": params.get("removed")}, "field 'removed'")
         if removed in {r.raft_address for r in parsed.replicas}:
             raise invalid("field 'removed' names a replica the spec still has")
-        return cls(parsed, ReplicaId(moved), removed)
+        alive = params.get("removed_alive", False)
+        if not isinstance(alive, bool):
+            raise invalid("field 'removed_alive' must be a boolean")
+        return cls(parsed, ReplicaId(moved), removed, alive)
 
 
 @dataclass(frozen=True, slots=True)

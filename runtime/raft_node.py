@@ -140,6 +140,9 @@ class RaftNode(SyncObj):
         # Set before SyncObj.__init__: attributes set after it would be snapshotted.
         self._journals: list[DurableFileJournal] = []
         self._commit_notice_delay_s = commit_notice_delay_s
+        self._change_lock = threading.Lock()
+        self._change_open_term: int | None = None
+        """The term in which this node proposed a membership change not yet answered."""
         super().__init__(self_node, partners, conf, consumers=consumers)
         # pysyncobj's tick thread stops once the thread that built the node has ended. A
         # broker builds replicas on the HTTP connection thread of ``POST /partitions``, which
@@ -186,14 +189,30 @@ class RaftNode(SyncObj):
         return frozenset(str(node.address) for node in list(others))
 
     def change_member(self, address: str, *, add: bool, timeout_s: float) -> None:
-        """Add or remove one member and wait until the change is committed (pysyncobj
-        refuses a second change while one is uncommitted: ``REQUEST_DENIED``, nothing
-        done). Raises ``RaftQError`` as ``raft_failure`` maps pysyncobj's failures."""
+        """Add or remove one member and wait until the change is committed. Raises
+        ``RaftQError`` as ``raft_failure`` maps pysyncobj's failures, and NOT_LEADER
+        (nothing done) while a change may still be open.
+
+        pysyncobj's own one-change-at-a-time guard never engages (its change index is never
+        set), and Raft's single-server changes are safe only one step apart, so the rule is
+        kept here: a leader changes the members only once it has applied an entry of its
+        term (so a change a previous leader left open is committed or gone: Raft's rule),
+        and only when no change it proposed in this term is still waiting for its commit."""
+        with self._change_lock:
+            term = self._SyncObj__raftCurrentTerm
+            if self._change_open_term == term or not self.caught_up():
+                raise RaftQError(
+                    ErrorCode.NOT_LEADER,
+                    f"a membership change is still open in term {term}: not applied; retry "
+                    "once it is committed",
+                )
+            self._change_open_term = term
         done = threading.Event()
         outcome: list[object] = []
 
         def callback(_result: object, error: object) -> None:
             outcome.append(error)
+            self._change_open_term = None
             done.set()
 
         if add:
@@ -243,13 +262,32 @@ class RaftNode(SyncObj):
         return 1 + sum(1 for found in list(matched.values()) if found >= index)
 
     def replicas_answering(self, within_s: float) -> int:
-        """On the leader: the replicas (itself included) that answered it within the last
-        ``within_s`` seconds (pysyncobj's own clock, as its quorum check); 0 elsewhere."""
+        """On the leader: the replicas (itself included) that really answered it in its
+        term, the last time within ``within_s`` seconds (pysyncobj's own clock, as its
+        quorum check); 0 elsewhere.
+
+        pysyncobj's "last answered" stamps alone do not say that: a new leader stamps every
+        member "just now", so does a leader adding a member, and a removed member keeps its
+        stamp. A member counts only while it is a member, its stamp is recent, and its
+        match index moved in this term (pysyncobj sets it to 0 at an election and at an
+        add, and only an accepted append moves it)."""
         if not self._isLeader():
             return 0
         answered: dict[Any, float] = self._SyncObj__lastResponseTime
+        matched: dict[Any, int] = self._SyncObj__raftMatchIndex
         since = monotonic_time() - within_s
-        return 1 + sum(1 for at in list(answered.values()) if at >= since)
+        members = list(self._SyncObj__otherNodes)
+        return 1 + sum(
+            1 for n in members if matched.get(n, 0) > 0 and answered.get(n, 0.0) >= since
+        )
+
+    def member_holds(self, address: str, index: int) -> bool:
+        """On the leader: the member at ``address`` acknowledged the log up to ``index``
+        (its match index; an add starts it at 0). False elsewhere."""
+        if not self._isLeader():
+            return False
+        matched: dict[Any, int] = self._SyncObj__raftMatchIndex
+        return any(str(n.address) == address and i >= index for n, i in list(matched.items()))
 
     def leave_unsynced(self, consumer: object, method_prefix: str) -> None:
         """Entries that call ``consumer``'s replicated methods named ``method_prefix…`` are

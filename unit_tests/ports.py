@@ -41,6 +41,8 @@ CLUSTER_BASE_PORTS = {
     "multi_host": 23900,
     "spark_standalone": 25800,
     "rereplication": 31500,
+    "unknown_outcomes": 26400,
+    "operations_faults": 22900,
 }
 """Every test module's cluster in one table, so no two blocks overlap (a socket of the
 previous module's cluster may still be in TIME_WAIT), all below the kernel's ephemeral range
@@ -49,7 +51,7 @@ clear of the system services' ports (PostgreSQL, NATS, RabbitMQ, Redis, MariaDB)
 benchmark's defaults. ``unit_tests/test_ports.py`` checks it. The Spark standalone test's
 master, workers and driver use 30800-30821."""
 
-CLUSTER_BROKER_COUNTS = {"membership": 4, "rereplication": 4}
+CLUSTER_BROKER_COUNTS = {"membership": 4, "rereplication": 4, "operations_faults": 4}
 """Modules whose cluster has more brokers than the default three: their block is longer."""
 
 

@@ -39,7 +39,9 @@ def add_partition_routes(api: App, service: BrokerService, broker_id: int, limit
     @api.post("/partitions/members", Action.NODE)
     def replace_member(http: HttpRequest) -> HttpResponse:
         request = ReplaceMember.parse(request_params(http), limits)
-        body = service.replace_member(request.spec, request.moved_replica_id)
+        body = service.replace_member(
+            request.spec, request.moved_replica_id, request.removed, request.removed_alive
+        )
         return json_response(body)
 
     @api.post("/consumers", Action.CONSUME)

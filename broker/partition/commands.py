@@ -7,13 +7,15 @@ as pickled classes, so renaming or moving a class here can never break a journal
 
     ("append", ((key, value), ...), timestamp_ms, producer_id, sequence)
     ("consume", consumer_id, max_messages, request_id, timestamp_ms)
-    ("mark_flushed", replica_id, flushed_offset, start)
+    ("mark_flushed", replica_id, flushed_offset, start, raft_address)
     ("truncate", log_start_offset)
-    ("reset_replica", replica_id)
+    ("reset_replica", replica_id, raft_address)
 
 This tuple layout is a wire protocol: change it only by adding a new tag or a trailing
 field that the decoder still accepts without (``consume`` gained ``timestamp_ms`` for client
-expiry; journals written before carry the 3-field form, which decodes with ``None``).
+expiry; journals written before carry the 3-field form, which decodes with ``None``; so do
+``mark_flushed`` without ``start`` or ``raft_address`` and ``reset_replica`` without
+``raft_address``).
 Pure: no I/O; ``from_wire`` is total (anything malformed decodes to ``None``).
 """
 
@@ -57,8 +59,11 @@ class MarkFlushed:
     """The flushed offset the flusher read before writing ``[start, flushed_offset)``: the
     mark applies only if the replica's flushed prefix still reaches it, so a batch written
     on a stale view (the slot was reset meanwhile: re-replication) never leaves a hole.
-    ``None``: no such check (marks that only repeat or skip to the log start, and entries
-    written before the field existed)."""
+    The flusher sends it with every mark; ``None`` only in entries written before."""
+    raft_address: str | None = None
+    """The Raft address of the replica that flushed. Once a ``ResetReplica`` recorded who
+    holds the slot, a mark from anyone else (a leaving member still flushing, or one without
+    an address) changes nothing. ``None``: entries written before the field existed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +82,10 @@ class ResetReplica:
     before adding the new one, so the new replica never sees the old one's offset."""
 
     replica_id: ReplicaId
+    raft_address: str | None = None
+    """The new replica's Raft address: from now on only its flush marks move the slot
+    (``MarkFlushed.raft_address``). ``None``: entries written before the field existed
+    (the slot's holder is then unknown, and any mark counts, as before)."""
 
 
 Command = Append | Consume | MarkFlushed | Truncate | ResetReplica
@@ -89,12 +98,12 @@ def to_wire(command: Command) -> WireCommand:
             return ("append", messages, timestamp_ms, producer_id, sequence)
         case Consume(consumer_id, max_messages, request_id, timestamp_ms, sequence):
             return ("consume", consumer_id, max_messages, request_id, timestamp_ms, sequence)
-        case MarkFlushed(replica_id, flushed_offset, start):
-            return ("mark_flushed", replica_id, flushed_offset, start)
+        case MarkFlushed(replica_id, flushed_offset, start, raft_address):
+            return ("mark_flushed", replica_id, flushed_offset, start, raft_address)
         case Truncate(log_start_offset):
             return ("truncate", log_start_offset)
-        case ResetReplica(replica_id):
-            return ("reset_replica", replica_id)
+        case ResetReplica(replica_id, raft_address):
+            return ("reset_replica", replica_id, raft_address)
 
 
 def from_wire(wire: object) -> Command | None:
@@ -115,20 +124,26 @@ def from_wire(wire: object) -> Command | None:
         optional = _opt(request_id, str) and _opt(timestamp_ms, int) and _opt(sequence, int)
         if valid and optional:
             return Consume(consumer_id, max_messages, request_id, timestamp_ms, sequence)
-    elif tag == "mark_flushed" and len(args) in (2, 3):
-        # Older journals hold the 2-field form (no start).
-        replica_id, flushed_offset, start = (*args, None)[:3]
-        if isinstance(replica_id, int) and isinstance(flushed_offset, int) and _opt(start, int):
-            return MarkFlushed(ReplicaId(replica_id), Offset(flushed_offset), start)
+    elif tag == "mark_flushed" and len(args) in (2, 3, 4):
+        # Older journals hold the 2- and 3-field forms (no start, no address).
+        replica_id, flushed_offset, start, address = (*args, None, None)[:4]
+        valid = _int(replica_id) and _int(flushed_offset)
+        if valid and _opt(start, int) and _opt(address, str):
+            return MarkFlushed(ReplicaId(replica_id), Offset(flushed_offset), start, address)
     elif tag == "truncate" and len(args) == 1:
         (log_start_offset,) = args
         if isinstance(log_start_offset, int) and not isinstance(log_start_offset, bool):
             return Truncate(Offset(log_start_offset))
-    elif tag == "reset_replica" and len(args) == 1:
-        (replica_id,) = args
-        if isinstance(replica_id, int) and not isinstance(replica_id, bool):
-            return ResetReplica(ReplicaId(replica_id))
+    elif tag == "reset_replica" and len(args) in (1, 2):
+        # Older journals hold the 1-field form (no address).
+        replica_id, address = (*args, None)[:2]
+        if _int(replica_id) and _opt(address, str):
+            return ResetReplica(ReplicaId(replica_id), address)
     return None
+
+
+def _int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _opt(value: object, kind: type) -> bool:

@@ -83,23 +83,32 @@ class PartitionConsensus(Protocol):
 
     def status(self) -> ConsensusStatus: ...
 
-    def transfer_leadership(self, raft_address: str) -> None:
-        """Ask this replica, if it leads, to hand leadership to the replica at
-        ``raft_address`` (Raft's TimeoutNow). Best effort and asynchronous: refused by the
-        Raft layer unless that replica has every entry; the new leader shows in ``status``."""
+    def transfer_leadership(self, raft_address: str | None) -> None:
+        """Ask this replica, if it leads, to hand leadership to the member at
+        ``raft_address`` (Raft's TimeoutNow), or with ``None`` to the connected member that
+        holds the most. Best effort and asynchronous: refused by the Raft layer unless that
+        member has every entry; the new leader shows in ``status``."""
 
     def replicas_in_sync(self) -> int:
-        """On the leader: the replicas, itself included, that answered it lately (Kafka's
-        in-sync replicas, for ``min_insync_replicas``); 0 on a follower."""
+        """On the leader: the replicas, itself included, that answered it lately in its
+        term (Kafka's in-sync replicas, for ``min_insync_replicas``); 0 on a follower."""
+
+    def replicas_holding(self, entry: Entry) -> int:
+        """On the leader: the replicas, itself included, known to hold the log up to
+        ``entry`` (an acknowledgement of ``min_insync_replicas`` waits for that many); 0
+        on a follower."""
 
     def respec(self, spec: ReplicaSpec) -> None:
         """The partition's replicas changed (re-replication): ``spec`` names them now."""
 
-    def replace_member(self, spec: ReplicaSpec, slot: ReplicaId) -> bool:
+    def replace_member(
+        self, spec: ReplicaSpec, slot: ReplicaId, leaving: str, leaving_alive: bool
+    ) -> bool:
         """On the leader: make the group's members ``spec``'s, whose replica ``slot`` is
-        new (remove, reset its slot, add; each step committed, a repeat resumes). True
-        once the group's members are ``spec``'s. Raises ``RaftQError``: NOT_LEADER on a
-        follower, or a Raft failure (retry)."""
+        new in place of the one at ``leaving`` (a dead leaving one is removed first, a
+        live one last; the slot is reset to the new one before it is added; each step
+        committed, a repeat resumes). True once the group's members are ``spec``'s. Raises
+        ``RaftQError``: NOT_LEADER on a follower, or a Raft failure (retry)."""
 
     def destroy(self) -> None: ...
 
@@ -164,18 +173,23 @@ class MemoryConsensus:
             entries = self._entries
         return ConsensusStatus(RaftRole.LEADER, self._name, 1, entries, entries, True, (), entries)
 
-    def transfer_leadership(self, raft_address: str) -> None:
+    def transfer_leadership(self, raft_address: str | None) -> None:
         pass  # one replica: it always leads
 
     def replicas_in_sync(self) -> int:
         return self._replica_count  # it stands for a healthy group
 
+    def replicas_holding(self, entry: Entry) -> int:
+        return self._replica_count
+
     def respec(self, spec: ReplicaSpec) -> None:
         pass  # no peers to talk to
 
-    def replace_member(self, spec: ReplicaSpec, slot: ReplicaId) -> bool:
+    def replace_member(
+        self, spec: ReplicaSpec, slot: ReplicaId, leaving: str, leaving_alive: bool
+    ) -> bool:
         """Only the log's side: the new replica's slot starts again from 0."""
-        self.propose([ResetReplica(slot)])
+        self.propose([ResetReplica(slot, spec.replicas[slot].raft_address)])
         return True
 
     def destroy(self) -> None:

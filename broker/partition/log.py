@@ -91,8 +91,12 @@ class _Consumer:
     last_range: tuple[Offset, Offset] = (Offset(0), Offset(0))
     last_sequence: int | None = None
     """The highest pop sequence applied (``None`` until a pop carries one)."""
+    request_ranges: OrderedDict[str, tuple[Offset, Offset]] = field(default_factory=OrderedDict)
+    """The ranges of the last ``request_ids_remembered`` pops without a sequence, by request
+    id, oldest first: a repeat or a late copy of any of them gets its range again."""
 
-    # Snapshots written before ``last_sequence`` existed hold three fields.
+    # Snapshots written before ``last_sequence`` (``request_ranges``) existed hold three
+    # (four) fields.
     def __getstate__(self) -> list[object]:
         return snapshot_fields.state_of(self)
 
@@ -125,7 +129,13 @@ class PartitionLog:
         exactly ``[evicted_offset, end_offset)``."""
         self.unflushed_bytes = 0
         self.flushed_offsets = [Offset(0)] * replica_count
-        """Per replica, the end of the prefix it has flushed: always ``<= end_offset``."""
+        """Per replica, the end of the prefix it has flushed: always ``<= end_offset``. Its
+        database holds ``[log_start_offset, flushed)`` without a hole: a mark moves it only
+        from the slot's holder and from a prefix that still reaches the batch's start."""
+        self.holders: list[str | None] = [None] * replica_count
+        """Per replica slot, the Raft address of the replica that holds it, as the last
+        ``reset_replica`` recorded it (``None``: unknown, never reset with an address, and
+        then any flush mark counts)."""
         self.evicted_offset = Offset(0)
         """Messages below it have left ``msg_dict``: every in-sync replica (and always a
         majority) has them in its database; a lagging replica copies them from a peer."""
@@ -145,6 +155,8 @@ class PartitionLog:
         self.__dict__.update(state)
         if "durable_end_offset" not in state:  # every entry was synced before
             self.durable_end_offset = self.end_offset
+        if "holders" not in state:  # no slot was reset with an address before
+            self.holders = [None] * len(self.flushed_offsets)
         self.limits = self.limits.with_every_field()
         if "last_seen_ms" not in state:
             self.clock_ms = 0
@@ -167,12 +179,12 @@ class PartitionLog:
                 return self.append(messages, timestamp_ms, producer_id, sequence)
             case Consume(consumer_id, max_messages, request_id, timestamp_ms, sequence):
                 return self.consume(consumer_id, max_messages, request_id, timestamp_ms, sequence)
-            case MarkFlushed(replica_id, flushed_offset, start):
-                return self.mark_flushed(replica_id, flushed_offset, start)
+            case MarkFlushed(replica_id, flushed_offset, start, raft_address):
+                return self.mark_flushed(replica_id, flushed_offset, start, raft_address)
             case Truncate(log_start_offset):
                 return self.truncate(log_start_offset)
-            case ResetReplica(replica_id):
-                return self.reset_replica(replica_id)
+            case ResetReplica(replica_id, raft_address):
+                return self.reset_replica(replica_id, raft_address)
         return Rejected(ErrorCode.INVALID_FIELD, "not a partition command")
 
     def append(
@@ -200,8 +212,10 @@ class PartitionLog:
         # One dict update for the batch; Offset() per message would cost a call each (the
         # NewType is free only to the type checker).
         by_offset = cast(dict[int, MessageTuple], self.messages)
+        # Stamped with partition time, not the proposer's own: timestamps never go back
+        # along the offsets, and age retention compares them with partition time.
         by_offset.update(
-            zip(range(start, start + len(messages)), _stamped(messages, timestamp_ms), strict=True)
+            zip(range(start, start + len(messages)), _stamped(messages, self.clock_ms), strict=True)
         )
         self.end_offset = Offset(start + len(messages))
         self.unflushed_bytes += size_bytes
@@ -219,8 +233,10 @@ class PartitionLog:
         sequence: int | None = None,
     ) -> Consumed | Rejected:
         """Advance ``consumer_id`` by up to ``max_messages``; a repeat of the last pop (its
-        ``sequence``, or without one its ``request_id``) gets the same range again and
-        advances nothing, and a pop older than the last (a late copy) claims nothing."""
+        ``sequence``, or without one its ``request_id`` or that of one of its last
+        ``request_ids_remembered`` pops without a sequence) gets its range again, less what
+        retention removed meanwhile, and advances nothing; a pop with a sequence older than
+        the last (a late copy) claims nothing."""
         self._advance(timestamp_ms)
         if max_messages <= 0:
             return Rejected(ErrorCode.INVALID_FIELD, "max_messages must be positive")
@@ -231,38 +247,43 @@ class PartitionLog:
             consumer = _Consumer(offset=self.log_start_offset)
             self.consumers[consumer_id] = consumer
         self._touch(_CONSUMER, consumer_id)
-        last = consumer.last_sequence
-        if sequence is not None and last is not None and sequence <= last:
-            if sequence == last:
-                return Consumed(*consumer.last_range)
-            return Rejected(
-                ErrorCode.SEQUENCE_OUT_OF_ORDER,
-                f"pop sequence {sequence} is older than this consumer's last ({last}): a "
-                "late copy of an answered pop; nothing was claimed",
-            )
-        if sequence is None and request_id is not None and request_id == consumer.last_request_id:
-            return Consumed(*consumer.last_range)
+        repeated = self._repeated_pop(consumer, request_id, sequence)
+        if repeated is not None:
+            return repeated
         start = max(consumer.offset, self.log_start_offset)
         end = Offset(min(start + max_messages, self.end_offset))
         consumer.offset = end
         consumer.last_request_id = request_id
         consumer.last_range = (start, end)
-        consumer.last_sequence = sequence if sequence is not None else last
+        if sequence is not None:
+            consumer.last_sequence = sequence
+        elif request_id is not None:
+            consumer.request_ranges[request_id] = (start, end)
+            while len(consumer.request_ranges) > self.limits.request_ids_remembered:
+                consumer.request_ranges.popitem(last=False)
         return Consumed(start, end)
 
     def mark_flushed(
-        self, replica_id: ReplicaId, flushed_offset: int, start: int | None = None
+        self,
+        replica_id: ReplicaId,
+        flushed_offset: int,
+        start: int | None = None,
+        raft_address: str | None = None,
     ) -> Flushed | Rejected:
         """Replica ``replica_id`` has every message below ``flushed_offset`` in its database.
         Idempotent and monotonic: a lower or equal offset changes nothing, and so does a
         batch written from ``start`` when the replica's prefix no longer reaches ``start``
-        (its slot was reset: ``reset_replica``)."""
+        (its slot was reset: ``reset_replica``), and a mark from a replica at another
+        ``raft_address`` than the slot's recorded holder (one that no longer holds the slot,
+        or a mark without an address)."""
         if not 0 <= replica_id < len(self.flushed_offsets):
             return Rejected(ErrorCode.INVALID_FIELD, f"no replica {replica_id}")
         if flushed_offset > self.end_offset:
             return Rejected(ErrorCode.INVALID_FIELD, "cannot flush past the end offset")
+        holder = self.holders[replica_id]
+        holds = holder is None or raft_address == holder
         contiguous = start is None or start <= self.flushed_offsets[replica_id]
-        if contiguous and flushed_offset > self.flushed_offsets[replica_id]:
+        if holds and contiguous and flushed_offset > self.flushed_offsets[replica_id]:
             self.flushed_offsets[replica_id] = Offset(flushed_offset)
             self._evict(self._eviction_floor())
         self._check_invariants()
@@ -278,15 +299,31 @@ class PartitionLog:
             self.log_start_offset = Offset(new_start)
         return Truncated(self.log_start_offset)
 
-    def reset_replica(self, replica_id: int) -> Flushed | Rejected:
-        """Re-replication: slot ``replica_id`` belongs to a new replica whose database is
-        empty, so its flushed offset is 0 again. Nothing is evicted (the floor can only
-        drop), so the messages still in memory stay; the new replica copies what is below
+    def reset_replica(self, replica_id: int, raft_address: str | None = None) -> Flushed | Rejected:
+        """Re-replication: slot ``replica_id`` belongs to a new replica (at ``raft_address``)
+        whose database is empty, so its flushed offset is 0 again, and only that replica's
+        marks move it from now on. Nothing is evicted (the floor can only drop), so the
+        messages still in memory stay; the new replica copies what is below
         ``evicted_offset`` from a peer (``lagging``). Eviction then waits for it only once
-        it is back within ``replica_lag_messages_max`` (``_eviction_floor``)."""
+        it is back within ``replica_lag_messages_max`` (``_eviction_floor``).
+
+        Checked before anything changes: refused (state unchanged) when no other slot has
+        flushed up to ``evicted_offset``, since the slot's old replica alone would then hold
+        what left memory. A repeat naming the slot's recorded holder changes nothing (a
+        Raft address is never reused), so it never undoes the new replica's progress."""
         if not 0 <= replica_id < len(self.flushed_offsets):
             return Rejected(ErrorCode.INVALID_FIELD, f"no replica {replica_id}")
+        if raft_address is not None and raft_address == self.holders[replica_id]:
+            return Flushed(self.flushed_offsets[replica_id], self.evicted_offset)
+        others = [f for slot, f in enumerate(self.flushed_offsets) if slot != replica_id]
+        if max(others, default=Offset(0)) < self.evicted_offset:
+            return Rejected(
+                ErrorCode.REFUSED,
+                f"only replica {replica_id} has flushed up to the evicted offset "
+                f"{self.evicted_offset}: resetting it would leave no copy of what left memory",
+            )
         self.flushed_offsets[replica_id] = Offset(0)
+        self.holders[replica_id] = raft_address
         self._check_invariants()
         return Flushed(self.flushed_offsets[replica_id], self.evicted_offset)
 
@@ -351,6 +388,34 @@ class PartitionLog:
         key = (kind, client_id)
         self.last_seen_ms[key] = self.clock_ms
         self.last_seen_ms.move_to_end(key)
+
+    def _repeated_pop(
+        self, consumer: _Consumer, request_id: str | None, sequence: int | None
+    ) -> Consumed | Rejected | None:
+        """The answer to a pop this consumer made before (see ``consume``), or ``None`` for a
+        new one."""
+        last = consumer.last_sequence
+        if sequence is not None and last is not None and sequence <= last:
+            if sequence == last:
+                return self._retained(consumer.last_range)
+            return Rejected(
+                ErrorCode.SEQUENCE_OUT_OF_ORDER,
+                f"pop sequence {sequence} is older than this consumer's last ({last}): a "
+                "late copy of an answered pop; nothing was claimed",
+            )
+        if sequence is not None or request_id is None:
+            return None
+        if request_id == consumer.last_request_id:
+            return self._retained(consumer.last_range)
+        known = consumer.request_ranges.get(request_id)
+        return None if known is None else self._retained(known)
+
+    def _retained(self, claimed: tuple[Offset, Offset]) -> Consumed:
+        """A claimed range less what retention removed since (as a fresh pop starts at the
+        log start): its rows are gone from every database, so answering them is impossible,
+        and the caller gets every retained message of it."""
+        start, end = claimed
+        return Consumed(Offset(min(max(start, self.log_start_offset), end)), end)
 
     def _seen_sequence(self, producer_id: str, sequence: int) -> Appended | Rejected | None:
         producer = self.producers.get(producer_id)

@@ -37,6 +37,8 @@ from runtime.raft_node import RaftNode, raft_conf, raft_failure
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
+_ANY_MEMBER = "*"
+"""``transfer_leadership``'s target when none is named: a Raft address never has this form."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,14 +175,19 @@ class PartitionRaft:
         ):
             self._sync.forceLogCompaction()
 
-    def transfer_leadership(self, raft_address: str) -> None:
-        self._transfer_to = raft_address
+    def transfer_leadership(self, raft_address: str | None) -> None:
+        self._transfer_to = raft_address or _ANY_MEMBER
 
     def _transfer_when_asked(self) -> None:
         """Tick thread: one transfer asked since the last tick, if this replica leads
-        (pysyncobj refuses unless the target has every entry; nothing to wait for)."""
+        (pysyncobj refuses unless the target has every entry; nothing to wait for).
+        ``_ANY_MEMBER``: pysyncobj picks the connected member that holds the most."""
         target, self._transfer_to = self._transfer_to, None
-        if target is not None and target in self.spec.partners and self._sync._isLeader():
+        if target is None or not self._sync._isLeader():
+            return
+        if target == _ANY_MEMBER:
+            self._sync.transferLeadership(None)
+        elif target in self._sync.members():
             self._sync.transferLeadership(target)
 
     def propose(
@@ -205,37 +212,56 @@ class PartitionRaft:
         return applied.results, Entry(applied.term, applied.index, synced_count)
 
     def replicas_in_sync(self) -> int:
-        """On the leader: itself and the followers that answered within
-        ``raft_leader_fallback_timeout_s`` (after which pysyncobj's leader would count the
-        quorum lost too); 0 on a follower."""
+        """On the leader: itself and the members that answered an append of its term,
+        the last time within ``raft_leader_fallback_timeout_s`` (after which pysyncobj's
+        leader would count the quorum lost too); 0 on a follower."""
         return self._sync.replicas_answering(self._limits.raft_leader_fallback_timeout_s)
+
+    def replicas_holding(self, entry: Entry) -> int:
+        if entry.term != self._sync.node_status().term:
+            return 0  # led in another term: what the match indexes say is not about it
+        return self._sync.replicas_holding(entry.index)
 
     def respec(self, spec: ReplicaSpec) -> None:
         self.spec = spec
 
-    def replace_member(self, spec: ReplicaSpec, slot: ReplicaId) -> bool:
+    def replace_member(
+        self, spec: ReplicaSpec, slot: ReplicaId, leaving: str, leaving_alive: bool
+    ) -> bool:
         """On the leader: make the group's members those of ``spec``, whose replica
-        ``slot`` is new (in place of a dead or leaving one, or, for a re-targeted move, of
+        ``slot`` is new in place of the one at ``leaving`` (or, for a re-targeted move, of
         a new replica that never caught up), one step at a time, each committed before the
-        next and skipped when already done, so a repeat resumes where a failure left off:
-        remove every member ``spec`` does not name; reset the slot's flushed offset (the
-        new replica's database is empty); add the new replica (which then catches up from
-        a snapshot and copies what left memory from a peer's database). Removing first
-        keeps the group at three members at most, so a dead one never counts toward a
-        majority. True when the members are ``spec``'s. Raises ``RaftQError`` (NOT_LEADER
-        on a follower)."""
+        next and skipped when already done, so a repeat resumes where a failure left off.
+        The new replica is hosted before this is asked, so it answers once added.
+
+        1. Members ``spec`` does not name go first, unless it is the live leaving one: a
+           dead member must never count toward a majority of a larger group.
+        2. The slot is reset to the new replica (``ResetReplica``: its flushed offset is
+           0 and only that replica's flush marks count for it), then it is added.
+        3. A live leaving member leaves last, once the new one holds every committed
+           entry: removing it first would leave the group one failure (or, at replication
+           factor 2, no failure at all) from a standstill while the new one catches up.
+
+        True when the members are ``spec``'s. Raises ``RaftQError`` (NOT_LEADER on a
+        follower, or a Raft failure: retry)."""
         if not self._sync._isLeader():
             raise RaftQError(ErrorCode.NOT_LEADER, f"{self.name} does not lead")
         timeout_s = self._limits.raft_commit_timeout_s
-        for extra in sorted(self._sync.members() - frozenset(spec.partners)):
+        wanted = frozenset(spec.partners)
+        last = frozenset({leaving}) if leaving_alive else frozenset()
+        for extra in sorted(self._sync.members() - wanted - last):
             self._sync.change_member(extra, add=False, timeout_s=timeout_s)
         added = spec.replicas[slot].raft_address
         if added not in self._sync.members():
-            # Not a member yet, so it has applied nothing of this group: a repeat of the
-            # reset (a failure before the add) cannot undo a flush of its.
-            self.propose([ResetReplica(slot)])
+            # Not a member yet, so it has flushed nothing this group counts: a repeat of
+            # the reset (a failure before the add) cannot undo a flush of its.
+            self.propose([ResetReplica(slot, added)])
             self._sync.change_member(added, add=True, timeout_s=timeout_s)
-        return self._sync.members() == frozenset(spec.partners)
+        if leaving in self._sync.members() and leaving_alive:
+            if not self._sync.member_holds(added, self._sync.node_status().commit_index):
+                return False  # the new replica is still catching up: next round
+            self._sync.change_member(leaving, add=False, timeout_s=timeout_s)
+        return self._sync.members() == wanted
 
     def read(self, query: Callable[[PartitionLog], T]) -> T:
         with self.state.lock:
@@ -257,7 +283,7 @@ class PartitionRaft:
             commit_index=node.commit_index,
             last_applied=node.last_applied,
             has_quorum=node.has_quorum,
-            partners=self.spec.partners,
+            partners=tuple(sorted(self._sync.members())),
             log_entries=node.log_entries,
         )
 

@@ -84,11 +84,12 @@ class PartitionReplica:
         command = Consume(consumer_id, max_messages, request_id, timestamp_ms, sequence)
         return self._submit(command, Consumed, deadline)
 
-    def mark_flushed(
-        self, replica_id: ReplicaId, flushed_offset: Offset, start: Offset | None = None
-    ) -> Flushed:
-        """``start``: the batch was written from there (see ``MarkFlushed.start``)."""
-        return self._submit(MarkFlushed(replica_id, flushed_offset, start), Flushed)
+    def mark_flushed(self, replica_id: ReplicaId, flushed_offset: Offset, start: Offset) -> Flushed:
+        """This replica (``spec.raft_address``) has ``[start, flushed_offset)`` in its
+        database, written on a view where its slot's flushed offset was ``start`` (see
+        ``MarkFlushed``: a stale view or a slot that moved on changes nothing)."""
+        command = MarkFlushed(replica_id, flushed_offset, start, self.spec.raft_address)
+        return self._submit(command, Flushed)
 
     def truncate(self, log_start_offset: Offset) -> Truncated:
         return self._submit(Truncate(log_start_offset), Truncated)
@@ -99,18 +100,21 @@ class PartitionReplica:
     def caught_up(self) -> bool:
         return self._consensus.caught_up()
 
-    def transfer_leadership(self, raft_address: str) -> None:
+    def transfer_leadership(self, raft_address: str | None) -> None:
         self._consensus.transfer_leadership(raft_address)
 
     def replicas_in_sync(self) -> int:
         return self._consensus.replicas_in_sync()
 
+    def replicas_holding(self, entry: Entry) -> int:
+        return self._consensus.replicas_holding(entry)
+
     def respec(self, spec: ReplicaSpec) -> None:
         self.spec = spec
         self._consensus.respec(spec)
 
-    def replace_member(self, slot: ReplicaId) -> bool:
-        return self._consensus.replace_member(self.spec, slot)
+    def replace_member(self, slot: ReplicaId, leaving: str, leaving_alive: bool) -> bool:
+        return self._consensus.replace_member(self.spec, slot, leaving, leaving_alive)
 
     def status(self) -> ConsensusStatus:
         return self._consensus.status()

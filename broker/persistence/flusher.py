@@ -15,6 +15,10 @@ partition's log start from its database, and a replica that has not flushed up t
 what left (its peers no longer have it); the leader's replica, every
 ``retention_check_period_s``, asks its database where the topic's retention puts the log
 start and proposes ``truncate`` when that moved.
+
+Every flush mark carries where the batch started and this replica's Raft address
+(``MarkFlushed``), so a mark made on a stale view, or by a replica whose slot moved to
+another, never claims rows its database lacks.
 """
 
 from __future__ import annotations
@@ -44,13 +48,11 @@ class Flusher:
         store: MessageStore,
         limits: Limits,
         peer_read: PeerRead,
-        clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
         self._replica = replica
         self._store = store
         self._peer_read = peer_read
         self._limits = limits
-        self._clock_ms = clock_ms
         self._deleted_below = 0
         """Rows below it are gone from this replica's database (0 after a restart: the
         first round deletes again, which is idempotent)."""
@@ -93,11 +95,12 @@ class Flusher:
         return len(rows)
 
     def _retain(self, spec: ReplicaSpec) -> None:
-        log_start, flushed = self._replica.read(
-            lambda log: (log.log_start_offset, log.flushed_offsets[spec.replica_id])
+        log_start, flushed, partition_ms = self._replica.read(
+            lambda log: (log.log_start_offset, log.flushed_offsets[spec.replica_id], log.clock_ms)
         )
         if flushed < log_start:  # what it lacks has left every peer: nothing to copy
-            self._replica.mark_flushed(spec.replica_id, log_start)
+            # ``start``: only if the slot is still where this view saw it (not reset since).
+            self._replica.mark_flushed(spec.replica_id, log_start, Offset(flushed))
         if log_start > self._deleted_below:
             self._store.delete_below(spec.topic, spec.partition_id, log_start)
             self._deleted_below = log_start
@@ -108,7 +111,7 @@ class Flusher:
         if now_s < self._retention_due_s or self._replica.status().role is not RaftRole.LEADER:
             return
         self._retention_due_s = now_s + self._limits.retention_check_period_s
-        cutoff_ms = self._clock_ms() - limits.retention_ms if limits.retention_ms else None
+        cutoff_ms = _age_cutoff_ms(partition_ms, limits.retention_ms)
         start = self._store.retention_start(
             spec.topic,
             spec.partition_id,
@@ -127,7 +130,9 @@ class Flusher:
             lambda log: (log.durable_end_offset, log.end_offset, log.flushed_offsets)
         )
         if durable < end:
-            self._replica.mark_flushed(spec.replica_id, flushed[spec.replica_id])
+            mine = flushed[spec.replica_id]
+            # ``start`` = the offset itself: it changes nothing, even on a stale view.
+            self._replica.mark_flushed(spec.replica_id, mine, mine)
 
     def _next_rows(self, spec: ReplicaSpec) -> tuple[FlushBatch, int, int]:
         """The next batch past this replica's flushed offset, from memory or, for a replica
@@ -151,3 +156,18 @@ class Flusher:
             return batch, start, end
         copied = FlushBatch.of_stored(self._peer_read(spec, start, end))
         return copied, start, start + len(copied)
+
+
+def _age_cutoff_ms(partition_ms: int, retention_ms: int) -> int | None:
+    """Messages stamped before it leave (``None``: no age retention, or no time yet).
+
+    Partition time (``PartitionLog.clock_ms``), never this broker's clock: messages are
+    stamped with partition time when applied, so both sides of the comparison come from the
+    same replicated clock. The leader's own clock running ahead, or a proposer's running
+    behind, by ``retention_ms`` would otherwise make young messages look old and delete
+    them on every replica before any consumer saw them. The price: an idle partition's
+    time stands still, so its old messages leave only once some command (a produce, or a
+    consumer's pop, even an empty one) moves its time on."""
+    if not retention_ms or partition_ms == 0:
+        return None
+    return partition_ms - retention_ms

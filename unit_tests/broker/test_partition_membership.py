@@ -1,6 +1,8 @@
 """Re-replication at the Raft layer, with real pysyncobj nodes in this process: the leader
-replaces a dead member by a new one (remove, reset the slot, add) that catches up, and a
-move re-targeted before it finished drops the abandoned member as well."""
+replaces a dead member by a new one (remove, reset the slot, add) that catches up, a move
+re-targeted before it finished drops the abandoned member as well, a live leaving member
+(a drain) leaves only after its replacement caught up, so a replication-factor-2 group
+keeps its leader, and a new leader does not count a dead member as in sync."""
 
 from __future__ import annotations
 
@@ -75,10 +77,11 @@ def test_a_dead_member_is_replaced_and_a_re_targeted_move_drops_the_abandoned_on
     dead.destroy()
     survivors = [n for n in nodes if n is not dead]
 
-    # The move to D: D's replica is started only once the group has it.
+    # The move to D: D's replica is started first, then the group takes it.
     with_d = tuple(_address(slot) if r.replica_id == slot else r for r in replicas)
-    assert leader.replace_member(_spec(with_d, leader.spec.replica_id), slot)
     d = start(_spec(with_d, slot))
+    gone = dead.spec.raft_address
+    assert leader.replace_member(_spec(with_d, leader.spec.replica_id), slot, gone, False)
     _wait(lambda: d.read(lambda log: log.end_offset) == 1, "D to catch up")
     assert leader.read(lambda log: log.flushed_offsets[slot]) == 0  # reset for the new one
 
@@ -87,12 +90,68 @@ def test_a_dead_member_is_replaced_and_a_re_targeted_move_drops_the_abandoned_on
     with_e = tuple(_address(slot) if r.replica_id == slot else r for r in replicas)
     leader = _leader(survivors)
     spec_e = _spec(with_e, leader.spec.replica_id)
-    assert leader.replace_member(spec_e, slot)
     e = start(_spec(with_e, slot))
+    assert leader.replace_member(spec_e, slot, gone, False)
     leader.propose([Append(((None, "m1"),), 2, None, None)])
     _wait(lambda: e.read(lambda log: log.end_offset) == 2, "E to catch up")
     # The members are exactly the spec's: D was removed (``replace_member`` compares the
     # group's own members); a repeat changes nothing and says so again.
     before = leader.status().commit_index
-    assert leader.replace_member(spec_e, slot)
+    assert leader.replace_member(spec_e, slot, gone, False)
     assert leader.status().commit_index == before
+
+
+def test_a_live_leaving_member_leaves_last_and_the_group_keeps_its_leader(
+    start: Callable[[ReplicaSpec], PartitionRaft],
+) -> None:
+    """Replication factor 2, a drain of the follower: removing it first would leave the
+    leader alone in a two-member group with the new member not yet in it (the old order
+    lost the leader for good). Now the new member joins first, the leaving one leaves once
+    the new one holds every committed entry, and writes are taken throughout."""
+    replicas = tuple(_address(slot) for slot in range(2))
+    nodes = [start(_spec(replicas, slot)) for slot in range(2)]
+    leader = _leader(nodes)
+    leaving = next(n for n in nodes if n is not leader)
+    slot = leaving.spec.replica_id
+    for number in range(20):
+        leader.propose([Append(((None, f"m{number}"),), number, None, None)])
+    moved = tuple(_address(slot) if r.replica_id == slot else r for r in replicas)
+    new = start(_spec(moved, slot))
+    spec = _spec(moved, leader.spec.replica_id)
+    address = leaving.spec.raft_address
+
+    def replaced() -> bool:
+        leader.propose([Append(((None, "during"),), 99, None, None)])  # writes go on
+        return leader.replace_member(spec, slot, address, True)
+
+    _wait(replaced, "the members to be the new spec's")
+    assert leader.status().role is RaftRole.LEADER
+    assert leader._sync.members() == {new.spec.raft_address}
+    end = leader.read(lambda log: log.end_offset)
+    _wait(lambda: new.read(lambda log: log.end_offset) == end, "the new member to hold all")
+    leader.propose([Append(((None, "after"),), 100, None, None)])  # a commit needs the new one
+    assert leader.read(lambda log: log.holders[slot]) == new.spec.raft_address
+
+
+def test_a_new_leader_counts_only_members_that_answered_it_as_in_sync(
+    start: Callable[[ReplicaSpec], PartitionRaft],
+) -> None:
+    """pysyncobj stamps every member "answered just now" when a node becomes leader: a dead
+    member counted as in sync for seconds after an election (a min_insync_replicas = 3
+    topic then took writes that reached two replicas)."""
+    replicas = tuple(_address(slot) for slot in range(3))
+    nodes = [start(_spec(replicas, slot)) for slot in range(3)]
+    leader = _leader(nodes)
+    leader.propose([Append(((None, "m0"),), 1, None, None)])
+    dead = next(n for n in nodes if n is not leader)
+    heir = next(n for n in nodes if n is not leader and n is not dead)
+    _wait(lambda: leader.replicas_in_sync() == 3, "every member to answer")
+    dead.destroy()
+    _wait(lambda: heir.read(lambda log: log.end_offset) == 1, "the heir to hold the entry")
+    _wait(lambda: _transfer(leader, heir), "the heir to lead")
+    assert heir.replicas_in_sync() == 2
+
+
+def _transfer(leader: PartitionRaft, heir: PartitionRaft) -> bool:
+    leader.transfer_leadership(heir.spec.raft_address)
+    return heir.status().role is RaftRole.LEADER

@@ -32,11 +32,19 @@ class StubBrokers(BrokerClient):
         super().__init__(LIMITS, PeerLink("test-node-token", None))
         self.members_match = False
         self.calls: list[tuple[str, str]] = []
+        self.removed_alive: list[bool] = []
+        self.transfers: list[str] = []
 
     def replace_member(
-        self, address: str, spec: ReplicaSpec, moved_replica_id: int, removed: str
+        self,
+        address: str,
+        spec: ReplicaSpec,
+        moved_replica_id: int,
+        removed: str,
+        removed_alive: bool,
     ) -> dict[str, object]:
         self.calls.append(("members", address))
+        self.removed_alive.append(removed_alive)
         leads = address == "http://b2"
         return {"leader": leads, "members_match": leads and self.members_match}
 
@@ -47,6 +55,7 @@ class StubBrokers(BrokerClient):
         self, address: str, topic: str, partition_id: int, raft_address: str
     ) -> None:
         self.calls.append(("transfer", address))
+        self.transfers.append(raft_address)
 
     def drop_replica(self, address: str, topic: str, partition_id: int, raft_address: str) -> bool:
         self.calls.append(("drop", address))
@@ -75,13 +84,14 @@ def _partition(registry: LocalRegistry) -> PartitionRecord:
     return topic.partitions[0]
 
 
-def _report_caught_up(monitor: BrokerMonitor, flushed: list[int]) -> None:
+def _report_caught_up(monitor: BrokerMonitor, flushed: list[int], evicted: int = 0) -> None:
     report = {
         "topic": "t",
         "partition_id": 0,
         "raft_address": "h:9000",  # broker 4's lowest free port on host h
         "caught_up": True,
         "flushed_offsets": flushed,
+        "evicted_offset": evicted,
     }
     monitor.record_answer(BrokerId(4), [report], time.monotonic())
 
@@ -96,8 +106,10 @@ def test_a_move_begun_by_one_leader_is_finished_by_the_next() -> None:
     moving = _partition(registry)
     assert moving.moving is not None and moving.moving.removed.broker_id == 1
     assert [r.broker_id for r in moving.replicas] == [4, 2, 3]
-    first.tick()  # the leader has not changed the members yet: nothing hosted
-    assert ("members", "http://b2") in brokers.calls and ("host", "http://b4") not in brokers.calls
+    brokers.calls.clear()
+    first.tick()  # the new replica is hosted before the leader is asked to add it
+    assert brokers.calls[:2] == [("host", "http://b4"), ("members", "http://b2")]
+    assert brokers.removed_alive[-1] is False  # dead: removed before the new one joins
 
     # A new manager leader: a fresh monitor (it knows nothing of the broker polls yet).
     brokers.members_match = True
@@ -109,22 +121,34 @@ def test_a_move_begun_by_one_leader_is_finished_by_the_next() -> None:
     _report_caught_up(monitor, [0, 50, 40])
     second.tick()
     assert _partition(registry).moving is not None  # behind the slowest other replica
-    _report_caught_up(monitor, [40, 50, 40])
+    _report_caught_up(monitor, [40, 50, 40], evicted=45)
+    second.tick()
+    assert _partition(registry).moving is not None  # only other databases hold [40, 45)
+    _report_caught_up(monitor, [45, 50, 40], evicted=45)
     second.tick()
     done = _partition(registry)
     assert done.moving is None and [r.broker_id for r in done.replicas] == [4, 2, 3]
     assert registry.commands[-1] == "finish_move"
 
 
+def _report(monitor: BrokerMonitor, broker_id: int, *, leads: bool, caught_up: bool) -> None:
+    item = {
+        "topic": "t",
+        "partition_id": 0,
+        "is_leader": leads,
+        "caught_up": caught_up,
+        "raft_address": f"h:{9000 + broker_id}",
+    }
+    monitor.record_answer(BrokerId(broker_id), [item], time.monotonic())
+
+
 def test_a_draining_brokers_replica_that_leads_hands_over_first() -> None:
     registry, brokers = _registry(), StubBrokers()
     registry.propose(DrainBroker(1))
     monitor = BrokerMonitor(LIMITS.broker_dead_after_s)
-    monitor.record_answer(
-        BrokerId(1),
-        [{"topic": "t", "partition_id": 0, "is_leader": True, "raft_address": "h:9001"}],
-        time.monotonic(),
-    )
+    _report(monitor, 1, leads=True, caught_up=True)
+    _report(monitor, 2, leads=False, caught_up=True)
+    _report(monitor, 3, leads=False, caught_up=True)
     mover = ReplicaMover(LIMITS, registry, brokers, monitor)
     mover.tick()  # begins at once: draining needs no wait
     assert _partition(registry).moving is not None
@@ -132,6 +156,76 @@ def test_a_draining_brokers_replica_that_leads_hands_over_first() -> None:
     mover.tick()
     # Not dropped (it has not left the group yet), not removed yet: asked to hand over.
     assert brokers.calls == [("transfer", "http://b1")]
+    # Refused (the target lacked an entry): the next round asks the other live replica.
+    mover.tick()
+    assert brokers.transfers == ["h:9002", "h:9003"]
+
+
+def test_a_hand_off_never_targets_a_dead_or_lagging_replica() -> None:
+    registry, brokers = _registry(), StubBrokers()
+    registry.propose(DrainBroker(1))
+    monitor = BrokerMonitor(LIMITS.broker_dead_after_s)
+    _report(monitor, 1, leads=True, caught_up=True)
+    _report(monitor, 3, leads=False, caught_up=False)
+    mover = ReplicaMover(LIMITS, registry, brokers, monitor)
+    mover.tick()
+    registry.propose(SetBrokerAlive(2, False))  # dies after the move began
+    for _ in range(3):
+        mover.tick()
+    assert brokers.transfers == []  # broker 2 dead, broker 3 behind: nobody to ask yet
+    _report(monitor, 3, leads=False, caught_up=True)
+    mover.tick()
+    assert brokers.transfers == ["h:9003"]
+
+
+def test_a_live_leaving_replica_is_removed_last() -> None:
+    registry, brokers = _registry(), StubBrokers()
+    registry.propose(DrainBroker(3))
+    monitor = BrokerMonitor(LIMITS.broker_dead_after_s)
+    mover = ReplicaMover(LIMITS, registry, brokers, monitor)
+    mover.tick()
+    mover.tick()
+    assert brokers.calls[:2] == [("host", "http://b4"), ("members", "http://b1")]
+    assert brokers.removed_alive and all(brokers.removed_alive)
+
+
+def test_a_dead_replica_moves_before_a_draining_one_and_a_drain_waits_for_it() -> None:
+    registry, brokers = _registry(), StubBrokers()
+    registry.propose(RegisterBroker(5, "http://b5", "h", 9000, 9099, 10))
+    registry.propose(DrainBroker(1))
+    registry.propose(SetBrokerAlive(2, False))
+    monitor = BrokerMonitor(LIMITS.broker_dead_after_s)
+    now_s = time.monotonic()
+    monitor.record_answer(BrokerId(2), [], now_s - LIMITS.broker_replace_after_s / 2)
+    monitor.record_silence(BrokerId(2), now_s)
+    mover = ReplicaMover(LIMITS, registry, brokers, monitor)
+    mover.tick()
+    # Broker 2 is down but not gone yet: the drain of 1 waits (it would leave 1 live of 3).
+    assert _partition(registry).moving is None
+    _gone_for_long(monitor, 2)
+    mover.tick()
+    moving = _partition(registry).moving
+    assert moving is not None and moving.removed.broker_id == 2
+
+
+def test_a_stalled_move_lets_another_partition_move() -> None:
+    registry, brokers = _registry(), StubBrokers()
+    placement = tuple((BrokerId(b), f"h:{9010 + b}") for b in (1, 2, 3))
+    registry.propose(BeginTopic("u", (placement,), 10, 8, 3, LIMITS.partition_limits()))
+    registry.propose(FinishPartitions("u", (0,)))
+    registry.propose(SetBrokerAlive(1, False))
+    monitor = BrokerMonitor(LIMITS.broker_dead_after_s)
+    _gone_for_long(monitor, 1)
+    clock = [1000.0]
+    mover = ReplicaMover(LIMITS, registry, brokers, monitor, clock_s=lambda: clock[0])
+    mover.tick()
+    moving = registry.read(lambda s: [t.name for t in s.topics.all() if t.moving])
+    assert len(moving) == 1  # one at a time (replica_moves_max)
+    mover.tick()
+    assert registry.read(lambda s: sum(len(t.moving) for t in s.topics.all())) == 1
+    clock[0] += LIMITS.replica_move_stall_s  # the first one never progresses
+    mover.tick()
+    assert registry.read(lambda s: sum(len(t.moving) for t in s.topics.all())) == 2
 
 
 def test_a_dead_broker_keeps_its_replicas_until_broker_replace_after_s() -> None:

@@ -2,9 +2,15 @@
 
 A request goes to the partition leader's broker when polling knows it, else to another alive
 replica's. The next replica is tried only when the previous one provably did not process the
-request (connection refused, or a 5xx that ``proves_nothing_done``), or when repeating
-is harmless anyway (a pop with its request id, a fetch, a produce with a sequence: each
-partition de-duplicates those). Any other broker error goes back to the caller unchanged.
+request (connection refused, a 5xx that ``proves_nothing_done``, or 404 UNKNOWN_PARTITION: a
+replica placed on that broker but not hosted yet), or when repeating is harmless anyway (a
+pop with its request id, a fetch, a produce with a sequence: each partition de-duplicates
+those). Any other broker error goes back to the caller unchanged, except a 4xx after an
+attempt whose outcome is unknown: that becomes 503 UNAVAILABLE, since the 4xx proves
+nothing about the earlier attempt.
+
+A pop over several partitions stops at a partition that refuses it with an answer proving
+nothing was done there, and answers what the partitions before it claimed (``pop``).
 With the caller's ``Deadline`` nothing more is sent once it has passed, and each broker is
 told what is left of it (``protocol.deadline``).
 
@@ -193,13 +199,24 @@ class LogRouter:
             }
             if request.sequence is not None:
                 params["sequence"] = str(request.sequence)
-            # A failure fails the whole pop, even with messages from other partitions in
-            # hand: the failed partition may have advanced the consumer's offset before its
-            # answer was lost (e.g. its leader was killed), and answering would end this
-            # request id, so the next pop's new id would skip that range for good. The
-            # client retries with the same request id and every partition that served it
-            # hands back the same range. (Found by stress_tests: offset_gap after kill -9.)
-            messages.extend(self._read(topic, partition_id, params, deadline)[:remaining])
+            try:
+                found = self._read(topic, partition_id, params, deadline)
+            except (RaftQError, BrokerRefusalError) as exc:
+                if messages and _proves_nothing_done(exc):
+                    # This partition claimed nothing (a full consumer table, a key revoked
+                    # since): answer what the others claimed. A failure here would end the
+                    # client's poll, and their ranges would never be delivered. Stopping here
+                    # keeps a repeat exact: the partitions before give their ranges again,
+                    # and none after this one was asked.
+                    break
+                # Otherwise the whole pop fails, even with messages in hand: this partition
+                # may have advanced the consumer's offset before its answer was lost (e.g.
+                # its leader was killed). The client repeats the pop with the same sequence
+                # and every partition that served it hands back the same range. (Found by
+                # stress_tests: offset_gap after kill -9.) With nothing in hand, a refusal
+                # proves the pop claimed nothing anywhere, so it may end the poll.
+                raise
+            messages.extend(found[:remaining])
         return {"messages": messages}
 
     def fetch(self, request: Fetch, deadline: Deadline | None = None) -> dict[str, object]:
@@ -267,7 +284,16 @@ class LogRouter:
                 continue
             if 200 <= answer.status < 300:
                 return answer
-            if not _says_not_processed(answer):
+            if not (_says_not_processed(answer) or _not_hosted(answer)):
+                if outcome_unknown and answer.status < 500:
+                    # A refusal here proves nothing about the earlier replica's attempt, which
+                    # may have acted: a 4xx would tell the client "nothing was done".
+                    raise RaftQError(
+                        ErrorCode.UNAVAILABLE,
+                        f"broker {broker_id} answered {answer.status} {answer.body} after an "
+                        f"attempt whose outcome is unknown ({last_reason}): retry with the same "
+                        "sequence or request id",
+                    )
                 raise BrokerRefusalError(answer)
             last_reason = f"broker {broker_id} answered {answer.status}: {answer.body}"
         if deadline is not None and deadline.expired(time.monotonic()):
@@ -286,11 +312,18 @@ class LogRouter:
 
 def _produce_failure(failures: list[Exception], stored_groups: int) -> Exception:
     """The error for a batch some of whose partition groups failed. It may claim "nothing
-    was done" only if no group stored anything and no failure leaves its outcome open."""
+    was done" only if no group stored anything and no failure leaves its outcome open, or
+    if every failure is SEQUENCE_OUT_OF_ORDER: a partition answers that once it has seen a
+    later sequence of the producer, which a producer sends only after this batch was
+    acknowledged whole. So an earlier attempt stored every part, and the groups stored now
+    were recognised as duplicates (a replayed Spark task, which skips such a batch). Only a
+    partition that forgot the producer (its de-duplication bounds) appends its part again."""
     if stored_groups == 0 and len(failures) == 1:
         return failures[0]
     unknown = [f for f in failures if not _proves_nothing_done(f)]
     if stored_groups == 0 and not unknown:
+        return failures[0]
+    if all(_error_code(f) is ErrorCode.SEQUENCE_OUT_OF_ORDER for f in failures):
         return failures[0]
     return RaftQError(
         ErrorCode.PARTIALLY_WRITTEN,
@@ -305,6 +338,24 @@ def _proves_nothing_done(failure: Exception) -> bool:
     if isinstance(failure, RaftQError):
         return failure.code.proves_nothing_done
     return False
+
+
+def _error_code(failure: Exception) -> ErrorCode | None:
+    if isinstance(failure, RaftQError):
+        return failure.code
+    if isinstance(failure, BrokerRefusalError):
+        status, body = failure.answer.status, failure.answer.body
+        return RaftQError.from_json(status, body).code
+    return None
+
+
+def _not_hosted(answer: HttpAnswer) -> bool:
+    """A broker's 404 UNKNOWN_PARTITION: it does not host the replica (yet: a move placed it
+    there before starting it; or any more). It did nothing, and another replica may serve;
+    the manager checked that the partition exists before sending."""
+    body = answer.body
+    code = body.get("error_code") if isinstance(body, dict) else None
+    return answer.status == 404 and code == ErrorCode.UNKNOWN_PARTITION.value
 
 
 def _says_not_processed(answer: HttpAnswer) -> bool:

@@ -98,6 +98,7 @@ class ReplicaMover:
         if stalled:
             _log.warning("%s replica move(s) stalled for %s s or more", stalled, stall_s)
         return self._limits.replica_moves_max + min(stalled, self._limits.replica_moves_stalled_max)
+
     def _drop_strays(self) -> None:
         """Tell brokers to drop the replicas they report that no partition has (moved
         away while their broker was down). The reports are read before the registry: a

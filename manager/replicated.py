@@ -66,6 +66,7 @@ class LocalRegistry:
         self.state = ManagerState()
         self._members: set[str] = set()
         self.transferred_to: str | None = None
+        self.transfer_asked = False
         self.silent_members = 0
         """Members the twin's leader counts as not answering (tests)."""
         """Where the last leadership transfer was asked to go (tests)."""
@@ -104,6 +105,7 @@ class LocalRegistry:
 
     def transfer_leadership(self, raft_address: str | None) -> None:
         self.transferred_to = raft_address
+        self.transfer_asked = True
 
     def members_answering(self) -> int:
         with self._lock:

@@ -8,7 +8,15 @@ the manager does not try another broker, a broker does not propose a command sti
 and it bounds its own waits by it. What was already proposed to Raft may still be applied
 after the deadline; the partition recognises such a late copy by its sequence.
 
-Pure: every method takes ``now_s`` from the caller's monotonic clock.
+A relative budget cannot see time a request spent waiting before its hop read it: a node
+stopped (SIGSTOP) with requests in its socket buffer would, on resuming, start each with its
+full budget although every caller is long gone. So a hop also sends the deadline as a point
+in wall-clock time, ``X-RaftQ-Deadline-Ms`` (epoch milliseconds), and a receiver takes the
+earlier of the two, granting the absolute one ``skew_s`` of clock skew: a receiver whose
+clock runs ahead by more than that refuses early (nothing done), never works late.
+
+Pure: every method takes ``now_s`` from the caller's monotonic clock (and ``wall_ms`` from
+its wall clock).
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 HEADER = "X-RaftQ-Timeout-Ms"
+EPOCH_HEADER = "X-RaftQ-Deadline-Ms"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +45,29 @@ class Deadline:
         if value is not None and value.isdigit():
             budget_s = min(default_s, int(value) / 1000)
         return cls.after(budget_s, now_s)
+
+    @classmethod
+    def from_headers(
+        cls,
+        relative: str | None,
+        epoch: str | None,
+        now_s: float,
+        wall_ms: int,
+        default_s: float,
+        skew_s: float,
+    ) -> Deadline:
+        """``from_header``, cut to the absolute deadline ``epoch`` (``EPOCH_HEADER``) plus
+        ``skew_s`` when one came (older callers send only the relative budget)."""
+        deadline = cls.from_header(relative, now_s, default_s)
+        if epoch is None or not epoch.isdigit():
+            return deadline
+        absolute_s = (int(epoch) - wall_ms) / 1000 + skew_s
+        return cls(min(deadline.at_s, now_s + max(0.0, absolute_s)))
+
+    def epoch_header_value(self, now_s: float, wall_ms: int, reply_margin_s: float) -> str:
+        """``EPOCH_HEADER``'s value: ``header_value``'s budget as a point in wall time."""
+        budget_ms = int(max(0.0, self.remaining_s(now_s) - reply_margin_s) * 1000)
+        return str(wall_ms + budget_ms)
 
     def remaining_s(self, now_s: float) -> float:
         return max(0.0, self.at_s - now_s)

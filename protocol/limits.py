@@ -209,6 +209,9 @@ class Limits:
     # --- HTTP between components -----------------------------------------------------------
     http_timeout_s: float = 10.0
     """Longest wait for one HTTP call between components (must exceed the commit timeout)."""
+    deadline_clock_skew_s_max: float = 1.0
+    """Clock skew between hosts that a request's absolute deadline (``X-RaftQ-Deadline-Ms``)
+    is granted: a host whose clock runs ahead by more refuses such requests early."""
     deadline_reply_margin_s: float = 0.2
     """Taken off the budget (``protocol.deadline``) a hop sends onward, so the callee gives up
     a little before its caller does and its answer still arrives."""

@@ -6,13 +6,15 @@ the manager's own rule, so a group repeated through the load balancer (with its
 ``partition_id`` and the same sequence) reaches the partition that may already hold it, and
 the partition answers with the original offsets. The answers combine as the manager combines
 them: a batch is refused outright only if no group stored anything and no failure leaves its
-outcome open; otherwise it is "partially written", an unknown outcome the producer retries.
+outcome open, or if every failure is SEQUENCE_OUT_OF_ORDER (every part was stored before);
+otherwise it is "partially written", an unknown outcome the producer retries.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from protocol.errors import ErrorCode
 from protocol.routing import PartitionGroup, group_messages, unkeyed_salt
 from protocol.types import NewMessage, PartitionId
 from raftq.errors import ApiError, RaftQClientError, UnavailableError
@@ -77,7 +79,22 @@ def merge_offsets(
 
 
 def _batch_failure(failures: list[RaftQClientError], stored_groups: int) -> RaftQClientError:
+    """As the manager's router decides (``manager.log_router._produce_failure``), plus: a
+    404 UNKNOWN_PRODUCER (a group repeated through the load balancer after the managers
+    forgot the producer) comes first, so the producer registers again and resends the whole
+    batch; it is marked ``after_unknown_outcome`` when another group may have stored."""
+    unknown_producer = _unknown_producer(failures)
+    if unknown_producer is not None:
+        others = [f for f in failures if f is not unknown_producer]
+        if stored_groups > 0 or not all(_nothing_done(f) for f in others):
+            unknown_producer.after_unknown_outcome = True
+        return unknown_producer
     if stored_groups == 0 and (len(failures) == 1 or all(_nothing_done(f) for f in failures)):
+        return failures[0]
+    if all(_code(f) is ErrorCode.SEQUENCE_OUT_OF_ORDER for f in failures):
+        # Every part was stored by an earlier attempt: the partitions that answered 409 have
+        # seen a later sequence, sent only after this batch was acknowledged whole, and the
+        # others recognised their part (a replayed Spark task, which skips such a batch).
         return failures[0]
     return UnavailableError(
         f"{stored_groups} of {stored_groups + len(failures)} partitions stored their part of "
@@ -87,9 +104,20 @@ def _batch_failure(failures: list[RaftQClientError], stored_groups: int) -> Raft
     )
 
 
+def _unknown_producer(failures: list[RaftQClientError]) -> ApiError | None:
+    for failure in failures:
+        if isinstance(failure, ApiError) and failure.code is ErrorCode.UNKNOWN_PRODUCER:
+            return failure
+    return None
+
+
+def _code(failure: RaftQClientError) -> ErrorCode | None:
+    return failure.code if isinstance(failure, ApiError) else None
+
+
 def _nothing_done(failure: RaftQClientError) -> bool:
     if isinstance(failure, ApiError):
-        return not failure.after_unknown_outcome
+        return failure.proves_nothing_done
     if isinstance(failure, UnavailableError):
         return not failure.outcome_unknown
     return False

@@ -3,7 +3,9 @@
 Each logical ``poll`` carries a fresh ``request_id``; its retries carry the same one, so the
 partition hands back the same range instead of advancing twice. A poll whose retries are spent
 keeps its request id, and the next ``poll`` asks with it again: a lost answer never makes the
-consumer skip messages.
+consumer skip messages. Only an answer that proves nothing was claimed (``ApiError``'s
+``proves_nothing_done``, the rule of ``protocol.errors``) ends a poll; a partition that
+refuses once another claimed a range ends the pop with the records in hand instead.
 
 With ``direct=True`` (the default) ``fetch`` asks the partition leader's broker, and ``poll``
 of a consumer this object registered visits the partitions' brokers itself, in the manager's
@@ -25,6 +27,7 @@ import uuid
 from dataclasses import dataclass, replace
 from types import TracebackType
 
+from protocol.errors import ErrorCode
 from protocol.routing import pop_order
 from protocol.types import PartitionId
 from raftq.client_limits import ClientLimits
@@ -110,12 +113,14 @@ class Consumer:
         if self._pending is None:
             self._pending = PendingPoll(str(uuid.uuid4()), max_messages, self._next_sequence())
         try:
-            records = self._pop(self._pending)
-        except ApiError:
-            self._pending = None  # refused outright (e.g. unknown consumer): nothing claimed
+            records = self._pop_registered(self._pending)
+        except ApiError as exc:
+            if exc.proves_nothing_done:
+                self._pending = None  # no partition claimed anything: a new poll may start
             raise
-        # Any other failure keeps the pending request id, so the next poll repeats it and
-        # gets back the range this one may have claimed.
+        # Any other failure (and an ``ApiError`` after an attempt whose outcome is unknown)
+        # keeps the pending poll, so the next poll repeats it with the same sequence and gets
+        # back the ranges this one may have claimed.
         self._pending = None
         return records
 
@@ -138,6 +143,24 @@ class Consumer:
             return direct.via_lb(answer, lambda: self._get_logs(params))
         return self._get_logs(params)
 
+    def _pop_registered(self, pending: PendingPoll) -> list[Record]:
+        """``_pop``; on 404 UNKNOWN_CONSUMER (the managers forgot this consumer: renewals
+        they never saw, or their clock ahead of ours), register again under the same id and
+        repeat the same poll once. The partitions still know the consumer, so ranges an
+        earlier attempt claimed come back."""
+        try:
+            return self._pop(pending)
+        except ApiError as exc:
+            if exc.code is not ErrorCode.UNKNOWN_CONSUMER:
+                raise
+            first = exc
+        try:
+            self._register(self.consumer_id)
+            return self._pop(self._pending or pending)
+        except ApiError as exc:
+            exc.after_unknown_outcome = exc.after_unknown_outcome or first.after_unknown_outcome
+            raise
+
     def _pop(self, pending: PendingPoll) -> list[Record]:
         direct = self.direct_path
         if direct is None or not self._registration_known:
@@ -150,7 +173,10 @@ class Consumer:
 
     def _pop_direct(self, direct: DirectPath, pending: PendingPoll) -> list[Record] | Fallback:
         """Visit the partitions' brokers in the manager's order; a ``Fallback`` at the first
-        failure (partitions visited before it keep their range for the repeat)."""
+        failure (partitions visited before it keep their range for the repeat). A partition
+        that refuses with an answer proving it claimed nothing ends the pop with the records
+        in hand, as the manager's router does (``manager.log_router``): raising would end the
+        poll, and the ranges claimed before would never be delivered."""
         count = pending.partition_count
         if count is None:
             found = direct.usable_map(self.topic, self.partition_id)
@@ -175,7 +201,15 @@ class Consumer:
                 "request_id": pending.request_id,
                 "sequence": pending.sequence,
             }
-            answer = direct.call(self.topic, partition_id, "GET", params=params)
+            try:
+                answer = direct.call(self.topic, partition_id, "GET", params=params)
+            except ApiError as exc:
+                if not records:
+                    raise  # nothing claimed before this partition either
+                if exc.proves_nothing_done:
+                    return records
+                exc.after_unknown_outcome = True
+                raise
             if isinstance(answer, Fallback):
                 return Fallback(answer.reason, answer.outcome_unknown or bool(records))
             records.extend(parse_records(answer)[:remaining])

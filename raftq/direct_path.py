@@ -4,7 +4,9 @@ partition map names as its leader, and falls back to the load balancer (LB) when
 One attempt per request at the broker, then the decision:
 
 - 2xx: the answer.
-- A final error (400, 409, 413, ...): raised as ``ApiError``, as the LB would relay it.
+- A final error (400, 409, 413, ...): raised as ``ApiError``, as the LB would relay it (a
+  pop over several partitions that meets one after others claimed ranges answers the
+  records in hand instead: ``Consumer._pop_direct``, as the manager's router does).
 - Anything else falls back, and the caller repeats the request through the LB with the SAME
   sequence or request id (so the partition recognises a repeat): connection refused, 429,
   503 NO_LEADER / NOT_LEADER / UNAVAILABLE (the broker did nothing), 404 (it does not host

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, proves_nothing_done
 
 if TYPE_CHECKING:
     from raftq.records import PartitionOffset
@@ -34,6 +34,13 @@ class ApiError(RaftQClientError):
         self.after_unknown_outcome = after_unknown_outcome
         """An earlier attempt of the same call may have taken effect (e.g. a 409 "topic
         exists" that the earlier, timed-out attempt caused)."""
+
+    @property
+    def proves_nothing_done(self) -> bool:
+        """This answer proves the call changed nothing (``protocol.errors``' one rule), and no
+        earlier attempt of it may have."""
+        body = {"error_code": self.error_code}
+        return not self.after_unknown_outcome and proves_nothing_done(self.status, body)
 
     @property
     def code(self) -> ErrorCode | None:

@@ -6,7 +6,10 @@ by registering again under its own id, once a third of that has passed since the
 renewal, before its next produce or pop: an active client never loses it, an idle one does
 (and so do the partitions' records of it, by the same expiry). A failed renewal never fails
 the produce or pop (the direct path does not need the managers); it is tried again after a
-sixth of the expiry, well before the lease runs out.
+sixth of the expiry, well before the lease runs out. The managers may still forget it
+sooner (renewals they never saw, their leader's clock ahead of ours): on 404
+``UNKNOWN_PRODUCER``/``UNKNOWN_CONSUMER`` the producer or consumer registers again at once,
+under the same id, and repeats the same batch or poll.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from types import TracebackType
 
+from protocol.errors import ErrorCode
 from protocol.routing import PartitionGroup
 from protocol.types import Durability, NewMessage
 from raftq.batch_groups import GroupResult, cut_batch, group_body, merge_offsets, wire_message
@@ -214,7 +215,7 @@ class Producer:
         if batch is None:
             return []
         try:
-            return self._send(batch)
+            return self._send_registered(batch)
         except UnavailableError as exc:
             raise ProduceError(
                 f"batch with sequence {batch.sequence} ({len(batch.messages)} messages) not "
@@ -226,12 +227,44 @@ class Producer:
             ) from exc
         except (ApiError, ProtocolError) as exc:
             self._in_flight = None
+            # A final answer after an attempt whose outcome is unknown (say a 401 once the
+            # key was revoked, after a timeout) proves nothing about that attempt.
+            unknown = isinstance(exc, ProtocolError) or exc.after_unknown_outcome
+            done = (
+                "dropped, maybe stored by an earlier attempt" if unknown else "rejected and dropped"
+            )
             raise ProduceError(
                 f"batch with sequence {batch.sequence} ({len(batch.messages)} messages) "
-                f"rejected and dropped: {exc}",
+                f"{done}: {exc}",
                 completed=completed,
                 retained=False,
-                outcome_unknown=isinstance(exc, ProtocolError),
+                outcome_unknown=unknown,
+            ) from exc
+
+    def _send_registered(self, batch: Batch) -> list[PartitionOffset]:
+        """``_send``; on 404 UNKNOWN_PRODUCER (the managers forgot this producer: renewals
+        they never saw, or their clock ahead of ours), register again under the same id and
+        resend the same sequence once. The partitions still know the producer, so a part an
+        earlier attempt stored is recognised, not appended again."""
+        try:
+            return self._send(batch)
+        except ApiError as exc:
+            if exc.code is not ErrorCode.UNKNOWN_PRODUCER:
+                raise
+            first = exc
+        try:
+            self._register(self.producer_id)
+            return self._send(self._in_flight or batch)
+        except ApiError as exc:
+            exc.after_unknown_outcome = exc.after_unknown_outcome or first.after_unknown_outcome
+            raise
+        except UnavailableError as exc:
+            if exc.outcome_unknown or not first.after_unknown_outcome:
+                raise
+            raise UnavailableError(
+                f"{exc}; an earlier attempt may have stored part of the batch",
+                outcome_unknown=True,
+                attempts=exc.attempts + 1,
             ) from exc
 
     def _pin_routing(self, batch: Batch) -> Batch:

@@ -16,6 +16,7 @@ from typing import TypeVar
 import orjson
 
 from protocol.access import Action, Principal, require
+from protocol.deadline import EPOCH_HEADER as EPOCH_DEADLINE_HEADER
 from protocol.deadline import HEADER as DEADLINE_HEADER
 from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
@@ -50,10 +51,16 @@ def request_params(request: HttpRequest) -> dict[str, object]:
 
 
 def request_deadline(request: HttpRequest, limits: Limits) -> Deadline:
-    """The deadline of ``request``: its caller's budget from the header, never later than
-    ``http_timeout_s`` (this node's own bound on a request)."""
-    return Deadline.from_header(
-        request.header(DEADLINE_HEADER), time.monotonic(), limits.http_timeout_s
+    """The deadline of ``request``: its caller's budget from the headers (the earlier of the
+    relative and the absolute one), never later than ``http_timeout_s`` (this node's own
+    bound on a request)."""
+    return Deadline.from_headers(
+        request.header(DEADLINE_HEADER),
+        request.header(EPOCH_DEADLINE_HEADER),
+        time.monotonic(),
+        int(time.time() * 1000),
+        limits.http_timeout_s,
+        limits.deadline_clock_skew_s_max,
     )
 
 

@@ -19,6 +19,7 @@ from urllib.parse import urlencode, urlsplit
 import orjson
 
 from protocol.access import NODE_HEADER, node_token
+from protocol.deadline import EPOCH_HEADER as EPOCH_DEADLINE_HEADER
 from protocol.deadline import HEADER as DEADLINE_HEADER
 from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
@@ -113,8 +114,11 @@ class JsonHttpClient:
                     raise NoAnswerError(
                         f"{method} {url} not sent: its caller's deadline passed", refused=True
                     )
-                budget = deadline.header_value(now_s, self._limits.deadline_reply_margin_s)
-                headers.append((DEADLINE_HEADER, budget))
+                margin_s = self._limits.deadline_reply_margin_s
+                headers.append((DEADLINE_HEADER, deadline.header_value(now_s, margin_s)))
+                wall_ms = int(time.time() * 1000)
+                epoch = deadline.epoch_header_value(now_s, wall_ms, margin_s)
+                headers.append((EPOCH_DEADLINE_HEADER, epoch))
             try:
                 response = self._connections.request(
                     method,

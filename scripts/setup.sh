@@ -5,7 +5,9 @@
 #   - a Java runtime for PySpark (spark_jobs/; on Debian, default-jre-headless when `java`
 #     is missing);
 #   - libfuse 2 and fusermount for the power-cut file system (stress_tests/powercut, fusepy;
-#     on Debian, libfuse2 and fuse3 when either is missing);
+#     on Debian, libfuse2 and fuse3 when either is missing), and the /dev/fuse device (as
+#     root: modprobe fuse, else mknod; the power-loss tests fail without it unless
+#     RAFTQ_ALLOW_SKIPS=1);
 #   - chromium, headless, for the dashboard's test (on Debian, when `chromium` is missing);
 #   - .venv in the repository root;
 #   - requirements-dev.txt and RaftQ itself (editable) installed into it, again only when
@@ -67,6 +69,24 @@ libfuse_usable() {
         && command -v fusermount >/dev/null 2>&1
 }
 
+ensure_fuse_device() {
+    # libfuse alone is not enough: the kernel's device must be there too. A container may
+    # lack it; as root, load the module or make the node (10, 229 is FUSE's fixed number).
+    if [ -c /dev/fuse ]; then
+        return
+    fi
+    if [ "$(id -u)" -eq 0 ]; then
+        modprobe fuse >/dev/null 2>&1 || true
+        [ -c /dev/fuse ] || mknod -m 0666 /dev/fuse c 10 229 >/dev/null 2>&1 || true
+    fi
+    if [ -c /dev/fuse ]; then
+        log "made /dev/fuse"
+    else
+        log "warning: no /dev/fuse (a container needs --device /dev/fuse): the power-loss" \
+            "tests will fail (RAFTQ_ALLOW_SKIPS=1 skips them)"
+    fi
+}
+
 chromium_usable() { command -v chromium >/dev/null 2>&1; }
 
 ensure_python() {
@@ -124,6 +144,7 @@ ensure_executor_venv() {
 ensure_python
 ensure "a Java runtime (17 or newer, for PySpark)" java_usable default-jre-headless
 ensure "libfuse 2 and fusermount (stress_tests/powercut)" libfuse_usable libfuse2 fuse3
+ensure_fuse_device
 ensure "headless chromium (the dashboard's test)" chromium_usable chromium
 ensure_venv
 ensure_packages

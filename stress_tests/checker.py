@@ -5,13 +5,16 @@ Every value a workload sends is unique, so a value identifies one message. The "
 log" of a partition is its longest replica log (after healing, every replica should hold the
 same one; any difference is counted as divergence, not hidden).
 
-Must be 0 (``MUST_BE_ZERO``): lost (acknowledged, not in the final log), phantom (read but
-never sent), failed_but_present (refused outright, yet stored), duplicate (one value at two
+Must be 0 (``MUST_BE_ZERO``): lost (acknowledged, or popped by a consumer, so committed, yet
+not in the final log; whatever its send's outcome), phantom (read but never sent),
+failed_but_present (refused outright, yet stored or popped), duplicate (one value at two
 positions, or popped twice by one consumer), order_violation (a producer's later batch at a
-lower offset of a partition, or a consumer going backwards), offset_gap (offsets not
-contiguous from 0 in a replica, or a consumer skipping one), offset_mismatch (acknowledged or
-popped at one position, stored at another), divergence (replicas differ at an offset, or a
-replica's database checksum differs from its own served log over a range).
+lower offset of a partition, its acknowledged batches and its stored unknown-outcome ones
+alike, or a consumer going backwards), offset_gap (offsets not contiguous from 0 in a replica,
+or a consumer skipping one), offset_mismatch (acknowledged or popped at one position, stored at
+another), divergence (replicas differ at an offset, or a replica's database checksum differs
+from its own served log over a range), unpopped (a stored message that a consumer which ran to
+the end, ``History.consumers``, never popped: it stopped short or was wedged).
 """
 
 from __future__ import annotations
@@ -21,7 +24,16 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from stress_tests.history import Entry, FinalRead, History, Outcome, Position, RangeSum, ReplicaLog
+from stress_tests.history import (
+    Entry,
+    FinalRead,
+    History,
+    Outcome,
+    Position,
+    RangeSum,
+    ReplicaLog,
+    Send,
+)
 
 MUST_BE_ZERO = (
     "lost",
@@ -32,6 +44,7 @@ MUST_BE_ZERO = (
     "offset_gap",
     "offset_mismatch",
     "divergence",
+    "unpopped",
 )
 EXAMPLES_PER_CATEGORY_MAX = 5
 
@@ -68,7 +81,9 @@ def check(history: History, final: FinalRead) -> Verdict:
     stored = stored_positions(reference, verdict)
     check_sends(history, stored, verdict)
     check_reads(history, stored, verdict)
+    check_popped_then_gone(history, stored, verdict)
     check_phantoms(history, stored, verdict)
+    check_consumers_complete(history, reference, verdict)
     return verdict
 
 
@@ -152,7 +167,7 @@ def check_sends(history: History, stored: Mapping[str, Position], verdict: Verdi
     for outcome in Outcome:
         verdict.info[f"sent_{outcome.value}"] = tally[outcome.value]
     verdict.info["unknown_present"] = tally["unknown_present"]
-    check_producer_order(history, verdict)
+    check_producer_order(history, stored, verdict)
 
 
 def check_acked(
@@ -171,21 +186,34 @@ def check_acked(
             verdict.flag("offset_mismatch", f"{value!r} acked at {acked_at}, stored at {found}")
 
 
-def check_producer_order(history: History, verdict: Verdict) -> None:
-    """A producer sends one batch at a time, so each acknowledged batch must land in every
-    partition after all of that producer's earlier batches, in request order."""
+def check_producer_order(
+    history: History, stored: Mapping[str, Position], verdict: Verdict
+) -> None:
+    """A producer sends one batch at a time, so each of its batches that landed must land in
+    every partition after all of that producer's earlier batches, in request order: the
+    acknowledged ones at their acknowledged positions, the unknown-outcome ones found in the
+    final log at their stored positions (a late copy of an old batch must not land after a
+    newer one)."""
     last: dict[tuple[str, int], int] = {}
-    acked = (s for s in history.sends if s.outcome is Outcome.ACKED)
-    for send in sorted(acked, key=lambda s: (s.producer, s.sequence)):
-        for value, position in zip(send.values, send.positions, strict=False):
+    landed = (s for s in history.sends if s.outcome is not Outcome.FAILED)
+    for send in sorted(landed, key=lambda s: (s.producer, s.sequence)):
+        for value, position in landed_positions(send, stored):
             key = (send.producer, position.partition_id)
             if position.offset <= last.get(key, -1):
                 verdict.flag(
                     "order_violation",
-                    f"{send.producer} seq {send.sequence}: {value!r} at {position} after "
-                    f"offset {last[key]}",
+                    f"{send.producer} seq {send.sequence} ({send.outcome.value}): {value!r} at "
+                    f"{position} after offset {last[key]}",
                 )
             last[key] = max(position.offset, last.get(key, -1))
+
+
+def landed_positions(send: Send, stored: Mapping[str, Position]) -> list[tuple[str, Position]]:
+    """(value, position) in request order: where it was acknowledged, or for an unknown
+    outcome where the final log holds it (values not stored are left out)."""
+    if send.outcome is Outcome.ACKED:
+        return list(zip(send.values, send.positions, strict=False))
+    return [(value, stored[value]) for value in send.values if value in stored]
 
 
 def check_reads(history: History, stored: Mapping[str, Position], verdict: Verdict) -> None:
@@ -218,6 +246,53 @@ def check_pop_sequence(
         if offset > expected:
             verdict.flag("offset_gap", f"{where}: skipped [{expected}, {offset})")
         expected = offset + 1
+
+
+def check_popped_then_gone(
+    history: History, stored: Mapping[str, Position], verdict: Verdict
+) -> None:
+    """A popped message was committed, so it must be in the final log, whatever its send's
+    outcome. An acknowledged one missing is already lost by ``check_acked``, a never-sent one
+    a phantom; each value is counted once, however many consumers popped it. A popped message
+    of a refused send also contradicts that refusal, stored or not."""
+    outcome = {value: send.outcome for send in history.sends for value in send.values}
+    flagged: set[str] = set()
+    for read in history.reads:
+        sent = outcome.get(read.value)
+        if read.value in flagged or sent is None:
+            continue
+        if sent is Outcome.FAILED and read.value not in stored:
+            flagged.add(read.value)  # stored ones are flagged by ``check_sends``
+            verdict.flag("failed_but_present", f"{read.consumer} popped refused {read.value!r}")
+        if read.value not in stored and sent is not Outcome.ACKED:
+            flagged.add(read.value)
+            verdict.flag(
+                "lost",
+                f"{read.value!r} ({sent.value}) popped by {read.consumer} at "
+                f"{Position(read.partition_id, read.offset)}, not in the final log",
+            )
+
+
+def check_consumers_complete(
+    history: History, reference: Mapping[int, tuple[Entry, ...]], verdict: Verdict
+) -> None:
+    """Every consumer that ran to the end popped every stored message: one that stopped short
+    (a claimed range never delivered, a drain that gave up) or was wedged by refusals did
+    not."""
+    popped: dict[str, set[str]] = defaultdict(set)
+    for read in history.reads:
+        popped[read.consumer].add(read.value)
+    for consumer in history.consumers:
+        for partition_id, entries in sorted(reference.items()):
+            missing = [e.offset for e in entries if e.value not in popped[consumer]]
+            if missing:
+                verdict.flag(
+                    "unpopped",
+                    f"{consumer} partition {partition_id}: {len(missing)} of {len(entries)} "
+                    f"stored messages never popped, the first at offset {missing[0]}",
+                    len(missing),
+                )
+    verdict.info["consumers_held_to_the_end"] = len(history.consumers)
 
 
 def check_phantoms(history: History, stored: Mapping[str, Position], verdict: Verdict) -> None:

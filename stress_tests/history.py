@@ -48,6 +48,7 @@ class Read:
     """One message popped by one consumer."""
 
     consumer: str
+    """The consumer worker's name (the same as in ``History.consumers``)."""
     partition_id: int
     offset: int
     value: str
@@ -100,6 +101,9 @@ class History:
     sends: tuple[Send, ...]
     reads: tuple[Read, ...]
     faults: tuple[FaultRecord, ...] = ()
+    consumers: tuple[str, ...] = ()
+    """The consumers that ran to the end (through the final drain, on no other thread): each
+    must have popped every message of the final log. Empty: no consumer is held to it."""
 
 
 @dataclass(frozen=True, slots=True)

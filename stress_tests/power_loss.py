@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from raftq import Admin, ClientLimits
@@ -45,6 +45,7 @@ from stress_tests.polling import WaitTimeoutError, poll_until
 from stress_tests.powercut import PowerCutFS, fuse_unavailable_reason
 from stress_tests.runner import RunReport, write_report
 from stress_tests.session import base_arguments, seed_or_clock, work_dir
+from stress_tests.validity import ConsumerEnd, consumer_problems
 from stress_tests.workload import (
     ConsumerWorker,
     ProducerWorker,
@@ -324,9 +325,13 @@ class PowerLossRun:
                 self.stop.set()  # also when a cut or a restart failed: no worker left running
             for thread in threads:
                 thread.join(JOIN_S)
-            self._drain(cluster.lb_url, api_key)
+            hung = [thread.name for thread in threads if thread.is_alive()]
+            self.problems += [f"worker hung: {name} still running after its join" for name in hung]
+            if not hung:  # a hung thread may be inside its worker: no second thread drives it
+                self._drain(cluster.lb_url, api_key)
             final, converged = final_read(cluster, self.config.topic, self.config.partitions)
-        verdict = check(self.recorder.snapshot(), final)
+        finished = () if hung else tuple(c.name for c in self.consumers)
+        verdict = check(replace(self.recorder.snapshot(), consumers=finished), final)
         return self._report(moments, verdict, converged)
 
     def _start_workers(self) -> list[threading.Thread]:
@@ -435,7 +440,12 @@ class PowerLossRun:
             while not probe.step() and time.monotonic() < deadline_s:
                 pass
             probe.give_up()
-        pop_until_caught_up(self.consumers, deadline_s)
+        behind = pop_until_caught_up(self.consumers, deadline_s)
+        ends = [
+            ConsumerEnd(c.name, c.errors, c.last_error, c.name not in behind)
+            for c in self.consumers
+        ]
+        self.problems += consumer_problems(tuple(ends), DRAIN_S)
 
     def report_so_far(self) -> RunReport:
         """The report of a run that broke before its final read: its cuts and problems."""

@@ -2,8 +2,10 @@
 final read of every replica and the checker's verdict.
 
 A run is invalid (and fails) when it acknowledged fewer than ``min_acked`` messages or
-injected fewer faults than planned: a run that proves nothing must not pass. Runs on the
-caller's thread; the workload runs on its own threads (one per worker, or one for all).
+injected fewer faults than planned: a run that proves nothing must not pass. It also fails on
+a crashed or hung worker, a drain that timed out and consumer errors beyond their bound
+(``validity.py``). Runs on the caller's thread; the workload runs on its own threads (one per
+worker, or one for all); a worker whose thread hung is never driven from another.
 Every client call (topic creation, the workers, the fault probes) carries the cluster's admin
 API key; the final read reads as a node.
 """
@@ -14,22 +16,26 @@ import json
 import statistics
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from raftq import Admin, ClientLimits
 from raftq.cluster import LocalCluster
+from stress_tests import validity
 from stress_tests.checker import Verdict, check
 from stress_tests.credentials import require_admin_key
 from stress_tests.faults import FaultInjector
 from stress_tests.final_read import final_read
-from stress_tests.history import FaultRecord, History, Recorder
+from stress_tests.history import FaultRecord, Recorder
 from stress_tests.network_partition import NetworkPartitioner
 from stress_tests.scheduler import NEEDS_NETWORK, FaultPlan, FaultStep, schedule
+from stress_tests.validity import ConsumerEnd, RunFacts
 from stress_tests.workload import (
     ConsumerWorker,
+    DrainingConsumer,
     ProducerWorker,
+    ResendingProducer,
     pop_until_caught_up,
     resend_pending,
     run_bounded,
@@ -37,7 +43,9 @@ from stress_tests.workload import (
 
 WORKER_LIMITS = ClientLimits(connect_timeout_s=1.0, request_timeout_s=12.0, attempts_max=4)
 DRAIN_S = 60.0
+"""Resending pending batches may take this long, and then popping until caught up too."""
 JOIN_S = 60.0
+"""Each worker thread's join after the stop: longer than one step (4 attempts of 12 s)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +86,8 @@ class RunReport:
     converged: bool
     probe_timeouts: int
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """Tolerated, but shown: consumer errors the consumer recovered from."""
 
     @property
     def passed(self) -> bool:
@@ -98,10 +108,53 @@ class RunReport:
             f"{len(self.faults)}/{len(self.schedule)} faults, {self.duration_s:.1f} s"
         ]
         out += [f"  problem: {p}" for p in self.problems]
+        out += [f"  note: {n}" for n in self.notes]
         out += self.verdict.lines()
         for kind, (p50, worst, n) in sorted(self.failover().items()):
             out.append(f"  failover {kind:<26} p50 {p50:.2f} s  max {worst:.2f} s  (n={n})")
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerThread:
+    """One workload thread and the workers only it drives (every worker, on one thread, when
+    the run is not threaded)."""
+
+    thread: threading.Thread
+    producers: tuple[ResendingProducer, ...] = ()
+    consumers: tuple[DrainingConsumer, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Drained:
+    """The end of a run's workload: what the report and the checker need of it."""
+
+    hung: tuple[str, ...]
+    """Threads still alive after their join timed out: their workers were left alone."""
+    consumers: tuple[ConsumerEnd, ...]
+    finished: tuple[str, ...]
+    """The consumers drained to the end, which the checker holds to the whole log."""
+
+
+def join_workers(workers: Sequence[WorkerThread], join_s: float) -> list[WorkerThread]:
+    """Join each thread (each for at most ``join_s``); the ones still alive (hung)."""
+    for worker in workers:
+        worker.thread.join(join_s)
+    return [worker for worker in workers if worker.thread.is_alive()]
+
+
+def drain_idle(
+    workers: Sequence[WorkerThread], hung: Sequence[WorkerThread], drain_s: float
+) -> Drained:
+    """Resend pending batches, then pop until caught up, with the workers of the threads that
+    ended only: a hung thread may still be inside its worker's step, and a worker is used by
+    one thread at a time."""
+    idle = [worker for worker in workers if worker not in hung]
+    resend_pending([p for w in idle for p in w.producers], time.monotonic() + drain_s)
+    drained = [c for w in idle for c in w.consumers]
+    behind = set(pop_until_caught_up(drained, time.monotonic() + drain_s))
+    ends = [ConsumerEnd(c.name, c.errors, c.last_error, c.name not in behind) for c in drained]
+    return Drained(tuple(w.thread.name for w in hung), tuple(ends), tuple(c.name for c in drained))
 
 
 class Run:
@@ -156,19 +209,31 @@ class Run:
         Admin(self.cluster.lb_url, api_key=self.api_key).create_topic(
             self.config.topic, partitions=self.config.plan.partition_count
         )
-        threads = self._start_workload(started_s)
+        workers = self._start_workload(started_s)
         faults, problems = self._inject(steps, started_s)
         self._finish_load(started_s)
-        for thread in threads:
-            thread.join(JOIN_S)
+        hung = join_workers(workers, JOIN_S)
         self.injector.restore()
-        self._drain()
-        history = self.recorder.snapshot()
+        drained = drain_idle(workers, hung, DRAIN_S)
+        self.injector.close()
+        history = replace(self.recorder.snapshot(), consumers=drained.finished)
         final, converged = final_read(
             self.cluster, self.config.topic, self.config.plan.partition_count
         )
         verdict = check(history, final)
-        return self._report(steps, history, verdict, faults, problems, started_s, converged)
+        facts = RunFacts(
+            acked=verdict.info.get("sent_acked", 0),
+            min_acked=self.config.min_acked,
+            faults_planned=len(steps),
+            faults_injected=len(faults),
+            probe_timeouts=self.injector.probe_timeouts,
+            converged=converged,
+            crashed=tuple(repr(e) for e in self.errors),
+            hung=drained.hung,
+            consumers=drained.consumers,
+            drain_s=DRAIN_S,
+        )
+        return self._report(steps, verdict, faults, problems, started_s, facts)
 
     def _finish_load(self, started_s: float) -> None:
         """Load for ``tail_s`` more, and until ``messages_target`` acks (within the run's
@@ -182,21 +247,31 @@ class Run:
             time.sleep(0.2)
         self.stop.set()
 
-    def _start_workload(self, started_s: float) -> list[threading.Thread]:
+    def _start_workload(self, started_s: float) -> list[WorkerThread]:
         deadline_s = started_s + self.config.duration_s_max
         steps: list[Callable[[], object]] = [self._producer_step(p) for p in self.producers]
         steps += [c.step for c in self.consumers]
+        owners: list[tuple[tuple[ProducerWorker, ...], tuple[ConsumerWorker, ...]]]
+        owners = [((p,), ()) for p in self.producers] + [((), (c,)) for c in self.consumers]
         if not self.config.threaded:
             steps = [_round_robin(steps)]
-        threads = [
-            threading.Thread(
-                target=self._guarded, args=(s, deadline_s), daemon=True, name=f"stress-worker-{i}"
+            owners = [(tuple(self.producers), tuple(self.consumers))]
+        workers = [
+            WorkerThread(
+                threading.Thread(
+                    target=self._guarded,
+                    args=(step, deadline_s),
+                    daemon=True,
+                    name=f"stress-worker-{i}",
+                ),
+                producers,
+                consumers,
             )
-            for i, s in enumerate(steps)
+            for i, (step, (producers, consumers)) in enumerate(zip(steps, owners, strict=True))
         ]
-        for thread in threads:
-            thread.start()
-        return threads
+        for worker in workers:
+            worker.thread.start()
+        return workers
 
     def _producer_step(self, worker: ProducerWorker) -> Callable[[], object]:
         def step() -> object:
@@ -229,49 +304,27 @@ class Run:
                 self.injector.restore()
         return faults, problems
 
-    def _drain(self) -> None:
-        """Resend pending batches and pop until the consumers have caught up."""
-        deadline_s = time.monotonic() + DRAIN_S
-        resend_pending(self.producers, deadline_s)
-        pop_until_caught_up(self.consumers, deadline_s)
-        self.injector.close()
-
     def _report(
         self,
         steps: tuple[FaultStep, ...],
-        history: History,
         verdict: Verdict,
         faults: list[FaultRecord],
         problems: list[str],
         started_s: float,
-        converged: bool,
+        facts: RunFacts,
     ) -> RunReport:
-        acked = verdict.info.get("sent_acked", 0)
-        if acked < self.config.min_acked:
-            problems.append(
-                f"invalid: only {acked} messages acknowledged (< {self.config.min_acked})"
-            )
-        if len(faults) < len(steps):
-            problems.append(f"invalid: {len(faults)} of {len(steps)} planned faults injected")
-        if self.injector.probe_timeouts:
-            problems.append(
-                f"{self.injector.probe_timeouts} faults left the partition "
-                "without acknowledged writes for 45 s (availability)"
-            )
-        if not converged:
-            problems.append("replicas did not converge (same end offset, all flushed) in time")
-        problems += [f"worker crashed: {e!r}" for e in self.errors]
         return RunReport(
             self.config.topic,
             self.config.seed,
             [s.describe() for s in steps],
             verdict,
             faults,
-            acked,
+            facts.acked,
             time.monotonic() - started_s,
-            converged,
-            self.injector.probe_timeouts,
-            problems,
+            facts.converged,
+            facts.probe_timeouts,
+            [*problems, *validity.problems(facts)],
+            validity.notes(facts),
         )
 
 
@@ -321,6 +374,7 @@ def write_report(report: RunReport, out_dir: Path) -> Path:
         "acked": report.acked,
         "duration_s": report.duration_s,
         "problems": report.problems,
+        "notes": report.notes,
         "failover": {
             k: {"p50_s": v[0], "max_s": v[1], "n": v[2]} for k, v in report.failover().items()
         },

@@ -12,15 +12,31 @@ from __future__ import annotations
 import threading
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from raftq import ClientLimits, Consumer, ProduceError, Producer, RaftQClientError
 from raftq.errors import ApiError
+from raftq.records import PartitionOffset
 from stress_tests.history import Outcome, Position, Read, Recorder, Send
 
 KEYS = 16
 """Distinct keys: spreads batches over every partition, each key always to the same one."""
+CAUGHT_UP_EMPTY_POPS = 2
+"""Successful empty pops in a row after which a draining consumer counts as caught up."""
+
+
+class ProducerClient(Protocol):
+    """What a ``ProducerWorker`` needs of ``raftq.Producer`` (tests pass a fake)."""
+
+    def produce_batch(
+        self, messages: Iterable[tuple[str, str | None]]
+    ) -> Sequence[PartitionOffset]: ...
+
+    def flush(self) -> Sequence[PartitionOffset]: ...
+
+    def close(self) -> None: ...
 
 
 def message_key(value: str) -> str:
@@ -53,14 +69,18 @@ class ProducerWorker:
         give_up_s: float,
         partition_id: int | None = None,
         direct: bool = True,
+        connect: Callable[[int], ProducerClient] | None = None,
     ) -> None:
+        """``connect(first_sequence)``: how to make the client (default: a ``raftq.Producer``
+        with this worker's settings)."""
         self.name = name
         self._direct = direct
         self._url, self._topic, self._recorder = url, topic, recorder
         self._api_key = api_key
         self._batch_messages, self._limits, self._give_up_s = batch_messages, limits, give_up_s
         self._partition_id = partition_id
-        self._producer: Producer | None = None
+        self._connect = connect or self._raftq_producer
+        self._producer: ProducerClient | None = None
         self._pending: PendingBatch | None = None
         self._sequence = 0
         self._counter = 0
@@ -110,26 +130,30 @@ class ProducerWorker:
         self._sequence += 1
         return PendingBatch(self._sequence, values, time.monotonic())
 
-    def _ensure_producer(self) -> Producer | None:
+    def _ensure_producer(self) -> ProducerClient | None:
         if self._producer is None:
             try:
-                # Our own producer id and sequences: the checker's history names them.
-                self._producer = Producer(
-                    self._url,
-                    self._topic,
-                    partition_id=self._partition_id,
-                    batch_messages_max=self._batch_messages,
-                    limits=self._limits,
-                    producer_id=self.name,
-                    first_sequence=self._sequence + 1,
-                    direct=self._direct,
-                    api_key=self._api_key,
-                )
+                self._producer = self._connect(self._sequence + 1)
             except RaftQClientError:
                 return None
         return self._producer
 
+    def _raftq_producer(self, first_sequence: int) -> ProducerClient:
+        # Our own producer id and sequences: the checker's history names them.
+        return Producer(
+            self._url,
+            self._topic,
+            partition_id=self._partition_id,
+            batch_messages_max=self._batch_messages,
+            limits=self._limits,
+            producer_id=self.name,
+            first_sequence=first_sequence,
+            direct=self._direct,
+            api_key=self._api_key,
+        )
+
     def _failed(self, pending: PendingBatch, exc: ProduceError) -> None:
+        self._record_completed(pending, exc.completed)
         cause = exc.__cause__
         pending.detail = str(exc)[:300]
         pending.unknown = (
@@ -141,6 +165,30 @@ class ProducerWorker:
             self._record(pending, Outcome.UNKNOWN if pending.unknown else Outcome.FAILED)
         elif time.monotonic() - pending.first_try_s > self._give_up_s:
             self.give_up()  # the retained batch must not be resent by a new batch's flush
+
+    def _record_completed(
+        self, pending: PendingBatch, completed: Sequence[PartitionOffset]
+    ) -> None:
+        """The messages the client acknowledged before the failure (its first ones, in send
+        order: the client sends a batch's messages in order) are acked, whatever becomes of
+        the rest; the rest stays pending."""
+        if not completed:
+            return
+        done = len(completed)
+        positions = tuple(Position(o.partition_id, o.offset) for o in completed)
+        self._recorder.send(
+            Send(
+                self.name,
+                pending.sequence,
+                pending.values[:done],
+                Outcome.ACKED,
+                positions,
+                pending.first_try_s,
+                time.monotonic(),
+            )
+        )
+        self.acked_messages += done
+        pending.values = pending.values[done:]
 
     def _record(
         self, pending: PendingBatch, outcome: Outcome, positions: tuple[Position, ...] = ()
@@ -182,9 +230,12 @@ class ConsumerWorker:
         self._poll_messages = poll_messages
         self._consumer: Consumer | None = None
         self.errors = 0
+        """Pops (or registrations) that failed; the runner judges them (``validity.py``)."""
+        self.last_error = ""
 
     def step(self) -> int:
-        """Pop once; the number of messages, or -1 after an error."""
+        """Pop once; the number of messages, or -1 after an error. Reads are recorded under
+        this worker's name."""
         try:
             if self._consumer is None:
                 self._consumer = Consumer(
@@ -195,15 +246,13 @@ class ConsumerWorker:
                     api_key=self._api_key,
                 )
             records = self._consumer.poll(self._poll_messages)
-        except RaftQClientError:
+        except RaftQClientError as exc:
             self.errors += 1
+            self.last_error = str(exc)[:300]
             return -1
         now_s = time.monotonic()
         self._recorder.reads(
-            [
-                Read(self._consumer.consumer_id, r.partition_id, r.offset, r.value, now_s)
-                for r in records
-            ]
+            [Read(self.name, r.partition_id, r.offset, r.value, now_s) for r in records]
         )
         return len(records)
 
@@ -221,7 +270,18 @@ def run_bounded(
         stop.wait(pause_s)
 
 
-def resend_pending(producers: Sequence[ProducerWorker], deadline_s: float) -> None:
+class ResendingProducer(Protocol):
+    """What ``resend_pending`` needs of a ``ProducerWorker`` (tests pass a fake)."""
+
+    @property
+    def pending(self) -> bool: ...
+
+    def step(self) -> bool: ...
+
+    def give_up(self) -> None: ...
+
+
+def resend_pending(producers: Sequence[ResendingProducer], deadline_s: float) -> None:
     """Resend every producer's pending batch until acknowledged or ``deadline_s`` (a
     monotonic time), then give up on what is left (recorded as such)."""
     for worker in producers:
@@ -230,12 +290,38 @@ def resend_pending(producers: Sequence[ProducerWorker], deadline_s: float) -> No
         worker.give_up()
 
 
-def pop_until_caught_up(consumers: Sequence[ConsumerWorker], deadline_s: float) -> None:
-    """Pop with every consumer until two rounds in a row bring nothing (or ``deadline_s``),
-    then close them."""
-    empty_rounds = 0
-    while empty_rounds < 2 and time.monotonic() < deadline_s:
-        counts = [consumer.step() for consumer in consumers]
-        empty_rounds = empty_rounds + 1 if all(n == 0 for n in counts) else 0
+class DrainingConsumer(Protocol):
+    """What ``pop_until_caught_up`` needs of a ``ConsumerWorker`` (tests pass a fake)."""
+
+    name: str
+    errors: int
+    last_error: str
+
+    def step(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+def pop_until_caught_up(
+    consumers: Sequence[DrainingConsumer],
+    deadline_s: float,
+    clock: Callable[[], float] = time.monotonic,
+) -> list[str]:
+    """Pop with every consumer, round after round, until each consumer's last
+    ``CAUGHT_UP_EMPTY_POPS`` pops succeeded and brought nothing (an error is not empty), or
+    until ``deadline_s`` on ``clock``; then close them. Returns the names of those not caught
+    up then (the caller reports them: a drain that timed out is a problem, not silence)."""
+    empty_in_a_row = [0] * len(consumers)
+    while min(empty_in_a_row, default=CAUGHT_UP_EMPTY_POPS) < CAUGHT_UP_EMPTY_POPS:
+        if clock() >= deadline_s:
+            break
+        for index, consumer in enumerate(consumers):
+            empty = consumer.step() == 0
+            empty_in_a_row[index] = empty_in_a_row[index] + 1 if empty else 0
     for consumer in consumers:
         consumer.close()
+    return [
+        consumer.name
+        for consumer, empty in zip(consumers, empty_in_a_row, strict=True)
+        if empty < CAUGHT_UP_EMPTY_POPS
+    ]

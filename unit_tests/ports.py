@@ -43,6 +43,7 @@ CLUSTER_BASE_PORTS = {
     "rereplication": 31500,
     "unknown_outcomes": 26400,
     "operations_faults": 22900,
+    "pop_replays": 21800,
 }
 """Every test module's cluster in one table, so no two blocks overlap (a socket of the
 previous module's cluster may still be in TIME_WAIT), all below the kernel's ephemeral range

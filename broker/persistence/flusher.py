@@ -57,6 +57,9 @@ class Flusher:
         """Rows below it are gone from this replica's database (0 after a restart: the
         first round deletes again, which is idempotent)."""
         self._retention_due_s = 0.0
+        self._partition_seen: tuple[int, float] = (0, 0.0)
+        """The partition time last read, and this host's monotonic time when it was first
+        read at that value (``_partition_now_ms``)."""
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name=f"flusher {replica.name}", daemon=True
@@ -106,12 +109,13 @@ class Flusher:
             self._deleted_below = log_start
         limits = spec.limits
         now_s = time.monotonic()
+        partition_now_ms = self._partition_now_ms(partition_ms, now_s)
         if limits is None or not (limits.retention_ms or limits.retention_bytes):
             return
         if now_s < self._retention_due_s or self._replica.status().role is not RaftRole.LEADER:
             return
         self._retention_due_s = now_s + self._limits.retention_check_period_s
-        cutoff_ms = _age_cutoff_ms(partition_ms, limits.retention_ms)
+        cutoff_ms = _age_cutoff_ms(partition_now_ms, limits.retention_ms)
         start = self._store.retention_start(
             spec.topic,
             spec.partition_id,
@@ -121,6 +125,17 @@ class Flusher:
         )
         if start > log_start:
             self._replica.truncate(Offset(start))
+
+    def _partition_now_ms(self, partition_ms: int, now_s: float) -> int:
+        """Partition time moved on by the time this host has seen pass since it first read
+        that value (on its monotonic clock): an idle partition still ages, and the estimate
+        never runs ahead of partition time plus the real time elapsed, whatever this host's
+        wall clock says (a new leader starts from 0 elapsed: later, never earlier)."""
+        seen_ms, seen_s = self._partition_seen
+        if partition_ms != seen_ms:
+            self._partition_seen = (partition_ms, now_s)
+            return partition_ms
+        return partition_ms + int((now_s - seen_s) * 1000)
 
     def _sync_when_behind(self, spec: ReplicaSpec) -> None:
         """``replicated`` appends are committed but not yet synced, so they may not be
@@ -158,16 +173,16 @@ class Flusher:
         return copied, start, start + len(copied)
 
 
-def _age_cutoff_ms(partition_ms: int, retention_ms: int) -> int | None:
+def _age_cutoff_ms(partition_now_ms: int, retention_ms: int) -> int | None:
     """Messages stamped before it leave (``None``: no age retention, or no time yet).
 
-    Partition time (``PartitionLog.clock_ms``), never this broker's clock: messages are
-    stamped with partition time when applied, so both sides of the comparison come from the
-    same replicated clock. The leader's own clock running ahead, or a proposer's running
-    behind, by ``retention_ms`` would otherwise make young messages look old and delete
-    them on every replica before any consumer saw them. The price: an idle partition's
-    time stands still, so its old messages leave only once some command (a produce, or a
-    consumer's pop, even an empty one) moves its time on."""
-    if not retention_ms or partition_ms == 0:
+    Partition time (``PartitionLog.clock_ms``, moved on by the elapsed time this host has
+    seen: ``_partition_now_ms``), never this broker's wall clock: messages are stamped with
+    partition time when applied, so both sides of the comparison come from the same
+    replicated clock. The leader's wall clock running ahead, or a proposer's running behind,
+    by ``retention_ms`` would otherwise make young messages look old and delete them on
+    every replica before any consumer saw them. (A proposer whose clock runs ahead still
+    moves partition time ahead for every message: that skew is the residue.)"""
+    if not retention_ms or partition_now_ms == 0:
         return None
-    return partition_ms - retention_ms
+    return partition_now_ms - retention_ms

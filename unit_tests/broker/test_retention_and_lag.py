@@ -70,12 +70,14 @@ def _spec(retention: PartitionLimits) -> ReplicaSpec:
     return ReplicaSpec("orders", P0, ReplicaId(0), (address,), retention)
 
 
-def _service(store: MemoryMessageStore, retention: PartitionLimits) -> BrokerService:
+def _service(
+    store: MemoryMessageStore, retention: PartitionLimits, clock_ms: Callable[[], int] | None = None
+) -> BrokerService:
     def make_replica(s: ReplicaSpec) -> HostedReplica:
         twin = MemoryConsensus(f"{s.topic}/{s.partition_id}", 1, s.limits or retention)
         return HostedReplica(s, twin, store, LIMITS, _no_peer)
 
-    service = BrokerService(store, make_replica, LIMITS, lambda: PRODUCED_MS)
+    service = BrokerService(store, make_replica, LIMITS, clock_ms or (lambda: PRODUCED_MS))
     service.host(_spec(retention))
     return service
 
@@ -128,11 +130,34 @@ def test_retention_by_size_keeps_the_newest_messages_within_the_bound(
     assert [m.offset for m in popped] == list(range(40, 50))
 
 
-def test_retention_by_age_removes_every_older_message(store: MemoryMessageStore) -> None:
+class CountingStore(MemoryMessageStore):
+    """Records the end of each retention query, to know when one ran over the rows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.retention_ends: list[int] = []
+
+    def retention_start(
+        self, topic: str, partition_id: int, end: int, cutoff_ms: int | None, bytes_max: int | None
+    ) -> int:
+        self.retention_ends.append(end)
+        return super().retention_start(topic, partition_id, end, cutoff_ms, bytes_max)
+
+
+def test_retention_by_age_goes_by_partition_time_not_the_leaders_clock() -> None:
+    """G12: the messages were stamped by proposers long ago (PRODUCED_MS) and this broker's
+    wall clock is years later; only partition time (the proposers' stamps, here the next
+    pop's) ages them."""
+    store = CountingStore()
+    now_ms = [PRODUCED_MS]
     retention = replace(Limits().partition_limits(), retention_ms=60_000)
-    service = _service(store, retention)  # stamps every message long ago
+    service = _service(store, retention, lambda: now_ms[0])
     try:
         service.produce("orders", P0, (NewMessage(value="old"),) * 20, None, None)
+        _wait(lambda: 20 in store.retention_ends, "a retention query over the flushed rows")
+        assert _log_start(service) == 0, "young in partition time: kept"
+        now_ms[0] = PRODUCED_MS + 61_000
+        assert service.pop("orders", P0, "c", 1, "r1") != []  # moves partition time on
         _wait(lambda: _log_start(service) == 20, "every message to leave")
         _wait(lambda: not store.read_messages("orders", 0, 0, 20), "the rows to leave")
         assert service.fetch("orders", P0, 20, 10) == []  # the end: nothing to read yet

@@ -15,6 +15,7 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -28,7 +29,7 @@ from unit_tests.cluster.client_ops import (
     register_producer,
 )
 from unit_tests.cluster.harness import Cluster, running_cluster, wait_until
-from unit_tests.ports import CLUSTER_BASE_PORTS
+from unit_tests.ports import CLUSTER_BASE_PORTS, free_port
 
 WAIT_S = 60.0
 REMOVE_TIMEOUT_S = 120
@@ -121,14 +122,16 @@ def test_removing_a_broker_of_a_replication_factor_2_topic_keeps_it_writable(
         assert leaving not in brokers and len(set(brokers)) == 2, moved
         for broker_id in brokers:
             wait_until(
-                lambda b=broker_id, p=partition_id: _stored(cluster, b, p) == writer.acked[p],
+                partial(_holds, cluster, broker_id, partition_id, writer.acked[partition_id]),
                 WAIT_S,
                 f"broker {broker_id}'s database of pair/{partition_id}",
             )
 
 
-def _stored(cluster: Cluster, broker_id: int, partition_id: int) -> list[str]:
-    return [e.value for e in read_replica(cluster, broker_id, "pair", partition_id)]
+def _holds(cluster: Cluster, broker_id: int, partition_id: int, acked: list[str]) -> bool:
+    """The replica's database holds exactly what was acknowledged, in order."""
+    stored = [e.value for e in read_replica(cluster, broker_id, "pair", partition_id)]
+    return stored == acked
 
 
 def _drain(cluster: Cluster, broker_id: int) -> Any:
@@ -201,3 +204,31 @@ def test_a_min_insync_topic_acknowledges_nothing_two_replicas_hold_after_a_leade
         deadline_s=WAIT_S,
     )
     assert acks[0].value == "last"
+
+
+def test_a_second_manager_add_while_the_first_does_not_answer_is_refused(
+    cluster: Cluster,
+) -> None:
+    """Three quick ``POST /managers`` of managers that never start could stop the managers'
+    group for good (pysyncobj stamps a new member "answered just now", so the check that
+    every member answers passed for three seconds: {1..6} has a majority of 4 and only 3
+    members run). The first add is taken (three of four answer), the second is refused
+    at once, the group keeps working, and removing the absent one restores three."""
+
+    def add(manager_id: int) -> Any:
+        body = {
+            "manager_id": manager_id,
+            "http_url": f"http://127.0.0.1:{free_port()}",  # nothing listens: never started
+            "raft_address": f"127.0.0.1:{free_port()}",
+        }
+        return cluster.post("/managers", body)
+
+    first = add(4)
+    assert first.status_code == 201, first.text
+    second = add(5)
+    assert second.status_code == 400, second.text
+    assert "do not answer the leader" in second.json()["message"]
+    assert cluster.get("/topics").status_code == 200
+    removed = cluster.http.delete(f"{cluster.lb_url}/managers", json={"manager_id": 4}, timeout=30)
+    assert removed.status_code == 200, removed.text
+    assert sorted(m["id"] for m in removed.json()["managers"]) == [1, 2, 3]

@@ -48,12 +48,10 @@ from unit_tests.cluster.client_ops import (
 )
 from unit_tests.cluster.harness import Cluster
 from unit_tests.ports import CLUSTER_BASE_PORTS
+from unit_tests.stress.prerequisites import require
 
 FUSE_UNAVAILABLE = fuse_unavailable_reason()
-pytestmark = [
-    pytest.mark.cluster,
-    pytest.mark.skipif(FUSE_UNAVAILABLE is not None, reason=str(FUSE_UNAVAILABLE)),
-]
+pytestmark = pytest.mark.cluster
 
 BASE_PORT = CLUSTER_BASE_PORTS["power_loss"]
 """20600..20999: clear of the other cluster tests' blocks (the fast tier ends at 20499)."""
@@ -105,6 +103,13 @@ class PoweredCluster:
         cut_power(self.cluster.local, self.disk, self.logs_dir / f"before-cut-{self.cuts}")
         self.disk.mount()
         self.cluster.up()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fuse() -> None:
+    """The proof needs FUSE: without it these tests fail, saying why (``prerequisites``).
+    Module-scoped and autouse, so it runs before ``powered`` tries to mount."""
+    require(FUSE_UNAVAILABLE)
 
 
 @pytest.fixture(scope="module")

@@ -82,7 +82,9 @@ def test_the_leader_hands_over_rather_than_remove_itself(
     with pytest.raises(RaftQError) as handed:
         cluster.remove_manager(1)
     assert handed.value.code is ErrorCode.NOT_LEADER
-    assert registry.transferred_to == "127.0.0.1:7102"
+    # To the member that holds the most, which the Raft layer picks (not a named one: it
+    # may be down or behind, and then every hand-off is refused).
+    assert registry.transferred_to is None and registry.transfer_asked
     assert len(registry.members()) == 3  # nothing removed
 
 

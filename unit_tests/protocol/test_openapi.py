@@ -405,7 +405,7 @@ PARSED = [
         "POST",
         "/partitions/members",
         ReplaceMember.parse,
-        {"spec": SPEC, "moved_replica_id": 1, "removed": "127.0.0.1:17499"},
+        {"spec": SPEC, "moved_replica_id": 1, "removed": "127.0.0.1:17499", "removed_alive": True},
     ),
     Parsed(
         B,

@@ -1,6 +1,7 @@
 """The checker on synthetic histories: a clean run passes, and each kind of broken build
 (acking before the commit loses a message, a retry duplicates one, a phantom, a reordering,
-an offset that moved, diverging replicas) makes it fail in exactly its category."""
+an offset that moved, diverging replicas, a popped message that vanished, a late copy of an
+unknown batch, a consumer that stopped short) makes it fail in exactly its category."""
 
 from __future__ import annotations
 
@@ -149,3 +150,99 @@ def test_the_checksum_matches_the_brokers_layout() -> None:
     ]
     expected = range_checksum(0, 2, stored)
     assert log_checksum(log, 0, 2).sha256 == expected.sha256
+
+
+def popped_by(consumer: str, log: list[tuple[int, str]]) -> tuple[Read, ...]:
+    """``consumer`` popping ``(partition, value)`` pairs, each partition from offset 0."""
+    next_offset: dict[int, int] = {}
+    reads = []
+    for partition_id, value in log:
+        offset = next_offset.get(partition_id, 0)
+        next_offset[partition_id] = offset + 1
+        reads.append(Read(consumer, partition_id, offset, value))
+    return tuple(reads)
+
+
+def test_every_outcome_with_consumers_held_to_the_end_passes() -> None:
+    """Two partitions; acked, stored and absent unknown, refused, and a batch acked in part
+    (the rest given up); two consumers drained to the end."""
+    sends = (
+        acked("p", 1, ["a"], 0),
+        Send("p", 2, ("b",), Outcome.UNKNOWN),
+        Send("p", 3, ("x",), Outcome.FAILED),
+        Send("p", 4, ("y",), Outcome.UNKNOWN),
+        Send("q", 1, ("c",), Outcome.ACKED, (Position(1, 0),)),
+        Send("q", 2, ("d",), Outcome.ACKED, (Position(1, 1),)),
+        Send("q", 2, ("e",), Outcome.UNKNOWN),
+    )
+    stored = [(0, "a"), (0, "b"), (1, "c"), (1, "d")]
+    reads = popped_by("c1", stored) + popped_by("c2", stored[2:] + stored[:2])
+    final = FinalRead(
+        replicas(entries(["a", "b"]), 0) + replicas(entries(["c", "d"]), 1), partition_count=2
+    )
+    verdict = check(History(sends, reads, consumers=("c1", "c2")), final)
+    assert verdict.ok, verdict.lines()
+    assert verdict.info["unknown_present"] == 1
+    assert verdict.info["consumers_held_to_the_end"] == 2
+
+
+def test_a_consumer_that_stopped_short_of_the_end_leaves_messages_unpopped() -> None:
+    history, final = clean()  # a claimed range never delivered at the tail: "c"
+    short = History(history.sends, history.reads[:2], consumers=("c1",))
+    verdict = check(short, final)
+    assert failing(verdict) == {"unpopped": 1}
+    assert "c1 partition 0: 1 of 3" in verdict.examples["unpopped"][0]
+
+
+def test_a_consumer_wedged_by_refusals_from_the_start_pops_nothing() -> None:
+    history, final = clean()  # c2 ran to the end, every pop refused
+    wedged = History(history.sends, history.reads, consumers=("c1", "c2"))
+    assert failing(check(wedged, final)) == {"unpopped": 3}
+
+
+def test_a_consumer_not_held_to_the_end_may_stop_short() -> None:
+    history, final = clean()  # e.g. a consumer whose thread hung: the runner fails the run
+    assert check(History(history.sends, history.reads[:2]), final).ok
+
+
+def test_a_popped_message_of_an_unknown_send_that_vanished_is_lost() -> None:
+    history, _ = clean()  # popped, so committed; then gone from every replica
+    unknown = (history.sends[0], Send("p", 2, ("c",), Outcome.UNKNOWN))
+    verdict = check(History(unknown, history.reads), FinalRead(replicas(entries(["a", "b"])), 1))
+    assert failing(verdict) == {"lost": 1}
+    assert "(unknown) popped by c1 at" in verdict.examples["lost"][0]
+
+
+def test_a_popped_message_of_a_refused_send_that_vanished_is_lost_and_contradicts_it() -> None:
+    history, _ = clean()
+    refused = (history.sends[0], Send("p", 2, ("c",), Outcome.FAILED))
+    verdict = check(History(refused, history.reads), FinalRead(replicas(entries(["a", "b"])), 1))
+    assert failing(verdict) == {"lost": 1, "failed_but_present": 1}
+
+
+def test_a_vanished_message_popped_by_two_consumers_is_lost_once() -> None:
+    history, _ = clean()
+    unknown = (history.sends[0], Send("p", 2, ("c",), Outcome.UNKNOWN))
+    reads = (*history.reads, *popped_by("c2", [(0, "a"), (0, "b"), (0, "c")]))
+    verdict = check(History(unknown, reads), FinalRead(replicas(entries(["a", "b"])), 1))
+    assert failing(verdict) == {"lost": 1}
+
+
+def test_a_late_copy_of_an_older_unknown_batch_stored_after_a_newer_one_is_a_reordering() -> None:
+    final = FinalRead(replicas(entries(["b", "a"])), 1)
+    late_unknown = (Send("p", 1, ("a",), Outcome.UNKNOWN), acked("p", 2, ["b"], 0))
+    assert failing(check(History(late_unknown, ()), final)) == {"order_violation": 1}
+    newer_unknown_first = (acked("p", 1, ["a"], 1), Send("p", 2, ("b",), Outcome.UNKNOWN))
+    assert failing(check(History(newer_unknown_first, ()), final)) == {"order_violation": 1}
+    both_unknown = (Send("p", 1, ("a",), Outcome.UNKNOWN), Send("p", 2, ("b",), Outcome.UNKNOWN))
+    assert failing(check(History(both_unknown, ()), final)) == {"order_violation": 1}
+
+
+def test_unknown_batches_stored_in_order_around_absent_ones_pass() -> None:
+    final = FinalRead(replicas(entries(["a", "c"])), 1)
+    sends = (
+        Send("p", 1, ("a",), Outcome.UNKNOWN),
+        Send("p", 2, ("b",), Outcome.UNKNOWN),  # never stored: no position to order
+        acked("p", 3, ["c"], 1),
+    )
+    assert check(History(sends, ()), final).ok

@@ -2,8 +2,9 @@
 operations and small child processes on the mount, then ``cut()`` and a look at what is left.
 
 Each test shows both sides of one rule (what a sync keeps, what the lack of it loses), so a
-file system that kept everything, or lost everything, fails here. Skipped only where FUSE
-cannot run at all (no /dev/fuse or no libfuse 2)."""
+file system that kept everything, or lost everything, fails here. Where FUSE cannot run at
+all (no /dev/fuse or no libfuse 2) the FUSE tests fail saying why, unless RAFTQ_ALLOW_SKIPS=1
+(``prerequisites``)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,18 +25,25 @@ import pytest
 
 from stress_tests.powercut import PowerCutFS, fuse_unavailable_reason
 from stress_tests.powercut.dirty import RANGES_MAX, DirtyRegion
+from unit_tests.stress.prerequisites import require
 
 REPO_DIR = Path(__file__).resolve().parents[2]
 CHILD_TIMEOUT_S = 60.0
 SEED = int(os.environ.get("RAFTQ_POWERCUT_SEED", int(time.time()) % 100_000))
 FUSE_UNAVAILABLE = fuse_unavailable_reason()
-needs_fuse = pytest.mark.skipif(FUSE_UNAVAILABLE is not None, reason=str(FUSE_UNAVAILABLE))
+needs_fuse = pytest.mark.usefixtures("fuse")
+
+
+@pytest.fixture
+def fuse() -> None:
+    require(FUSE_UNAVAILABLE)
 
 
 @pytest.fixture
 def disk(tmp_path: Path) -> Iterator[PowerCutFS]:
     """Mounted, strict directories (what the power-loss tests use). Stopped even when the test
     fails, so no mount is left behind."""
+    require(FUSE_UNAVAILABLE)
     with PowerCutFS(tmp_path / "disk") as powercut:
         yield powercut
 
@@ -43,6 +51,7 @@ def disk(tmp_path: Path) -> Iterator[PowerCutFS]:
 @pytest.fixture
 def ext4_disk(tmp_path: Path) -> Iterator[PowerCutFS]:
     """Mounted, ext4-like: a file's fsync also makes its name durable."""
+    require(FUSE_UNAVAILABLE)
     with PowerCutFS(tmp_path / "disk", strict_directories=False) as powercut:
         yield powercut
 
@@ -489,6 +498,15 @@ def churn_inodes(directory: Path) -> None:
         path.unlink()
 
 
+def kept_failure(
+    failures: list[BaseException], target: Callable[..., object], *args: object
+) -> None:
+    try:
+        target(*args)
+    except BaseException as exc:  # handed to the test's thread, which asserts none
+        failures.append(exc)
+
+
 @needs_fuse
 def test_files_replaced_in_several_directories_at_once_survive_a_cut(disk: PowerCutFS) -> None:
     """An unlink or rename-over in one directory and a create in another, at once, must not
@@ -498,11 +516,17 @@ def test_files_replaced_in_several_directories_at_once_survive_a_cut(disk: Power
     for cut in range(CONCURRENT_CUTS):
         mount = disk.mount_point if cut == 0 else disk.mount()
         synced: dict[Path, bytes] = {}
+        failures: list[BaseException] = []
         workers = [
-            threading.Thread(target=replace_files, args=(mount / f"r{cut}.{t}", t, synced))
+            threading.Thread(
+                target=kept_failure,
+                args=(failures, replace_files, mount / f"r{cut}.{t}", t, synced),
+            )
             for t in range(REPLACING_THREADS)
         ] + [
-            threading.Thread(target=churn_inodes, args=(mount / f"c{cut}.{t}",))
+            threading.Thread(
+                target=kept_failure, args=(failures, churn_inodes, mount / f"c{cut}.{t}")
+            )
             for t in range(CHURNING_THREADS)
         ]
         for worker in workers:
@@ -510,6 +534,7 @@ def test_files_replaced_in_several_directories_at_once_survive_a_cut(disk: Power
         for worker in workers:
             worker.join(timeout=CHILD_TIMEOUT_S * 5)
         assert not any(worker.is_alive() for worker in workers)
+        assert failures == []  # a thread's exception fails the test, not only its thread
         sync_dir(mount)  # the thread directories' own names
         disk.cut()
 

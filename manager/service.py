@@ -437,6 +437,15 @@ class ManagerService:
         check_outcome(outcome, f"broker {broker_id}")
         return self._broker_summary(broker_id)
 
+    def cancel_drain(self, broker_id: BrokerId) -> dict[str, object]:
+        """Undo ``drain_broker``: the broker takes replicas again and none of its replicas
+        starts moving; a move under way finishes. Idempotent; the broker's summary."""
+        outcome = self._raft.propose(commands.CancelDrain(broker_id))
+        if outcome is Outcome.UNKNOWN_BROKER:
+            raise RaftQError(ErrorCode.NOT_FOUND, f"no broker {broker_id} is registered")
+        check_outcome(outcome, f"broker {broker_id}")
+        return self._broker_summary(broker_id)
+
     def remove_broker(self, broker_id: BrokerId) -> dict[str, object]:
         """Step 2: forget a drained broker and refuse its id from then on; 409 while a
         replica is still placed on it or moving away from it (drain it first)."""

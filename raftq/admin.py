@@ -145,6 +145,15 @@ class Admin:
         (info,) = parse_brokers({"brokers": [body]})
         return info.partition_count
 
+    def cancel_drain(self, broker_id: int) -> int:
+        """Stop removing a broker: it takes replicas again and no more of its replicas
+        move (one moving now finishes). Idempotent; the replicas it holds."""
+        body = self._http.call(
+            "DELETE", "/brokers/drain", body={"broker_id": broker_id}, idempotent=True
+        )
+        (info,) = parse_brokers({"brokers": [body]})
+        return info.partition_count
+
     def remove_broker(self, broker_id: int) -> None:
         """Forget a drained broker that holds no replica (``ApiError`` 409 otherwise); its
         id is refused from then on, so a broker still running with it stops."""

@@ -227,6 +227,11 @@ def _add_broker_commands(
         "cluster, stop it)",
     )
     shrink.add_argument("broker_id", type=int, help="the broker to remove")
+    shrink.add_argument(
+        "--cancel",
+        action="store_true",
+        help="stop removing it instead: it takes replicas again (a move under way finishes)",
+    )
     heal = broker_commands.add_parser(
         "wait-replicated",
         parents=[target, _progress_option()],
@@ -731,6 +736,10 @@ def _remove_broker(args: argparse.Namespace, context: Context) -> int:
     target = resolve_target(args, context)
     broker_id = args.broker_id
     with Admin(target.url, api_key=target.api_key, tls_ca=target.tls_ca) as admin:
+        if args.cancel:
+            kept = admin.cancel_drain(broker_id)
+            context.stdout.write(f"broker {broker_id} stays: it holds {kept} replica(s)\n")
+            return 0
         remaining = admin.drain_broker(broker_id)
 
         def held() -> int:

@@ -35,6 +35,7 @@ state and pickles it into snapshots, so this class sets its own attributes befor
 from __future__ import annotations
 
 import io
+import os
 import pickletools
 import threading
 import time
@@ -152,6 +153,28 @@ class RaftNode(SyncObj):
         journal = opened(conf.journalFile) if conf.journalFile else None
         if journal is not None:
             self._journals.append(journal)
+        if not (conf.fullDumpFile and os.path.isfile(conf.fullDumpFile)):
+            self._take_logged_members()  # else once the first tick loaded the dump
+
+    def _take_logged_members(self) -> None:
+        """At a start: the members are the newest configuration in the log, committed or
+        not, as Raft requires (a follower takes a change when it appends it, and so does
+        pysyncobj while running). pysyncobj instead starts from the dump's members plus the
+        changes it replays, which stop at the commit index stored lazily with the term: a
+        node restarted soon after two changes (a move: a member added, another removed)
+        counted votes over the configuration from before both, where {old members} and
+        {new members} can each be a majority. Applying a change twice is a no-op."""
+        if not self._SyncObj__conf.dynamicMembershipChange:
+            return
+        applied = self._SyncObj__raftLastApplied
+        try:
+            entries = self._SyncObj__getEntries(applied + 1)
+        except (IndexError, TypeError):  # an empty log: nothing was changed
+            return
+        for command, _index, _term in entries:
+            change = self._SyncObj__parseChangeClusterRequest(command)
+            if change is not None:
+                self._SyncObj__doChangeCluster(change)
 
     @property
     def journal(self) -> DurableFileJournal | None:
@@ -361,6 +384,8 @@ class RaftNode(SyncObj):
             if data is not None:
                 journal.keep_from(data[2], data[1])
         SyncObj._SyncObj__loadDumpFile(self, clearJournal)
+        if not clearJournal:
+            self._take_logged_members()
         # Loading a big dump holds the tick thread (0.2 s at 240k messages here); a follower
         # whose election timer ran out meanwhile would stand for election right after,
         # although it has just heard from the leader (seen: term 1 -> 4 when a replica that

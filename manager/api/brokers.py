@@ -21,6 +21,11 @@ def add_routes(api: App, service: ManagerService, limits: Limits) -> None:
         request = BrokerRef.parse(request_params(http), limits)
         return json_response(service.drain_broker(request.broker_id), 202)
 
+    @api.route("DELETE", "/brokers/drain", Action.ADMIN)
+    def cancel_drain(http: HttpRequest) -> HttpResponse:
+        request = BrokerRef.parse(request_params(http), limits)
+        return json_response(service.cancel_drain(request.broker_id))
+
     @api.route("DELETE", "/brokers", Action.ADMIN)
     def remove_broker(http: HttpRequest) -> HttpResponse:
         request = BrokerRef.parse(request_params(http), limits)

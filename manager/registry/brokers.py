@@ -82,6 +82,15 @@ class BrokerRegistry:
         self._brokers[known.broker_id] = replace(known, draining=True, version=version)
         return Outcome.UPDATED
 
+    def cancel_drain(self, broker_id: int, *, version: int) -> Outcome:
+        known = self.get(BrokerId(broker_id)) if isinstance(broker_id, int) else None
+        if known is None:
+            return Outcome.UNKNOWN_BROKER
+        if not known.draining:
+            return Outcome.UNCHANGED
+        self._brokers[known.broker_id] = replace(known, draining=False, version=version)
+        return Outcome.UPDATED
+
     def remove(self, broker_id: int, *, version: int) -> Outcome:
         """Only a draining broker (the caller checks that it holds no replica)."""
         if isinstance(broker_id, int) and self.is_removed(BrokerId(broker_id)):

@@ -93,6 +93,14 @@ class DrainBroker:
 
 
 @dataclass(frozen=True, slots=True)
+class CancelDrain:
+    """``raftq broker remove --cancel``: the broker takes replicas again and no more of
+    its replicas move (a move under way finishes: it is safe to, and undoing one is not)."""
+
+    broker_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class RemoveBroker:
     """Step 2, once it holds no replica: forget it, and refuse its id from then on."""
 
@@ -205,6 +213,7 @@ RegistryCommand = (
     | AddManager
     | RemoveManager
     | RetargetMove
+    | CancelDrain
 )
 
 _TAGS: dict[str, type[RegistryCommand]] = {
@@ -226,6 +235,7 @@ _TAGS: dict[str, type[RegistryCommand]] = {
     "add_manager": AddManager,
     "remove_manager": RemoveManager,
     "retarget_move": RetargetMove,
+    "cancel_drain": CancelDrain,
 }
 """The wire tag of each command: part of the journal format, never renamed."""
 _TAG_OF = {kind: tag for tag, kind in _TAGS.items()}

@@ -15,6 +15,7 @@ from manager.registry.commands import (
     BeginMove,
     BeginPartition,
     BeginTopic,
+    CancelDrain,
     CreateKey,
     DrainBroker,
     ExpireIdleClients,
@@ -111,6 +112,8 @@ class ManagerState:
                 return self._stamp(self.managers.remove(manager_id, http_url, raft_address))
             case DrainBroker(broker_id):
                 return self._stamp(self.brokers.drain(broker_id, version=self.revision + 1))
+            case CancelDrain(broker_id):
+                return self._stamp(self.brokers.cancel_drain(broker_id, version=self.revision + 1))
             case RemoveBroker(broker_id):
                 return self.remove_broker(broker_id)
             case RetargetMove(name, partition_id, from_broker, to_broker, to_address):

@@ -155,3 +155,34 @@ def test_a_new_leader_counts_only_members_that_answered_it_as_in_sync(
 def _transfer(leader: PartitionRaft, heir: PartitionRaft) -> bool:
     leader.transfer_leadership(heir.spec.raft_address)
     return heir.status().role is RaftRole.LEADER
+
+
+def test_a_restarted_member_counts_votes_over_the_newest_members_in_its_log(
+    start: Callable[[ReplicaSpec], PartitionRaft], tmp_path: Path
+) -> None:
+    """A move is two membership changes. A member restarted right after them, from a dump
+    taken before them, took the dump's members plus only the changes up to the commit
+    index stored with its term (stale): it counted votes over the members from before the
+    move, where it and the removed replica alone were a majority. It must take the newest
+    members its log holds, committed or not."""
+    replicas = tuple(_address(slot) for slot in range(3))
+    nodes = [start(_spec(replicas, slot)) for slot in range(3)]
+    leader = _leader(nodes)
+    follower, leaving = [n for n in nodes if n is not leader]
+    leader.propose([Append(((None, "m0"),), 1, None, None)])
+    _wait(lambda: follower.read(lambda log: log.end_offset) == 1, "the follower to hold m0")
+    follower._sync.forceLogCompaction()
+    dump = tmp_path / follower.spec.raft_address.replace(":", "-") / "raft.dump"
+    _wait(dump.is_file, "the follower's dump")
+    slot = leaving.spec.replica_id
+    moved = tuple(_address(slot) if r.replica_id == slot else r for r in replicas)
+    new = start(_spec(moved, slot))
+    spec = _spec(moved, leader.spec.replica_id)
+    _wait(lambda: leader.replace_member(spec, slot, leaving.spec.raft_address, True), "the move")
+    wanted = {leader.spec.raft_address, new.spec.raft_address}
+    _wait(lambda: follower._sync.members() == wanted, "the follower to take both changes")
+    for node in (follower, leader, new):
+        node._sync.close(WAIT_S)  # its sockets and journal closed before the restart
+    restarted = start(_spec(moved, follower.spec.replica_id))
+    _wait(lambda: not restarted._sync._SyncObj__needLoadDumpFile, "the dump to be loaded")
+    assert restarted._sync.members() == wanted

@@ -90,6 +90,18 @@ class _Writer:
         assert not self.errors, self.errors
 
 
+def test_a_drain_is_cancelled_and_the_broker_takes_replicas_again(cluster: Cluster) -> None:
+    """``raftq broker remove ID --cancel`` after a drain began: the broker is no longer
+    draining, and a topic created afterwards places a replica on it (the least loaded)."""
+    assert _drain(cluster, 4).status_code == 202
+    out = cluster.cli("broker", "remove", "4", "--cancel", "--dir", str(cluster.directory))
+    assert "broker 4 stays" in out, out
+    brokers = {b["broker_id"]: b for b in cluster.get("/brokers").json()["brokers"]}
+    assert brokers[4]["draining"] is False
+    create_topic_answer(cluster, {"name": "back", "partitions": 1, "replication_factor": 3})
+    assert 4 in partition_brokers(cluster, "back")[0]
+
+
 def test_removing_a_broker_of_a_replication_factor_2_topic_keeps_it_writable(
     cluster: Cluster,
 ) -> None:

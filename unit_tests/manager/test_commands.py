@@ -33,6 +33,8 @@ EXAMPLES: list[RegistryCommand] = [
     commands.FinishMove("t", 0),
     commands.DrainBroker(2),
     commands.RemoveBroker(2),  # busy: it holds t/0 now
+    commands.CancelDrain(2),
+    commands.DrainBroker(2),
     commands.RollBackPartitions("t", (1,)),  # partition 1 is forgotten
     commands.AddManager(4, "http://m4", "127.0.0.4:100"),
     commands.RemoveManager(4, "http://m4", "127.0.0.4:100"),
@@ -56,7 +58,8 @@ def test_applying_them_in_order_builds_the_state() -> None:
     assert topic.partition_limits == Limits().partition_limits()
     assert len(state.clients) == 2
     assert [r.broker_id for r in topic.partitions[0].replicas] == [2]
-    assert outcomes[-4] is Outcome.BUSY and state.brokers.get(BrokerId(2)) is not None
+    assert outcomes[-6] is Outcome.BUSY and state.brokers.get(BrokerId(2)) is not None
+    assert outcomes[-5] is Outcome.UPDATED and outcomes[-4] is Outcome.UPDATED  # undrained
     assert state.managers.changed and state.managers.effective([]) == []
 
 

@@ -427,3 +427,45 @@ def test_a_partition_addition_placed_on_a_draining_broker_is_rolled_back(
     service.resume_pending()
     topic = registry.read(lambda s: s.topics.get("t"))
     assert topic is not None and len(topic.partitions) == 1 and topic.is_active
+
+
+def test_a_drain_that_could_not_finish_is_refused_and_proposes_nothing(
+    setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter],
+) -> None:
+    registry, _, service, _ = setup
+    service.create_topic(CreateTopic("t", 1, 3))  # on brokers 1, 2, 3: nowhere else to go
+    before = list(registry.commands)
+    with pytest.raises(RaftQError) as nowhere:
+        service.drain_broker(BrokerId(1))
+    assert nowhere.value.code is ErrorCode.CANNOT_MOVE
+    assert "no other live broker can take" in nowhere.value.message
+    service.register_broker(RegisterBroker(BrokerId(4), "http://b4", "h", 9000, 9099))
+    registry.propose(SetBrokerAlive(BrokerId(2), False))
+    with pytest.raises(RaftQError) as down:
+        service.drain_broker(BrokerId(1))
+    assert "on broker 2, which is down" in down.value.message
+    registry.propose(SetBrokerAlive(BrokerId(2), True))
+    service.create_topic(CreateTopic("solo", 1, 1))
+    lone = registry.read(lambda s: s.topics.get("solo"))
+    assert lone is not None
+    holder = lone.partitions[0].replicas[0].broker_id
+    with pytest.raises(RaftQError) as only:
+        service.drain_broker(holder)
+    assert "replication factor 1" in only.value.message
+    assert not any(b.draining for b in registry.read(lambda s: s.brokers.all()))
+    assert "drain_broker" not in registry.commands[len(before) :]
+
+
+def test_a_drain_is_cancelled_and_the_broker_takes_replicas_again(
+    setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter],
+) -> None:
+    registry, _, service, _ = setup
+    service.register_broker(RegisterBroker(BrokerId(4), "http://b4", "h", 9000, 9099))
+    service.create_topic(CreateTopic("t", 1, 3))
+    service.drain_broker(BrokerId(4))
+    assert service.cancel_drain(BrokerId(4))["draining"] is False
+    assert service.cancel_drain(BrokerId(4))["draining"] is False  # idempotent
+    assert registry.commands[-2:] == ["cancel_drain", "cancel_drain"]
+    with pytest.raises(RaftQError) as unknown:
+        service.cancel_drain(BrokerId(9))
+    assert unknown.value.code is ErrorCode.NOT_FOUND

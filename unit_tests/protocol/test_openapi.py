@@ -330,6 +330,7 @@ PARSED = [
     ),
     Parsed(M, "GET", "/partitions", TopicRef.parse, {"topic": "orders"}),
     Parsed(M, "POST", "/brokers/drain", BrokerRef.parse, {"broker_id": 4}),
+    Parsed(M, "DELETE", "/brokers/drain", BrokerRef.parse, {"broker_id": 4}),
     Parsed(M, "DELETE", "/brokers", BrokerRef.parse, {"broker_id": 4}),
     Parsed(
         M,

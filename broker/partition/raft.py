@@ -26,7 +26,7 @@ from pysyncobj.syncobj import SyncObjException
 
 from broker.partition.commands import Command, KeyValue, ResetReplica, to_wire
 from broker.partition.consensus import ConsensusStatus, Entry, apply_group
-from broker.partition.log import MessageTuple, PartitionLog, Result
+from broker.partition.log import MessageTuple, PartitionLog, Rejected, Result
 from protocol.durable_files import fsync_directory, make_directories
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits, PartitionLimits
@@ -255,7 +255,9 @@ class PartitionRaft:
         if added not in self._sync.members():
             # Not a member yet, so it has flushed nothing this group counts: a repeat of
             # the reset (a failure before the add) cannot undo a flush of its.
-            self.propose([ResetReplica(slot, added)])
+            (reset,), _ = self.propose([ResetReplica(slot, added)])
+            if isinstance(reset, Rejected):  # the slot's old replica alone holds a range
+                raise RaftQError(reset.code, f"{self.name}: {reset.message}")
             self._sync.change_member(added, add=True, timeout_s=timeout_s)
         if leaving in self._sync.members() and leaving_alive:
             if not self._sync.member_holds(added, self._sync.node_status().commit_index):

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from load_balancer.leader_tracker import LeaderTracker
+from protocol.deadline import EPOCH_HEADER as EPOCH_DEADLINE_HEADER
 from protocol.deadline import HEADER as DEADLINE_HEADER
 from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
@@ -121,8 +122,15 @@ class Forwarder:
 
     def forward(self, incoming: IncomingRequest) -> ForwardedAnswer:
         """The leader's answer; raises ``RaftQError`` (503) when there is none to give."""
-        deadline = Deadline.from_header(
-            _header(incoming.headers, DEADLINE_HEADER), time.monotonic(), self._read_timeout_s
+        # The absolute deadline too: time the request waited in this process's socket (say
+        # while it was stopped) is invisible to the relative budget.
+        deadline = Deadline.from_headers(
+            _header(incoming.headers, DEADLINE_HEADER),
+            _header(incoming.headers, EPOCH_DEADLINE_HEADER),
+            time.monotonic(),
+            _wall_ms(),
+            self._read_timeout_s,
+            self._limits.deadline_clock_skew_s_max,
         )
         leader = self._tracker.leader_url
         for attempt in range(2):
@@ -155,11 +163,14 @@ class Forwarder:
         if deadline.expired(now_s):
             raise RaftQError(ErrorCode.REFUSED, "the client's deadline passed: not forwarded")
         headers = request_headers_to_forward(incoming.headers)
-        for name in [n for n in headers if n.lower() == DEADLINE_HEADER.lower()]:
+        # Both forms are sent as this hop computed them: the client's own copies could be
+        # later than what is left (it was read with a default bound and a skew allowance).
+        deadline_headers = {DEADLINE_HEADER.lower(), EPOCH_DEADLINE_HEADER.lower()}
+        for name in [n for n in headers if n.lower() in deadline_headers]:
             del headers[name]
-        headers[DEADLINE_HEADER] = deadline.header_value(
-            now_s, self._limits.deadline_reply_margin_s
-        )
+        margin_s = self._limits.deadline_reply_margin_s
+        headers[DEADLINE_HEADER] = deadline.header_value(now_s, margin_s)
+        headers[EPOCH_DEADLINE_HEADER] = deadline.epoch_header_value(now_s, _wall_ms(), margin_s)
         if incoming.client_address:
             _append_forwarded_for(headers, incoming.client_address)
         # The raw bytes both ways, still encoded as sent (a Content-Encoding holds).
@@ -175,6 +186,11 @@ class Forwarder:
         return ForwardedAnswer(
             answer.status, response_headers_to_return(answer.headers), answer.body
         )
+
+
+def _wall_ms() -> int:
+    """Epoch milliseconds: what the absolute deadline (``EPOCH_DEADLINE_HEADER``) counts in."""
+    return int(time.time() * 1000)
 
 
 def _header(headers: Headers, name: str) -> str | None:

@@ -202,12 +202,17 @@ class LogRouter:
             try:
                 found = self._read(topic, partition_id, params, deadline)
             except (RaftQError, BrokerRefusalError) as exc:
-                if messages and _proves_nothing_done(exc):
-                    # This partition claimed nothing (a full consumer table, a key revoked
-                    # since): answer what the others claimed. A failure here would end the
-                    # client's poll, and their ranges would never be delivered. Stopping here
-                    # keeps a repeat exact: the partitions before give their ranges again,
-                    # and none after this one was asked.
+                if messages and _refused_for_good(exc):
+                    # This partition refuses this consumer (a full consumer table, a key
+                    # revoked since): answer what the others claimed. A failure here would
+                    # end the client's poll, and their ranges would never be delivered.
+                    # Stopping here keeps a repeat exact: the partitions before give their
+                    # ranges again, and none after this one was asked. Only a 4xx: a 503
+                    # that proves *this* attempt did nothing (no leader, during an election)
+                    # says nothing of an earlier attempt of the same pop, which may have
+                    # claimed a range there whose answer was lost; answering without it
+                    # would end the poll and skip that range (found by the multi-host
+                    # network-partition tier: 52 messages skipped).
                     break
                 # Otherwise the whole pop fails, even with messages in hand: this partition
                 # may have advanced the consumer's offset before its answer was lost (e.g.
@@ -338,6 +343,12 @@ def _proves_nothing_done(failure: Exception) -> bool:
     if isinstance(failure, RaftQError):
         return failure.code.proves_nothing_done
     return False
+
+
+def _refused_for_good(failure: Exception) -> bool:
+    """A partition's 4xx to a pop: it claimed nothing, and would refuse a repeat as well."""
+    code = _error_code(failure)
+    return code is not None and code.status < 500 and _proves_nothing_done(failure)
 
 
 def _error_code(failure: Exception) -> ErrorCode | None:

@@ -13,7 +13,10 @@ stopped (SIGSTOP) with requests in its socket buffer would, on resuming, start e
 full budget although every caller is long gone. So a hop also sends the deadline as a point
 in wall-clock time, ``X-RaftQ-Deadline-Ms`` (epoch milliseconds), and a receiver takes the
 earlier of the two, granting the absolute one ``skew_s`` of clock skew: a receiver whose
-clock runs ahead by more than that refuses early (nothing done), never works late.
+clock runs ahead by more than that refuses early (nothing done), never works late. A hop sends
+onward the absolute deadline it received (less the reply margin), not the one it granted
+itself: the allowance is each receiver's, so a request that crossed three hops is not granted
+three times the skew.
 
 Pure: every method takes ``now_s`` from the caller's monotonic clock (and ``wall_ms`` from
 its wall clock).
@@ -31,6 +34,9 @@ EPOCH_HEADER = "X-RaftQ-Deadline-Ms"
 class Deadline:
     at_s: float
     """A point on the monotonic clock of the process that holds it."""
+    epoch_ms: int | None = None
+    """The absolute deadline as the caller sent it (epoch milliseconds on the caller's
+    clock), without the skew allowance this hop granted; ``None`` when none came."""
 
     @classmethod
     def after(cls, budget_s: float, now_s: float) -> Deadline:
@@ -62,12 +68,18 @@ class Deadline:
         if epoch is None or not epoch.isdigit():
             return deadline
         absolute_s = (int(epoch) - wall_ms) / 1000 + skew_s
-        return cls(min(deadline.at_s, now_s + max(0.0, absolute_s)))
+        return cls(min(deadline.at_s, now_s + max(0.0, absolute_s)), epoch_ms=int(epoch))
 
     def epoch_header_value(self, now_s: float, wall_ms: int, reply_margin_s: float) -> str:
-        """``EPOCH_HEADER``'s value: ``header_value``'s budget as a point in wall time."""
+        """``EPOCH_HEADER``'s value: ``header_value``'s budget as a point in wall time, and
+        never later than the absolute deadline received (less the margin too)."""
+        margin_ms = int(reply_margin_s * 1000)
         budget_ms = int(max(0.0, self.remaining_s(now_s) - reply_margin_s) * 1000)
-        return str(wall_ms + budget_ms)
+        value_ms = wall_ms + budget_ms
+        if self.epoch_ms is not None:
+            # Never negative: a malformed header is ignored, which would undo the deadline.
+            value_ms = min(value_ms, max(0, self.epoch_ms - margin_ms))
+        return str(value_ms)
 
     def remaining_s(self, now_s: float) -> float:
         return max(0.0, self.at_s - now_s)

@@ -7,7 +7,9 @@ the manager's own rule, so a group repeated through the load balancer (with its
 the partition answers with the original offsets. The answers combine as the manager combines
 them: a batch is refused outright only if no group stored anything and no failure leaves its
 outcome open, or if every failure is SEQUENCE_OUT_OF_ORDER (every part was stored before);
-otherwise it is "partially written", an unknown outcome the producer retries.
+otherwise it is "partially written", an unknown outcome the producer retries. A group that
+was stored is acknowledged even when the batch as a whole failed (``acked_offsets``): the
+producer reports its offsets with the failure, so that losing them later can be seen.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from protocol.errors import ErrorCode
+from protocol.invariant import check
 from protocol.routing import PartitionGroup, group_messages, unkeyed_salt
 from protocol.types import NewMessage, PartitionId
 from raftq.errors import ApiError, RaftQClientError, UnavailableError
@@ -66,16 +69,38 @@ def merge_offsets(
     groups: Sequence[PartitionGroup], results: Sequence[GroupResult], message_count: int
 ) -> list[PartitionOffset]:
     """Each message's offset in request order, or raises what the batch as a whole failed
-    with."""
+    with (``acked_offsets`` keeps what its stored groups were acknowledged with)."""
     failures = [r for r in results if isinstance(r, RaftQClientError)]
     if failures:
         raise _batch_failure(failures, stored_groups=len(results) - len(failures))
+    offsets = [o for o in acked_offsets(groups, results, message_count) if o is not None]
+    check(len(offsets) == message_count, "every message of a stored batch has its offset")
+    return offsets
+
+
+def acked_offsets(
+    groups: Sequence[PartitionGroup], results: Sequence[GroupResult], message_count: int
+) -> tuple[PartitionOffset | None, ...]:
+    """Each message's offset in request order where its group was stored, else ``None``:
+    a partition that answered has acknowledged its part, whatever the other groups did."""
     offsets: list[PartitionOffset | None] = [None] * message_count
     for group, found in zip(groups, results, strict=True):
         if isinstance(found, list):
             for index, offset in zip(group.indexes, found, strict=True):
                 offsets[index] = offset
-    return [o for o in offsets if o is not None]
+    return tuple(offsets)
+
+
+def with_earlier_acks(
+    earlier: Sequence[PartitionOffset | None], now: Sequence[PartitionOffset | None]
+) -> tuple[PartitionOffset | None, ...]:
+    """The acknowledgements of two attempts of one batch: a message acknowledged by either.
+    An ack is never taken back (a resend of a stored group is recognised by its sequence
+    and answered with the same offsets), so the earlier one is kept."""
+    if not earlier:
+        return tuple(now)
+    check(len(earlier) == len(now), "two attempts of one batch have the same messages")
+    return tuple(e if e is not None else n for e, n in zip(earlier, now, strict=True))
 
 
 def _batch_failure(failures: list[RaftQClientError], stored_groups: int) -> RaftQClientError:

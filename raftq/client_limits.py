@@ -16,7 +16,8 @@ class ClientLimits:
     manager, so its precise 503 reaches us before we give up blind."""
     deadline_reply_margin_s: float = 0.2
     """Each request tells the server how long it is waited for (``X-RaftQ-Timeout-Ms``: the
-    read timeout less this margin), so the server gives up first and its answer arrives."""
+    read timeout less this margin; ``X-RaftQ-Deadline-Ms``: the same as a point in wall time),
+    so the server gives up first and its answer arrives."""
     attempts_max: int = 8
     """Tries of one request (the first plus retries) before giving up."""
     backoff_s_initial: float = 0.1

@@ -72,8 +72,12 @@ class ProduceError(RaftQClientError):
     """``Producer.flush`` failed part way.
 
     ``completed`` holds the offsets of the messages sent before the failure (in send order).
-    When ``retained`` is true the failed batch stays queued with its sequence, so the next
-    ``flush`` resends it and the service drops it if the first try was in fact applied.
+    ``acked_in_batch`` holds, for the failed batch itself, each message's offset where its
+    partition acknowledged it, else ``None`` (the direct path sends a batch's partition groups
+    separately, so some may be stored when another fails); it is empty when no message of the
+    batch was acknowledged. When ``retained`` is true the failed batch stays queued with its
+    sequence, so the next ``flush`` resends it and the service drops it if the first try was
+    in fact applied (a stored group comes back with the offsets it was acknowledged with).
     """
 
     def __init__(
@@ -83,8 +87,10 @@ class ProduceError(RaftQClientError):
         completed: tuple[PartitionOffset, ...],
         retained: bool,
         outcome_unknown: bool,
+        acked_in_batch: tuple[PartitionOffset | None, ...] = (),
     ) -> None:
         super().__init__(message)
         self.completed = completed
         self.retained = retained
         self.outcome_unknown = outcome_unknown
+        self.acked_in_batch = acked_in_batch

@@ -22,7 +22,9 @@ import requests
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
 from protocol.access import AUTHORIZATION_HEADER, NODE_HEADER
+from protocol.deadline import EPOCH_HEADER as EPOCH_DEADLINE_HEADER
 from protocol.deadline import HEADER as DEADLINE_HEADER
+from protocol.deadline import Deadline
 from protocol.errors import proves_nothing_done
 from raftq.client_limits import ClientLimits
 from raftq.errors import ApiError, ProtocolError, UnavailableError
@@ -83,8 +85,17 @@ def _caused_by(exc: BaseException, kind: type[BaseException], depth_max: int = 8
     return False
 
 
-def _budget_ms(read_s: float, limits: ClientLimits) -> str:
-    return str(int(max(0.0, read_s - limits.deadline_reply_margin_s) * 1000))
+def deadline_headers(read_s: float, limits: ClientLimits, wall_ms: int) -> dict[str, str]:
+    """How long the answer is waited for, as a budget and as a point in wall time (epoch
+    ms): the budget alone cannot tell a server that read the request late (stopped with it
+    in its socket) that we are gone. Both less the reply margin, so the server's answer,
+    even an error, arrives before we stop waiting. Pure."""
+    deadline = Deadline.after(read_s, now_s=0.0)
+    margin_s = limits.deadline_reply_margin_s
+    return {
+        DEADLINE_HEADER: deadline.header_value(0.0, margin_s),
+        EPOCH_DEADLINE_HEADER: deadline.epoch_header_value(0.0, wall_ms, margin_s),
+    }
 
 
 def backoff_s(retry_index: int, limits: ClientLimits, rng: random.Random) -> float:
@@ -234,7 +245,10 @@ class HttpTransport:
                 base_url.rstrip("/") + path,
                 json=body,
                 params=params,
-                headers={DEADLINE_HEADER: _budget_ms(read_s, self._limits), **self._auth},
+                headers={
+                    **deadline_headers(read_s, self._limits, int(time.time() * 1000)),
+                    **self._auth,
+                },
                 timeout=(self._limits.connect_timeout_s, read_s),
                 verify=self._verify,
             ) as response:

@@ -25,7 +25,15 @@ from types import TracebackType
 from protocol.errors import ErrorCode
 from protocol.routing import PartitionGroup
 from protocol.types import Durability, NewMessage
-from raftq.batch_groups import GroupResult, cut_batch, group_body, merge_offsets, wire_message
+from raftq.batch_groups import (
+    GroupResult,
+    acked_offsets,
+    cut_batch,
+    group_body,
+    merge_offsets,
+    wire_message,
+    with_earlier_acks,
+)
 from raftq.client_limits import ClientLimits
 from raftq.direct_path import DirectPath, Fallback, PartitionRequest, partition_maps
 from raftq.errors import (
@@ -54,6 +62,10 @@ class Batch:
     until first sent, or when no partition map could be had."""
     via_lb: bool = False
     """First sent whole through the load balancer (which cut it): resends go there too."""
+    acked: tuple[PartitionOffset | None, ...] = ()
+    """Direct path: each message's offset once its partition acknowledged it on some attempt,
+    else ``None``; empty until a partition answered. Reported with a failure
+    (``ProduceError.acked_in_batch``): those messages are stored whatever the rest does."""
 
 
 def message_bytes(message: NewMessage) -> int:
@@ -194,7 +206,8 @@ class Producer:
     def flush(self) -> list[PartitionOffset]:
         """Send everything buffered; return each message's offset in send order.
 
-        Raises ``ProduceError`` when a batch fails; see its ``retained`` and ``completed``.
+        Raises ``ProduceError`` when a batch fails; see its ``retained``, ``completed`` and
+        ``acked_in_batch``.
         """
         acked: list[PartitionOffset] = []
         self._flush_into(acked)
@@ -217,6 +230,8 @@ class Producer:
         try:
             return self._send_registered(batch)
         except UnavailableError as exc:
+            # Read before anything drops the batch: ``_send`` keeps its acks on the one queued.
+            acked = _acked_part(self._in_flight or batch)
             raise ProduceError(
                 f"batch with sequence {batch.sequence} ({len(batch.messages)} messages) not "
                 f"acknowledged: {exc}. It stays queued; flush() resends it with the same "
@@ -224,8 +239,10 @@ class Producer:
                 completed=completed,
                 retained=True,
                 outcome_unknown=exc.outcome_unknown,
+                acked_in_batch=acked,
             ) from exc
         except (ApiError, ProtocolError) as exc:
+            acked = _acked_part(self._in_flight or batch)
             self._in_flight = None
             # A final answer after an attempt whose outcome is unknown (say a 401 once the
             # key was revoked, after a timeout) proves nothing about that attempt.
@@ -239,6 +256,7 @@ class Producer:
                 completed=completed,
                 retained=False,
                 outcome_unknown=unknown,
+                acked_in_batch=acked,
             ) from exc
 
     def _send_registered(self, batch: Batch) -> list[PartitionOffset]:
@@ -312,6 +330,10 @@ class Producer:
             self._settle_group(direct, group, body, answer)
             for group, body, answer in zip(groups, bodies, answers, strict=True)
         ]
+        # Kept on the queued batch before the failure (if any) is raised: the groups stored
+        # now are acknowledged even if the batch as a whole is not.
+        now = acked_offsets(groups, results, len(batch.messages))
+        self._in_flight = replace(batch, acked=with_earlier_acks(batch.acked, now))
         return merge_offsets(groups, results, len(batch.messages))
 
     def _settle_group(
@@ -379,3 +401,8 @@ class Producer:
                 self._register(self.producer_id)
             except RaftQClientError:
                 self._lease.failed()  # the batch itself may still go (direct path)
+
+
+def _acked_part(batch: Batch) -> tuple[PartitionOffset | None, ...]:
+    """``ProduceError.acked_in_batch``: empty when no message of the batch was acknowledged."""
+    return batch.acked if any(o is not None for o in batch.acked) else ()

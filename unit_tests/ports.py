@@ -44,6 +44,8 @@ CLUSTER_BASE_PORTS = {
     "unknown_outcomes": 26400,
     "operations_faults": 22900,
     "pop_replays": 21800,
+    "stopped_node_deadlines": 24400,
+    "membership_nemesis": 32000,
 }
 """Every test module's cluster in one table, so no two blocks overlap (a socket of the
 previous module's cluster may still be in TIME_WAIT), all below the kernel's ephemeral range
@@ -52,8 +54,15 @@ clear of the system services' ports (PostgreSQL, NATS, RabbitMQ, Redis, MariaDB)
 benchmark's defaults. ``unit_tests/test_ports.py`` checks it. The Spark standalone test's
 master, workers and driver use 30800-30821."""
 
-CLUSTER_BROKER_COUNTS = {"membership": 4, "rereplication": 4, "operations_faults": 4}
-"""Modules whose cluster has more brokers than the default three: their block is longer."""
+CLUSTER_BROKER_COUNTS = {
+    "membership": 4,
+    "rereplication": 4,
+    "operations_faults": 4,
+    "membership_nemesis": 6,
+}
+"""Modules whose cluster has more brokers than the default three: their block is longer
+(the membership nemesis's: the highest broker id its CI plan can reach, broker ids only
+grow)."""
 
 
 def port_block(name: str) -> range:

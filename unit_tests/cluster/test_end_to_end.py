@@ -34,6 +34,9 @@ pytestmark = pytest.mark.cluster
 LIMITS = Limits()
 """The cluster's: it runs with the defaults."""
 SLOW_CLIENT_WAIT_S = 20.0
+SENDER_STOP_WAIT_S = 70.0
+"""How long a sender thread may take to notice ``stop``: its ``produce`` call retries for
+30 s (its ``deadline_s``), and the last try may wait out a request's 30 s timeout."""
 
 
 def create_topic(cluster: Cluster, name: str, partitions: int) -> dict[str, Any]:
@@ -213,7 +216,8 @@ def test_kill_partition_leader_while_producing(cluster: Cluster) -> None:
         time.sleep(1)
     finally:
         stop.set()
-        sender.join(60)
+        sender.join(SENDER_STOP_WAIT_S)
+    assert not sender.is_alive(), "the sender hung"
     assert not errors, errors
     assert resumed_s < 10, f"writes resumed only after {resumed_s:.1f} s"
 

@@ -241,3 +241,26 @@ def test_the_clients_deadline_is_forwarded_less_what_was_used(
         setup.url + "/x", headers={"X-RaftQ-Timeout-Ms": "0"}, timeout=REQUEST_TIMEOUT_S
     )
     assert gone.status_code == 503 and gone.json()["error_code"] == 50307
+
+
+def test_the_absolute_deadline_is_read_and_sent_as_this_hop_computed_it(
+    make_setup: Callable[..., Setup],
+) -> None:
+    """The earlier of the two headers holds; what goes on is this hop's deadline in both
+    forms (the client's copies are dropped), never the skew allowance it granted itself."""
+    setup = make_setup()
+    leader = setup.managers[0]
+    sent_ms = int(time.time() * 1000)
+    absolute = {"X-RaftQ-Timeout-Ms": "60000", "X-RaftQ-Deadline-Ms": str(sent_ms + 3_000)}
+    given = setup.session.post(setup.url + "/x", headers=absolute, timeout=REQUEST_TIMEOUT_S)
+    headers = given.json()["headers"]
+    assert int(headers["x-raftq-deadline-ms"]) == sent_ms + 3_000 - 200
+    assert 0 < int(headers["x-raftq-timeout-ms"]) <= 3_000 + 1_000 - 200
+    relative = {"X-RaftQ-Timeout-Ms": "2000", "X-RaftQ-Deadline-Ms": str(sent_ms + 60_000)}
+    given = setup.session.post(setup.url + "/x", headers=relative, timeout=REQUEST_TIMEOUT_S)
+    epoch_ms = int(given.json()["headers"]["x-raftq-deadline-ms"])
+    assert sent_ms < epoch_ms <= int(time.time() * 1000) + 2_000 - 200
+    passed = {"X-RaftQ-Timeout-Ms": "60000", "X-RaftQ-Deadline-Ms": str(sent_ms - 5_000)}
+    gone = setup.session.post(setup.url + "/gone", headers=passed, timeout=REQUEST_TIMEOUT_S)
+    assert gone.status_code == 503 and gone.json()["error_code"] == 50307
+    assert ("POST", "/gone") not in leader.seen  # not forwarded

@@ -33,6 +33,8 @@ class Received:
     authorization: str | None = None
     node_token: str | None = None
     """The ``X-RaftQ-Node`` header, if any."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """Every header, names in lower case."""
 
 
 class FakeService:
@@ -81,7 +83,10 @@ class FakeService:
         with self._lock:
             authorization = request.headers.get("Authorization")
             node = request.headers.get(NODE_HEADER)
-            self.received.append(Received(request.method, "/" + path, params, authorization, node))
+            headers = {name.lower(): value for name, value in request.headers.items()}
+            self.received.append(
+                Received(request.method, "/" + path, params, authorization, node, headers)
+            )
             queue = self.scripts.get(key)
             reply = queue.popleft() if queue else None
         if reply is None:

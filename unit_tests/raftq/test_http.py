@@ -1,16 +1,20 @@
-"""Pure parts of the client: failure classification, backoff, batching, limits."""
+"""Pure parts of the client: failure classification, backoff, batching, limits, deadline
+headers (and the headers on the wire, against the scripted fake)."""
 
 from __future__ import annotations
 
 import random
+import time
 from collections import deque
 
 import pytest
 
+from protocol.deadline import Deadline
 from protocol.types import NewMessage
 from raftq.client_limits import ClientLimits
-from raftq.http import backoff_s, classify_answer
+from raftq.http import HttpTransport, backoff_s, classify_answer, deadline_headers
 from raftq.producer import take_batch
+from unit_tests.raftq.fake_service import FakeService
 
 
 @pytest.mark.parametrize(
@@ -64,3 +68,37 @@ def test_client_limits_are_checked() -> None:
         ClientLimits(batch_messages_max=10**6).validate()
     with pytest.raises(ValueError, match="backoff"):
         ClientLimits(backoff_s_initial=5.0).validate()
+
+
+def test_the_deadline_goes_as_a_budget_and_as_a_point_in_wall_time() -> None:
+    limits = ClientLimits(deadline_reply_margin_s=0.2)
+    headers = deadline_headers(5.0, limits, wall_ms=1_000_000)
+    assert headers == {"X-RaftQ-Timeout-Ms": "4800", "X-RaftQ-Deadline-Ms": "1004800"}
+    assert deadline_headers(0.1, limits, wall_ms=7) == {
+        "X-RaftQ-Timeout-Ms": "0",
+        "X-RaftQ-Deadline-Ms": "7",
+    }
+
+
+def test_every_request_carries_both_deadline_headers(service: FakeService) -> None:
+    service.default("GET", "/topics", lambda _p: (200, {"topics": []}))
+    limits = ClientLimits(request_timeout_s=3.0, deadline_reply_margin_s=0.2)
+    transport = HttpTransport(service.url, limits)
+    before_ms = int(time.time() * 1000)
+    transport.call("GET", "/topics", idempotent=True, read_timeout_s=2.0)
+    after_ms = int(time.time() * 1000)
+    transport.close()
+    (received,) = service.received
+    assert received.headers["x-raftq-timeout-ms"] == "1800"
+    epoch_ms = int(received.headers["x-raftq-deadline-ms"])
+    assert before_ms + 1_800 <= epoch_ms <= after_ms + 1_800
+    # What a server makes of them: the earlier of the two, here the same point.
+    server = Deadline.from_headers(
+        received.headers["x-raftq-timeout-ms"],
+        received.headers["x-raftq-deadline-ms"],
+        now_s=0.0,
+        wall_ms=after_ms,
+        default_s=10.0,
+        skew_s=0.0,
+    )
+    assert server.remaining_s(0.0) <= 1.8

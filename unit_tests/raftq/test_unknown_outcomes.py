@@ -14,7 +14,7 @@ from protocol.errors import ErrorCode
 from protocol.routing import PartitionGroup, partition_for_key
 from protocol.types import PartitionId
 from raftq import ApiError, Consumer, PartitionOffset, ProduceError, Producer
-from raftq.batch_groups import merge_offsets
+from raftq.batch_groups import acked_offsets, merge_offsets, with_earlier_acks
 from raftq.errors import RaftQClientError, UnavailableError
 from raftq.records import PartitionOffset as Offset
 from unit_tests.raftq.fake_service import FakeService, Handler
@@ -206,6 +206,66 @@ def test_a_direct_group_the_lb_refuses_for_an_unknown_producer_resends_the_batch
     assert [c["sequence"] for c in service.calls("POST", "/logs")] == [2, 2]
 
 
+def _lb_stores_only(pid: int) -> Handler:
+    """The LB's answer to a group: stored for partition ``pid``, nothing done for others."""
+
+    def answer(params: dict[str, object]) -> tuple[int, object]:
+        if params.get("partition_id") == pid:
+            return lb_produce(params)
+        return 503, {"error_code": ErrorCode.NO_LEADER.value, "message": "no leader"}
+
+    return answer
+
+
+def test_a_failed_batch_reports_the_groups_acknowledged_on_any_attempt(
+    service: FakeService, brokers: list[FakeService]
+) -> None:
+    """Partition 0 stores its group, partition 1 fails: the failure carries partition 0's
+    offsets at its messages' places. The resend stores partition 1 and fails partition 0
+    (its acknowledgement still holds); the third attempt finds partition 0's group stored."""
+    serve_map(service, brokers)
+    keys = {int(partition_for_key(f"k{i}", 2)): f"k{i}" for i in range(20)}
+    brokers[0].default("POST", "/logs", broker_produce)
+    brokers[1].default("POST", "/logs", lambda _p: (503, {"error_code": 50303}))
+    service.default("POST", "/logs", _lb_stores_only(pid=0))  # p1 through the LB: no leader
+    messages = [("a", keys[0]), ("b", keys[1]), ("c", keys[0])]
+    producer = Producer(service.url, "t", limits=FAST, first_sequence=3)
+    with pytest.raises(ProduceError) as first:
+        producer.produce_batch(messages)
+    stored = (Offset(0, 300), None, Offset(0, 301))
+    assert first.value.retained and first.value.outcome_unknown
+    assert first.value.completed == () and first.value.acked_in_batch == stored
+    brokers[0].default("POST", "/logs", lambda _p: (503, {"error_code": 50303}))
+    service.default("POST", "/logs", _lb_stores_only(pid=1))
+    with pytest.raises(ProduceError) as second:
+        producer.flush()
+    assert second.value.acked_in_batch == (Offset(0, 300), Offset(1, 300), Offset(0, 301))
+    brokers[0].default("POST", "/logs", broker_produce)
+    service.default("POST", "/logs", lb_produce)
+    assert producer.flush() == [Offset(0, 300), Offset(1, 300), Offset(0, 301)]
+    producer.close()
+    sent = brokers[0].calls("POST", "/logs") + service.calls("POST", "/logs")
+    assert {(c["partition_id"], c["sequence"]) for c in sent} == {(0, 3), (1, 3)}
+
+
+def test_a_dropped_batch_reports_its_acknowledged_groups_and_a_clean_one_none(
+    service: FakeService, brokers: list[FakeService]
+) -> None:
+    serve_map(service, brokers)
+    keys = {int(partition_for_key(f"k{i}", 2)): f"k{i}" for i in range(20)}
+    brokers[0].default("POST", "/logs", broker_produce)
+    brokers[1].script("POST", "/logs", error(409, ErrorCode.SEQUENCE_OUT_OF_ORDER))
+    with Producer(service.url, "t", limits=FAST) as producer:
+        with pytest.raises(ProduceError) as dropped:
+            producer.produce_batch([("a", keys[1]), ("b", keys[0])])
+        assert not dropped.value.retained and producer.pending_messages == 0
+        assert dropped.value.acked_in_batch == (None, Offset(0, 0))
+        brokers[0].script("POST", "/logs", error(409, ErrorCode.SEQUENCE_OUT_OF_ORDER))
+        with pytest.raises(ProduceError) as refused:
+            producer.produce_batch([("c", keys[0])])
+        assert refused.value.acked_in_batch == ()
+
+
 # --- how a batch's groups combine (pure) ---------------------------------------------------
 
 STORED: list[Offset] = [Offset(0, 7)]
@@ -236,3 +296,16 @@ def test_an_unknown_producer_beside_a_stored_group_comes_first_and_is_marked_unk
     assert unknown_producer.after_unknown_outcome
     alone = _api(404, ErrorCode.UNKNOWN_PRODUCER)
     assert _merged([alone]) is alone and not alone.after_unknown_outcome
+
+
+def test_the_stored_groups_of_a_failed_batch_keep_their_offsets() -> None:
+    groups = [PartitionGroup(PartitionId(0), (0, 2)), PartitionGroup(PartitionId(1), (1,))]
+    unknown = UnavailableError("timed out", outcome_unknown=True, attempts=1)
+    results: list[list[Offset] | RaftQClientError] = [[Offset(0, 7), Offset(0, 8)], unknown]
+    assert acked_offsets(groups, results, 3) == (Offset(0, 7), None, Offset(0, 8))
+    with pytest.raises(UnavailableError):
+        merge_offsets(groups, results, 3)
+    later = (None, Offset(1, 4), Offset(0, 9))
+    assert with_earlier_acks((), later) == later
+    earlier = acked_offsets(groups, results, 3)
+    assert with_earlier_acks(earlier, later) == (Offset(0, 7), Offset(1, 4), Offset(0, 8))

@@ -107,9 +107,7 @@ def _pop(service: ManagerService) -> tuple[Pop, list[int]]:
 # --- pops ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "refusal", [TOO_MANY, REVOKED], ids=["full-consumer-table", "key-revoked"]
-)
+@pytest.mark.parametrize("refusal", [TOO_MANY, REVOKED], ids=["full-consumer-table", "key-revoked"])
 def test_a_partition_that_claimed_nothing_after_another_claimed_ends_the_pop_with_those(
     routed: Routed, refusal: HttpAnswer
 ) -> None:

@@ -53,6 +53,9 @@ class PendingBatch:
     detail: str = ""
     unknown: bool = False
     """Some attempt may have taken effect (so giving up means UNKNOWN, not FAILED)."""
+    acked: tuple[Position | None, ...] = ()
+    """Per value, where its partition acknowledged it on some attempt (the direct path
+    sends a batch's partition groups separately), else ``None``; empty: none was."""
 
 
 class ProducerWorker:
@@ -154,6 +157,11 @@ class ProducerWorker:
 
     def _failed(self, pending: PendingBatch, exc: ProduceError) -> None:
         self._record_completed(pending, exc.completed)
+        if any(o is not None for o in exc.acked_in_batch):
+            pending.acked = tuple(
+                None if o is None else Position(o.partition_id, o.offset)
+                for o in exc.acked_in_batch
+            )
         cause = exc.__cause__
         pending.detail = str(exc)[:300]
         pending.unknown = (
@@ -165,6 +173,26 @@ class ProducerWorker:
             self._record(pending, Outcome.UNKNOWN if pending.unknown else Outcome.FAILED)
         elif time.monotonic() - pending.first_try_s > self._give_up_s:
             self.give_up()  # the retained batch must not be resent by a new batch's flush
+
+    def _record_acked_part(self, pending: PendingBatch) -> None:
+        """A batch given up whose partition groups were partly acknowledged: those values are
+        acked (their loss must be seen), the rest keeps the batch's outcome."""
+        pairs = list(zip(pending.values, pending.acked, strict=False))
+        acked = [(v, p) for v, p in pairs if p is not None]
+        self._recorder.send(
+            Send(
+                self.name,
+                pending.sequence,
+                tuple(v for v, _ in acked),
+                Outcome.ACKED,
+                tuple(p for _, p in acked),
+                pending.first_try_s,
+                time.monotonic(),
+            )
+        )
+        self.acked_messages += len(acked)
+        taken = {v for v, _ in acked}
+        pending.values = tuple(v for v in pending.values if v not in taken)
 
     def _record_completed(
         self, pending: PendingBatch, completed: Sequence[PartitionOffset]
@@ -193,6 +221,8 @@ class ProducerWorker:
     def _record(
         self, pending: PendingBatch, outcome: Outcome, positions: tuple[Position, ...] = ()
     ) -> None:
+        if outcome is not Outcome.ACKED and pending.acked:
+            self._record_acked_part(pending)
         self._recorder.send(
             Send(
                 self.name,

@@ -17,4 +17,4 @@ echo "== mypy"
 echo "== import layering"
 .venv/bin/lint-imports
 echo "== pytest"
-.venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest --durations=25 "$@"

@@ -198,7 +198,7 @@ class BrokerService:
             deadline,
             synced=durability is not Durability.REPLICATED,
         )
-        self._wait_in_sync(replica, entry, deadline)
+        holding = self._wait_in_sync(replica, entry, deadline)
         flushed = self._replicas_flushed(replica, appended.end)
         if durability is Durability.FLUSHED and flushed <= len(replica.spec.replicas) // 2:
             flushed = self._wait_flushed(replica, appended.end, entry, deadline)
@@ -207,7 +207,8 @@ class BrokerService:
             durability=durability,
             raft_term=entry.term,
             raft_index=entry.index,
-            replicas_synced=entry.replicas_synced,
+            # What the wait for min_insync_replicas saw, if more than the proposal knew.
+            replicas_synced=max(entry.replicas_synced, holding if entry.replicas_synced else 0),
             replicas_flushed=flushed,
         )
         return [Offset(o) for o in range(appended.start, appended.end)], ack
@@ -238,16 +239,15 @@ class BrokerService:
                 "stored; retry once the others are back",
             )
 
-    def _wait_in_sync(
-        self, replica: HostedReplica, entry: Entry, deadline: Deadline | None
-    ) -> None:
+    def _wait_in_sync(self, replica: HostedReplica, entry: Entry, deadline: Deadline | None) -> int:
         """An acknowledgement of a topic with ``min_insync_replicas`` = n means n replicas
         hold the entry (Kafka's acks=all), not that a check before proposing passed: the
         leader's view of who answered lags a death by up to its fallback timeout, and a
-        commit needs only a majority. Wait (bounded) until n replicas acknowledged it."""
+        commit needs only a majority. Wait (bounded) until n replicas acknowledged it; how
+        many hold it then (0: not waited for)."""
         wanted = replica.partition.read(lambda log: log.limits.min_insync_replicas)
         if wanted <= len(replica.spec.replicas) // 2 + 1:
-            return  # the commit itself proves a majority holds it
+            return 0  # the commit itself proves a majority holds it
         wait_s = self._limits.min_insync_ack_wait_s_max
         if deadline is not None:
             wait_s = deadline.bound(wait_s, time.monotonic())
@@ -263,6 +263,7 @@ class BrokerService:
                     "same sequence",
                 )
             time.sleep(self._limits.flushed_ack_poll_s)
+        return holding
 
     def _replicas_flushed(self, replica: HostedReplica, end: int) -> int:
         flushed = replica.partition.read(lambda log: list(log.flushed_offsets))

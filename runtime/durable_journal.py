@@ -311,8 +311,30 @@ class DumpWriter(Serializer):
             _log.exception("the full dump %s could not be written", self._path)
             return SERIALIZER_STATE.FAILED, writing.index
         # Sends to followers in progress restart from the new file (as pysyncobj does).
-        self._Serializer__transmissions: dict[Any, Any] = {}
+        self.close_transmissions()
         return SERIALIZER_STATE.SUCCESS, writing.index
+
+    def close_transmissions(self) -> None:
+        """Tick thread: forget every send of the dump to a follower in progress, closing
+        its file (pysyncobj drops its sends without closing their files: when one ends,
+        is cut short by a new dump or a lost leadership, or the node ends)."""
+        sends = self._sends()
+        for send_id in list(sends):
+            _close_send(sends.pop(send_id))
+
+    def getTransmissionData(self, transmissionID: Any) -> Any:  # noqa: N802, N803
+        send = self._sends().get(transmissionID)
+        data = super().getTransmissionData(transmissionID)
+        if send is not None and transmissionID not in self._sends():
+            _close_send(send)  # the last part was read (or the read failed)
+        return data
+
+    def cancelTransmisstion(self, id: Any) -> None:  # noqa: N802 (pysyncobj's name)
+        _close_send(self._sends().pop(id, None))
+
+    def _sends(self) -> dict[Any, Any]:
+        sends: dict[Any, Any] = self._Serializer__transmissions
+        return sends
 
     def setTransmissionData(self, data: Any) -> bool:  # noqa: N802
         incoming = self._Serializer__incomingTransmissionFile
@@ -339,6 +361,11 @@ class DumpWriter(Serializer):
         data = super().deserialize()
         self._loaded = [data]
         return data
+
+
+def _close_send(send: object) -> None:
+    if isinstance(send, dict) and "file" in send:
+        send["file"].close()
 
 
 class _DumpWrite:

@@ -156,6 +156,23 @@ class RaftNode(SyncObj):
         if not (conf.fullDumpFile and os.path.isfile(conf.fullDumpFile)):
             self._take_logged_members()  # else once the first tick loaded the dump
 
+    def _keep_the_sender(self) -> None:
+        """After a snapshot from the leader was installed: keep the leader a member.
+        pysyncobj takes the members stored in the snapshot, which are those of when the
+        dump was taken; a leader that joined by a snapshot keeps that one as its dump until
+        it compacts, so its members can lack the leader itself. The new member then dropped
+        the leader's connection (pysyncobj talks only to members) and never received the
+        entries after the snapshot, which hold the changes since: a move that never
+        finished (found by the membership nemesis). The leader is a member of the newest
+        configuration, and the entries it sends next bring the rest up to date."""
+        if not self._SyncObj__conf.dynamicMembershipChange:
+            return
+        leader = self._SyncObj__raftLeader
+        if leader is None or leader == self._SyncObj__selfNode:
+            return
+        if leader not in self._SyncObj__otherNodes:
+            self._SyncObj__doChangeCluster(["add", leader.id, leader])
+
     def _take_logged_members(self) -> None:
         """At a start: the members are the newest configuration in the log, committed or
         not, as Raft requires (a follower takes a change when it appends it, and so does
@@ -247,6 +264,13 @@ class RaftNode(SyncObj):
             raise raft_failure("timeout", what, timeout_s)
         if outcome[0] != FAIL_REASON.SUCCESS:
             raise raft_failure(outcome[0], what, timeout_s)
+
+    def _doDestroy(self) -> None:  # noqa: N802
+        # The tick thread ends the node: close the dump's sends in progress too.
+        SyncObj._doDestroy(self)
+        dump = self._SyncObj__serializer
+        if isinstance(dump, DumpWriter):
+            dump.close_transmissions()
 
     def close(self, wait_s: float) -> None:
         """``destroy`` and wait (bounded) until the tick thread has closed the sockets and
@@ -386,6 +410,8 @@ class RaftNode(SyncObj):
         SyncObj._SyncObj__loadDumpFile(self, clearJournal)
         if not clearJournal:
             self._take_logged_members()
+        else:
+            self._keep_the_sender()
         # Loading a big dump holds the tick thread (0.2 s at 240k messages here); a follower
         # whose election timer ran out meanwhile would stand for election right after,
         # although it has just heard from the leader (seen: term 1 -> 4 when a replica that

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -152,6 +153,26 @@ def test_a_new_leader_counts_only_members_that_answered_it_as_in_sync(
     assert heir.replicas_in_sync() == 2
 
 
+def _holds(node: PartitionRaft, end: int) -> bool:
+    return node.read(lambda log: log.end_offset) == end
+
+
+def _record_members_after_snapshots(node: PartitionRaft) -> list[frozenset[str]]:
+    """The node's members right after each snapshot from its leader is installed (the
+    entries after it, which may add members, have not arrived yet then)."""
+    found: list[frozenset[str]] = []
+    raft = node._sync
+    load = raft._SyncObj__loadDumpFile
+
+    def loading(clearJournal: bool) -> None:  # noqa: N803 (pysyncobj's name)
+        load(clearJournal)
+        if clearJournal:
+            found.append(raft.members())
+
+    raft._SyncObj__loadDumpFile = loading  # type: ignore[method-assign]
+    return found
+
+
 def _transfer(leader: PartitionRaft, heir: PartitionRaft) -> bool:
     leader.transfer_leadership(heir.spec.raft_address)
     return heir.status().role is RaftRole.LEADER
@@ -186,3 +207,48 @@ def test_a_restarted_member_counts_votes_over_the_newest_members_in_its_log(
     restarted = start(_spec(moved, follower.spec.replica_id))
     _wait(lambda: not restarted._sync._SyncObj__needLoadDumpFile, "the dump to be loaded")
     assert restarted._sync.members() == wanted
+
+
+def test_a_member_that_catches_up_from_a_leaders_old_snapshot_keeps_following_it(
+    start: Callable[[ReplicaSpec], PartitionRaft], tmp_path: Path
+) -> None:
+    """A leader that joined by a snapshot keeps that snapshot as its dump until it compacts,
+    and the members in it are from before it joined. A member it adds next catches up from
+    that dump, took its members (without the leader), dropped the leader's connection and
+    never caught up: a move that never finished (found by the membership nemesis, seed
+    101). Installing a snapshot keeps the member that sent it."""
+    replicas = tuple(_address(slot) for slot in range(3))
+    nodes = [start(_spec(replicas, slot)) for slot in range(3)]
+    first = _leader(nodes)
+    for number in range(30):  # so the dump ends far past where a new member's log starts
+        first.propose([Append(((None, f"m{number}"),), number, None, None)])
+    for node in nodes:
+        _wait(partial(_holds, node, 30), "every member to hold all")
+        node._sync.forceLogCompaction()
+        dump = tmp_path / node.spec.raft_address.replace(":", "-") / "raft.dump"
+        _wait(dump.is_file, "a dump")
+    # D replaces a follower and catches up from the first leader's dump.
+    gone = next(n for n in nodes if n is not first)
+    slot = gone.spec.replica_id
+    with_d = tuple(_address(slot) if r.replica_id == slot else r for r in replicas)
+    d = start(_spec(with_d, slot))
+    gone._sync.close(WAIT_S)
+    spec = _spec(with_d, first.spec.replica_id)
+    _wait(lambda: first.replace_member(spec, slot, gone.spec.raft_address, False), "D to join")
+    _wait(lambda: d.read(lambda log: log.end_offset) == 30, "D to catch up")
+    # D leads; its dump is the first leader's snapshot, whose members lack D.
+    _wait(lambda: _transfer(first, d), "D to lead")
+    other = next(n for n in nodes if n is not first and n is not gone)
+    other_slot = other.spec.replica_id
+    with_e = tuple(_address(other_slot) if r.replica_id == other_slot else r for r in with_d)
+    e = start(_spec(with_e, other_slot))
+    installed = _record_members_after_snapshots(e)
+    other._sync.close(WAIT_S)
+    d.respec(_spec(with_e, slot))
+    spec_e = _spec(with_e, slot)
+    _wait(lambda: d.replace_member(spec_e, other_slot, other.spec.raft_address, False), "E in")
+    d.propose([Append(((None, "last"),), 31, None, None)])
+    _wait(lambda: bool(installed), "E to install a snapshot")
+    assert d.spec.raft_address in installed[0]  # it kept the leader that sent it
+    _wait(lambda: e.read(lambda log: log.end_offset) == 31, "E to catch up from D")
+    assert (tmp_path / e.spec.raft_address.replace(":", "-") / "raft.dump").is_file()

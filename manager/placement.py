@@ -87,27 +87,27 @@ def drain_refusal(
     partition is down (the mover waits for it: a drain moves a replica only while every
     other replica is alive)."""
     known = {b.broker_id: b for b in brokers}
-    for topic in topics:
-        for partition in topic.partitions:
-            holders = [r.broker_id for r in partition.replicas]
-            if broker_id not in holders:
-                continue
-            name = f"{topic.name}/{partition.partition_id}"
-            if len(holders) == 1:
-                return f"{name} has its only replica on broker {broker_id} (replication factor 1)"
-            takers = [
-                b
-                for b in known.values()
-                if b.alive and not b.draining and b.broker_id not in holders
-            ]
-            if not takers:
-                return f"no other live broker can take broker {broker_id}'s replica of {name}"
-            down = [h for h in holders if h != broker_id and not known[h].alive]
-            if down:
-                # The leaving replica leaves last, so the group keeps its live members;
-                # with one down it would be a failure from a standstill meanwhile.
-                return (
-                    f"{name} has a replica on broker {down[0]}, which is down: bring it "
-                    "back, or let it be replaced, first"
-                )
+    held = [
+        (f"{t.name}/{p.partition_id}", [r.broker_id for r in p.replicas])
+        for t in topics
+        for p in t.partitions
+        if any(r.broker_id == broker_id for r in p.replicas)
+    ]
+    for name, holders in held:  # the reason no wait can cure comes first
+        if len(holders) == 1:
+            return f"{name} has its only replica on broker {broker_id} (replication factor 1)"
+    for name, holders in held:
+        takers = [
+            b for b in known.values() if b.alive and not b.draining and b.broker_id not in holders
+        ]
+        if not takers:
+            return f"no other live broker can take broker {broker_id}'s replica of {name}"
+        down = [h for h in holders if h != broker_id and not known[h].alive]
+        if down:
+            # The leaving replica leaves last, so the group keeps its live members; with
+            # one down it would be a failure from a standstill meanwhile.
+            return (
+                f"{name} has a replica on broker {down[0]}, which is down: bring it back, "
+                "or let it be replaced, first"
+            )
     return None

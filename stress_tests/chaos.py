@@ -1,7 +1,9 @@
-"""The tiers: ``python -m stress_tests.chaos --tier fast`` (what CI runs, a few minutes) and
-``python -m stress_tests.chaos --tier long`` (about 15 minutes: network partitions and mixed
+"""The tiers: ``python -m stress_tests.chaos --tier fast`` (what CI runs, a few minutes),
+``python -m stress_tests.chaos --tier long`` (about 35 minutes: network partitions and mixed
 chaos too, several seeds, then the power-loss run of ``power_loss.py`` on a cluster of its own
-on the power-cut file system). One cluster per tier; exits 1 when any run fails."""
+on the power-cut file system, then the membership tier) and ``--tier membership`` (the
+membership nemesis of ``nemesis.py``, several seeds, a fresh cluster each). One cluster per
+tier (per seed for membership); exits 1 when any run fails."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from stress_tests.membership_plan import MEMBERSHIP_LONG, MEMBERSHIP_LONG_SEEDS
+from stress_tests.membership_run import MembershipConfig, membership_cluster, run_membership
 from stress_tests.power_loss import run_long as run_power_loss
 from stress_tests.runner import RunConfig, RunReport
 from stress_tests.scheduler import FaultPlan
@@ -32,6 +36,10 @@ POWER_LOSS_PORT_OFFSET = 2_100
 """The long tier's power-loss cluster: base + 2100 .. base + 2499 (23100.. by default, the
 block of ``python -m stress_tests.power_loss``), clear of the tier's own and the tests'."""
 POWER_LOSS_CYCLES = 8
+MEMBERSHIP_BASE_PORT = 12_000
+"""The membership tier's clusters (``--membership-base-port``): 12000 .. 12699 by default, room
+for ``MEMBERSHIP_LONG.broker_ids_max`` brokers (broker ids only grow), below the ephemeral
+range, clear of the tests' blocks and of the other tiers'."""
 FAST_MESSAGES_TARGET = 3_000
 """Enough above the 1,000-message validity floor, small enough for the CI time budget."""
 
@@ -55,19 +63,45 @@ def long_configs(seed: int) -> list[RunConfig]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = base_arguments(__doc__ or "")
-    parser.add_argument("--tier", choices=("fast", "long"), default="fast")
+    parser.add_argument("--tier", choices=("fast", "long", "membership"), default="fast")
+    parser.add_argument("--membership-base-port", type=int, default=MEMBERSHIP_BASE_PORT)
     args = parser.parse_args(argv)
     seed = seed_or_clock(args.seed)
     print(f"tier {args.tier}, seed {seed} (replay with --seed {seed})", flush=True)
-    configs = fast_configs(seed) if args.tier == "fast" else long_configs(seed)
     directory = work_dir(args.dir)
+    if args.tier == "membership":
+        port = args.membership_base_port
+        return 0 if membership_tier(seed, port, directory, args.out / args.tier) else 1
+    configs = fast_configs(seed) if args.tier == "fast" else long_configs(seed)
     with cluster_session(directory, args.base_port) as cluster:
         reports = run_all(cluster, configs, args.out / args.tier)
+    passed = True
     if args.tier == "long":
         reports.append(power_loss(seed, args.base_port, directory, args.out / args.tier))
         for line in summary_lines(reports):
             print(line)
-    return 0 if all(r.passed for r in reports) else 1
+        port = args.membership_base_port
+        passed = membership_tier(seed, port, directory, args.out / args.tier)
+    return 0 if passed and all(r.passed for r in reports) else 1
+
+
+def membership_tier(seed: int, base_port: int, directory: Path, out_dir: Path) -> bool:
+    """``MEMBERSHIP_LONG`` over several seeds, one after another, each on a fresh cluster
+    (broker ids only grow); True when every run passed."""
+    reports = []
+    for offset in MEMBERSHIP_LONG_SEEDS:
+        config = MembershipConfig(MEMBERSHIP_LONG, seed + offset)
+        cluster_dir = directory.with_name(f"{directory.name}-membership-{seed + offset}")
+        with membership_cluster(cluster_dir, base_port) as cluster:
+            reports.append(run_membership(cluster, config, out_dir))
+    print("== membership summary")
+    for r in reports:
+        ops = sum(1 for op in r.ops if op.outcome != "failed")
+        print(
+            f"  {'PASS' if r.passed else 'FAIL'} {r.name} seed={r.seed}: acked {r.acked}, "
+            f"operations {ops}/{len(r.schedule)}, {r.duration_s:.1f} s"
+        )
+    return all(r.passed for r in reports)
 
 
 def power_loss(seed: int, base_port: int, directory: Path, out_dir: Path) -> RunReport:

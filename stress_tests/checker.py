@@ -15,6 +15,13 @@ or a consumer skipping one), offset_mismatch (acknowledged or popped at one posi
 another), divergence (replicas differ at an offset, or a replica's database checksum differs
 from its own served log over a range), unpopped (a stored message that a consumer which ran to
 the end, ``History.consumers``, never popped: it stopped short or was wedged).
+
+Retention: a replica read from its log start (``ReplicaLog.log_start``, the same on every
+replica once they converged) holds ``[log start, end)``. Below the final log start a message
+is legitimately gone: an acknowledged or popped one there is not lost, and a consumer's
+jump forward that ends at or below it is retention, not a skip (the log start only grows,
+so every log start a consumer met is at most the final one). Every rule above holds over
+``[log start, end)``; with no retention the log start is 0 and nothing changes.
 """
 
 from __future__ import annotations
@@ -77,11 +84,12 @@ class Verdict:
 def check(history: History, final: FinalRead) -> Verdict:
     verdict = Verdict()
     reference = reference_logs(final.replicas)
+    starts = log_starts(final.replicas)
     check_replicas(final.replicas, reference, verdict)
     stored = stored_positions(reference, verdict)
-    check_sends(history, stored, verdict)
-    check_reads(history, stored, verdict)
-    check_popped_then_gone(history, stored, verdict)
+    check_sends(history, stored, verdict, starts)
+    check_reads(history, stored, verdict, starts)
+    check_popped_then_gone(history, stored, verdict, starts)
     check_phantoms(history, stored, verdict)
     check_consumers_complete(history, reference, verdict)
     return verdict
@@ -97,13 +105,27 @@ def reference_logs(replicas: Iterable[ReplicaLog]) -> dict[int, tuple[Entry, ...
     return best
 
 
+def log_starts(replicas: Iterable[ReplicaLog]) -> dict[int, int]:
+    """Per partition, the highest log start of its replicas (they differ only when the
+    replicas diverged, which ``check_replicas`` counts)."""
+    starts: dict[int, int] = {}
+    for replica in replicas:
+        starts[replica.partition_id] = max(starts.get(replica.partition_id, 0), replica.log_start)
+    return starts
+
+
+def retained_away(position: Position, starts: Mapping[int, int]) -> bool:
+    """Below its partition's final log start: retention removed it."""
+    return position.offset < starts.get(position.partition_id, 0)
+
+
 def check_replicas(
     replicas: Iterable[ReplicaLog], reference: Mapping[int, tuple[Entry, ...]], verdict: Verdict
 ) -> None:
     for replica in replicas:
         where = f"partition {replica.partition_id} broker {replica.broker_id}"
         for index, entry in enumerate(replica.entries):
-            if entry.offset != index:
+            if entry.offset != replica.log_start + index:
                 verdict.flag("offset_gap", f"{where}: offset {entry.offset} at position {index}")
                 break
         ref = reference[replica.partition_id]
@@ -150,12 +172,17 @@ def stored_positions(
     return stored
 
 
-def check_sends(history: History, stored: Mapping[str, Position], verdict: Verdict) -> None:
+def check_sends(
+    history: History,
+    stored: Mapping[str, Position],
+    verdict: Verdict,
+    starts: Mapping[int, int] | None = None,
+) -> None:
     tally: Counter[str] = Counter()
     for send in history.sends:
         tally[send.outcome.value] += len(send.values)
         if send.outcome is Outcome.ACKED:
-            check_acked(send.values, send.positions, stored, verdict)
+            check_acked(send.values, send.positions, stored, verdict, starts)
         elif send.outcome is Outcome.FAILED:
             for value in send.values:
                 if value in stored:
@@ -175,12 +202,15 @@ def check_acked(
     positions: tuple[Position, ...],
     stored: Mapping[str, Position],
     verdict: Verdict,
+    starts: Mapping[int, int] | None = None,
 ) -> None:
     if len(positions) != len(values):
         verdict.flag("offset_mismatch", f"{len(values)} values acked with {len(positions)} offsets")
     for value, acked_at in zip(values, positions, strict=False):
         found = stored.get(value)
-        if found is None:
+        if found is None and retained_away(acked_at, starts or {}):
+            verdict.info["acked_retained_away"] = verdict.info.get("acked_retained_away", 0) + 1
+        elif found is None:
             verdict.flag("lost", f"{value!r} acked at {acked_at}")
         elif found != acked_at:
             verdict.flag("offset_mismatch", f"{value!r} acked at {acked_at}, stored at {found}")
@@ -216,8 +246,14 @@ def landed_positions(send: Send, stored: Mapping[str, Position]) -> list[tuple[s
     return [(value, stored[value]) for value in send.values if value in stored]
 
 
-def check_reads(history: History, stored: Mapping[str, Position], verdict: Verdict) -> None:
-    """Each consumer pops every partition in order, contiguously from 0, each value once."""
+def check_reads(
+    history: History,
+    stored: Mapping[str, Position],
+    verdict: Verdict,
+    starts: Mapping[int, int] | None = None,
+) -> None:
+    """Each consumer pops every partition in order, contiguously from 0 (jumping only over
+    what retention removed), each value once."""
     by_consumer: dict[tuple[str, int], list[int]] = defaultdict(list)
     seen: set[tuple[str, str]] = set()
     for read in history.reads:
@@ -230,26 +266,32 @@ def check_reads(history: History, stored: Mapping[str, Position], verdict: Verdi
             verdict.flag("offset_mismatch", f"{read.value!r} popped at {here}, stored at {found}")
         by_consumer[(read.consumer, read.partition_id)].append(read.offset)
     for (consumer, partition_id), offsets in sorted(by_consumer.items()):
-        check_pop_sequence(consumer, partition_id, offsets, verdict)
+        start = (starts or {}).get(partition_id, 0)
+        check_pop_sequence(consumer, partition_id, offsets, verdict, start)
     verdict.info["reads"] = len(history.reads)
 
 
 def check_pop_sequence(
-    consumer: str, partition_id: int, offsets: list[int], verdict: Verdict
+    consumer: str, partition_id: int, offsets: list[int], verdict: Verdict, log_start: int = 0
 ) -> None:
+    """A jump forward that ends at or below the final ``log_start`` went over messages
+    retention removed; any other jump skipped messages."""
     expected = 0
     for offset in offsets:
         where = f"{consumer} partition {partition_id}"
         if offset < expected:
             verdict.flag("order_violation", f"{where}: offset {offset} after {expected - 1}")
             continue
-        if offset > expected:
+        if offset > expected and offset > log_start:
             verdict.flag("offset_gap", f"{where}: skipped [{expected}, {offset})")
         expected = offset + 1
 
 
 def check_popped_then_gone(
-    history: History, stored: Mapping[str, Position], verdict: Verdict
+    history: History,
+    stored: Mapping[str, Position],
+    verdict: Verdict,
+    starts: Mapping[int, int] | None = None,
 ) -> None:
     """A popped message was committed, so it must be in the final log, whatever its send's
     outcome. An acknowledged one missing is already lost by ``check_acked``, a never-sent one
@@ -264,12 +306,15 @@ def check_popped_then_gone(
         if sent is Outcome.FAILED and read.value not in stored:
             flagged.add(read.value)  # stored ones are flagged by ``check_sends``
             verdict.flag("failed_but_present", f"{read.consumer} popped refused {read.value!r}")
+        here = Position(read.partition_id, read.offset)
+        if retained_away(here, starts or {}):
+            continue  # popped, then removed by retention
         if read.value not in stored and sent is not Outcome.ACKED:
             flagged.add(read.value)
             verdict.flag(
                 "lost",
-                f"{read.value!r} ({sent.value}) popped by {read.consumer} at "
-                f"{Position(read.partition_id, read.offset)}, not in the final log",
+                f"{read.value!r} ({sent.value}) popped by {read.consumer} at {here}, "
+                "not in the final log",
             )
 
 

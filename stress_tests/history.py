@@ -41,6 +41,10 @@ class Send:
     end_s: float = 0.0
     detail: str = ""
     """The last error the client saw for it (why it was judged failed or unknown)."""
+    replicas_synced: int | None = None
+    """Acknowledged: the fewest ``replicas_synced`` over the answer's acks (replicas the
+    leader knew to hold the batch on disk when it answered); None when not recorded (the
+    ``raftq.Producer`` does not expose its acks)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +97,11 @@ class ReplicaLog:
     broker_id: int
     partition_id: int
     entries: tuple[Entry, ...]
+    """From ``log_start`` on, contiguous."""
     db_sums: tuple[RangeSum, ...]
+    log_start: int = 0
+    """The replica's log start offset: retention removed everything below it, so an
+    acknowledged or popped message below it is legitimately gone."""
 
 
 @dataclass(frozen=True, slots=True)

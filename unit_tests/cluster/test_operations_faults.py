@@ -98,6 +98,8 @@ def test_a_drain_is_cancelled_and_the_broker_takes_replicas_again(cluster: Clust
     assert "broker 4 stays" in out, out
     brokers = {b["broker_id"]: b for b in cluster.get("/brokers").json()["brokers"]}
     assert brokers[4]["draining"] is False
+    # Placement takes the least loaded first (ties by id): brokers 1-3, then 4 first.
+    create_topic_answer(cluster, {"name": "warm", "partitions": 1, "replication_factor": 3})
     create_topic_answer(cluster, {"name": "back", "partitions": 1, "replication_factor": 3})
     assert 4 in partition_brokers(cluster, "back")[0]
 

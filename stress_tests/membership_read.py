@@ -1,0 +1,270 @@
+"""What a membership run reads of the cluster once it healed: ``GET /overview`` (moves,
+brokers), each topic's replicas where the managers now place them, read from their log
+start (retention) with their database checksums over ``[log start, end)``, and one probe
+batch per partition (writable again?).
+
+Unlike ``final_read`` (three brokers that hold every partition), replicas here move: a
+partition is read from the brokers the managers place it on (``GET /partitions?topic=``),
+and its convergence is awaited among those only (a broker restarted after its replicas
+moved away may still report a stale replica until it is told to drop it).
+
+The overview, placement and probes go through the load balancer with the admin API key, as
+a client; the replicas are read straight from their brokers as a node (``node_session``).
+Runs on the run's main thread; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any
+
+import requests
+
+from raftq.cluster import LocalCluster
+from stress_tests.cluster_view import broker_partitions, get_json
+from stress_tests.history import Entry, FinalRead, RangeSum, ReplicaLog
+from stress_tests.membership_checks import ClusterState, WriteProbe, parse_overview
+from stress_tests.polling import WaitTimeoutError, poll_until
+
+FETCH_PAGE_MESSAGES = 10_000
+CHECKSUM_RANGE_MESSAGES = 5_000
+READ_TIMEOUT_S = 30.0
+CALL_TIMEOUT_S = 10.0
+CONVERGE_TIMEOUT_S = 90.0
+PAGES_MAX = 1_000
+PROBE_BOUND_S = 30.0
+"""A partition not taking a write this long after healing is not writable."""
+PROBE_PAUSE_S = 0.2
+
+
+def overview(session: requests.Session, lb_url: str) -> ClusterState | None:
+    """The managers' ``GET /overview``, or None while no manager leader answers."""
+    body = get_json(session, lb_url + "/overview", timeout_s=CALL_TIMEOUT_S)
+    if body is None:
+        return None
+    try:
+        return parse_overview(body)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def placement(session: requests.Session, lb_url: str, topic: str) -> dict[int, tuple[int, ...]]:
+    """partition id -> the broker ids of its replicas, as the managers place them now."""
+
+    def ask() -> dict[int, tuple[int, ...]] | None:
+        body = get_json(session, f"{lb_url}/partitions?topic={topic}", timeout_s=CALL_TIMEOUT_S)
+        if not isinstance(body, dict):
+            return None
+        return {
+            int(p["partition_id"]): tuple(int(r["broker_id"]) for r in p["replicas"])
+            for p in body["partitions"]
+        }
+
+    return poll_until(ask, CONVERGE_TIMEOUT_S, f"the partitions of {topic}")
+
+
+@dataclass(frozen=True, slots=True)
+class Converged:
+    log_start: int
+    end: int
+
+
+def wait_converged(
+    cluster: LocalCluster,
+    session: requests.Session,
+    topic: str,
+    partition_id: int,
+    brokers: tuple[int, ...],
+) -> Converged | None:
+    """The partition's log start and end once every one of ``brokers`` reports the same,
+    caught up, flushed to the end; None if not within ``CONVERGE_TIMEOUT_S``."""
+
+    def agreed() -> Converged | None:
+        status = [_status(cluster, session, b, topic, partition_id) for b in brokers]
+        if any(s is None or s.get("caught_up") is not True for s in status):
+            return None
+        shapes = {(int(s["log_start_offset"]), int(s["end_offset"])) for s in status if s}
+        if len(shapes) != 1:
+            return None
+        start, end = shapes.pop()
+        flushed = [_flushed(cluster, session, b, topic, partition_id) for b in brokers]
+        if all(f is not None and f >= end for f in flushed):
+            return Converged(start, end)
+        return None
+
+    try:
+        return poll_until(agreed, CONVERGE_TIMEOUT_S, f"{topic}/{partition_id} to converge", 0.5)
+    except WaitTimeoutError:
+        return None
+
+
+def _status(
+    cluster: LocalCluster, session: requests.Session, broker_id: int, topic: str, partition_id: int
+) -> dict[str, Any] | None:
+    for part in broker_partitions(cluster, session, f"broker-{broker_id}"):
+        if (part.get("topic"), part.get("partition_id")) == (topic, partition_id):
+            return part
+    return None
+
+
+def _flushed(
+    cluster: LocalCluster, session: requests.Session, broker_id: int, topic: str, partition_id: int
+) -> int | None:
+    url = cluster.node(f"broker-{broker_id}").http_address + "/checksum"
+    query = f"topic={topic}&partition_id={partition_id}&start=0&end=0"
+    body = get_json(session, f"{url}?{query}", headers=cluster.node_headers())
+    return int(body["flushed_offset"]) if isinstance(body, dict) else None
+
+
+def read_from(
+    cluster: LocalCluster,
+    session: requests.Session,
+    broker_id: int,
+    topic: str,
+    partition_id: int,
+    start: int,
+) -> tuple[Entry, ...]:
+    """Every message the replica serves from ``start`` until an empty page."""
+    entries: list[Entry] = []
+    url = cluster.node(f"broker-{broker_id}").http_address + "/logs"
+    for _ in range(PAGES_MAX):
+        params: dict[str, str | int] = {
+            "topic": topic,
+            "partition_id": partition_id,
+            "offset": start + len(entries),
+            "max_messages": FETCH_PAGE_MESSAGES,
+        }
+        page = poll_until(
+            functools.partial(_page, session, url, params),
+            CONVERGE_TIMEOUT_S,
+            f"broker {broker_id} {topic}/{partition_id} to serve offset {params['offset']}",
+        )
+        if not page:
+            return tuple(entries)
+        entries += [
+            Entry(int(m["offset"]), m.get("key"), str(m["message"]), int(m["timestamp_ms"]))
+            for m in page
+        ]
+    raise RuntimeError(f"broker {broker_id} {topic}/{partition_id}: more than {PAGES_MAX} pages")
+
+
+def _page(
+    session: requests.Session, url: str, params: dict[str, str | int]
+) -> list[dict[str, Any]] | None:
+    """One fetch; None while the replica answers 503 (an election under way)."""
+    with session.get(url, params=params, timeout=READ_TIMEOUT_S) as response:
+        if response.status_code == HTTPStatus.SERVICE_UNAVAILABLE:
+            return None
+        response.raise_for_status()
+        page: list[dict[str, Any]] = response.json()["messages"]
+        return page
+
+
+def database_sums(
+    cluster: LocalCluster,
+    session: requests.Session,
+    broker_id: int,
+    topic: str,
+    partition_id: int,
+    converged: Converged,
+) -> tuple[RangeSum, ...]:
+    """``GET /checksum`` over ``[log start, end)`` in ranges of ``CHECKSUM_RANGE_MESSAGES``."""
+    url = cluster.node(f"broker-{broker_id}").http_address + "/checksum"
+    sums = []
+    for start in range(converged.log_start, converged.end, CHECKSUM_RANGE_MESSAGES):
+        params: dict[str, str | int] = {
+            "topic": topic,
+            "partition_id": partition_id,
+            "start": start,
+            "end": min(converged.end, start + CHECKSUM_RANGE_MESSAGES),
+        }
+        with session.get(
+            url, params=params, headers=cluster.node_headers(), timeout=READ_TIMEOUT_S
+        ) as response:
+            response.raise_for_status()
+            body = response.json()
+        sums.append(
+            RangeSum(int(body["start"]), int(body["end"]), int(body["count"]), str(body["sha256"]))
+        )
+    return tuple(sums)
+
+
+def read_topic(
+    cluster: LocalCluster,
+    node: requests.Session,
+    client: requests.Session,
+    topic: str,
+) -> tuple[FinalRead, list[str]]:
+    """Every replica of every partition of ``topic``; and the partitions that did not
+    converge (read anyway: the checker then sees how they differ)."""
+    replicas = []
+    stuck = []
+    placed = placement(client, cluster.lb_url, topic)
+    for partition_id, brokers in sorted(placed.items()):
+        converged = wait_converged(cluster, node, topic, partition_id, brokers)
+        if converged is None:
+            stuck.append(f"{topic}/{partition_id} on brokers {brokers}")
+        for broker_id in brokers:
+            try:
+                replicas.append(
+                    _read_replica(cluster, node, broker_id, topic, partition_id, converged)
+                )
+            except (requests.RequestException, WaitTimeoutError) as exc:
+                # left out: the replica count check flags the partition
+                stuck.append(f"{topic}/{partition_id} on broker {broker_id} unreadable: {exc}")
+    return FinalRead(tuple(replicas), len(placed)), stuck
+
+
+def _read_replica(
+    cluster: LocalCluster,
+    node: requests.Session,
+    broker_id: int,
+    topic: str,
+    partition_id: int,
+    converged: Converged | None,
+) -> ReplicaLog:
+    status = _status(cluster, node, broker_id, topic, partition_id) or {}
+    start = int(status.get("log_start_offset", 0))
+    entries = read_from(cluster, node, broker_id, topic, partition_id, start)
+    shape = converged or Converged(start, start + len(entries))
+    sums = database_sums(cluster, node, broker_id, topic, partition_id, shape)
+    return ReplicaLog(broker_id, partition_id, entries, sums, start)
+
+
+def probe_partition(
+    client: requests.Session, lb_url: str, topic: str, partition_id: int, producer_id: str
+) -> WriteProbe:
+    """Register ``producer_id`` and produce one batch to the partition, resent with the same
+    sequence until acknowledged or ``PROBE_BOUND_S`` passed."""
+    started_s = time.monotonic()
+    body = {
+        "producer_id": producer_id,
+        "topic": topic,
+        "partition_id": partition_id,
+        "sequence": 1,
+        "messages": [{"message": f"{producer_id}/probe"}],
+    }
+    registered = False
+    detail = "no attempt"
+    while time.monotonic() - started_s < PROBE_BOUND_S:
+        try:
+            if not registered:
+                with client.post(
+                    lb_url + "/producers",
+                    json={"topic": topic, "producer_id": producer_id},
+                    timeout=CALL_TIMEOUT_S,
+                ) as response:
+                    registered = response.status_code in (200, 201)
+                    detail = f"register: {response.status_code} {response.text[:200]}"
+            if registered:
+                with client.post(lb_url + "/logs", json=body, timeout=CALL_TIMEOUT_S) as response:
+                    if response.status_code == 201:
+                        return WriteProbe(topic, partition_id, True, time.monotonic() - started_s)
+                    detail = f"{response.status_code} {response.text[:200]}"
+        except requests.RequestException as exc:
+            detail = repr(exc)[:200]
+        time.sleep(PROBE_PAUSE_S)
+    return WriteProbe(topic, partition_id, False, time.monotonic() - started_s, detail)

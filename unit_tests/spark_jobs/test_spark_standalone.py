@@ -237,6 +237,7 @@ def _values(cluster: Cluster, topic: str) -> list[str]:
     return values
 
 
+@pytest.mark.long  # 90 s; the same exactly-once rule is run locally by test_spark_end_to_end
 def test_a_streaming_query_survives_a_kill_of_its_driver_without_duplicates(
     raftq_cluster: Cluster, master: str, shipped: Path, tmp_path: Path
 ) -> None:

@@ -22,7 +22,7 @@ from stress_tests.peers.processes import find_binary, port_open
 from stress_tests.peers.rabbitmq_bench import rabbitmq_rows
 from stress_tests.peers.rabbitmq_cluster import RABBITMQ_BIN, RabbitCluster
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.long]  # a benchmark's peers: not a guarantee
 
 NATS_BASE_PORT = 24500
 RABBIT_BASE_PORT = 26771

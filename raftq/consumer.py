@@ -34,7 +34,7 @@ from raftq.client_limits import ClientLimits
 from raftq.direct_path import DirectPath, Fallback, partition_maps
 from raftq.errors import ApiError, ProtocolError, RaftQClientError
 from raftq.http import HttpTransport
-from raftq.lease import Lease
+from raftq.lease import Lease, repeat_if_forgotten
 from raftq.records import Record, parse_records
 
 
@@ -148,18 +148,11 @@ class Consumer:
         they never saw, or their clock ahead of ours), register again under the same id and
         repeat the same poll once. The partitions still know the consumer, so ranges an
         earlier attempt claimed come back."""
-        try:
-            return self._pop(pending)
-        except ApiError as exc:
-            if exc.code is not ErrorCode.UNKNOWN_CONSUMER:
-                raise
-            first = exc
-        try:
-            self._register(self.consumer_id)
-            return self._pop(self._pending or pending)
-        except ApiError as exc:
-            exc.after_unknown_outcome = exc.after_unknown_outcome or first.after_unknown_outcome
-            raise
+        return repeat_if_forgotten(
+            lambda: self._pop(self._pending or pending),
+            ErrorCode.UNKNOWN_CONSUMER,
+            lambda: self._register(self.consumer_id),
+        )
 
     def _pop(self, pending: PendingPoll) -> list[Record]:
         direct = self.direct_path

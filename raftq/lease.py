@@ -9,16 +9,22 @@ the produce or pop (the direct path does not need the managers); it is tried aga
 sixth of the expiry, well before the lease runs out. The managers may still forget it
 sooner (renewals they never saw, their leader's clock ahead of ours): on 404
 ``UNKNOWN_PRODUCER``/``UNKNOWN_CONSUMER`` the producer or consumer registers again at once,
-under the same id, and repeats the same batch or poll.
+under the same id, and repeats the same batch or poll (``repeat_if_forgotten``).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TypeVar
+
+from protocol.errors import ErrorCode
+from raftq.errors import ApiError, UnavailableError
 
 _RENEW_FRACTION = 1 / 3
 _RETRY_FRACTION = 1 / 6
+
+T = TypeVar("T")
 
 
 class Lease:
@@ -43,3 +49,36 @@ class Lease:
 
     def due(self) -> bool:
         return self._expiry_s is not None and self._clock_s() >= self._renew_at_s
+
+
+def repeat_if_forgotten(
+    attempt: Callable[[], T],
+    forgotten: ErrorCode,
+    register: Callable[[], object],
+    *,
+    unavailable_note: str | None = None,
+) -> T:
+    """``attempt()``; on 404 ``forgotten`` (``UNKNOWN_PRODUCER``/``UNKNOWN_CONSUMER``: the
+    managers forgot this client), ``register()`` again under the same id and ``attempt()``
+    once more. The partitions still know the client, so what an earlier attempt did is
+    recognised, not done again. An ``ApiError`` of the repeat says so when the first attempt's
+    outcome was unknown (``after_unknown_outcome``); given ``unavailable_note``, so does an
+    ``UnavailableError`` of the repeat (made ``outcome_unknown``, with the note)."""
+    try:
+        return attempt()
+    except ApiError as exc:
+        if exc.code is not forgotten:
+            raise
+        first = exc
+    try:
+        register()
+        return attempt()
+    except ApiError as exc:
+        exc.after_unknown_outcome = exc.after_unknown_outcome or first.after_unknown_outcome
+        raise
+    except UnavailableError as exc:
+        if unavailable_note is None or exc.outcome_unknown or not first.after_unknown_outcome:
+            raise
+        raise UnavailableError(
+            f"{exc}; {unavailable_note}", outcome_unknown=True, attempts=exc.attempts + 1
+        ) from exc

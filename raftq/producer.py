@@ -45,7 +45,7 @@ from raftq.errors import (
     UnavailableError,
 )
 from raftq.http import HttpTransport
-from raftq.lease import Lease
+from raftq.lease import Lease, repeat_if_forgotten
 from raftq.records import PartitionOffset, parse_broker_offsets, parse_offsets
 
 MessageLike = str | tuple[str, str | None] | NewMessage
@@ -264,26 +264,12 @@ class Producer:
         they never saw, or their clock ahead of ours), register again under the same id and
         resend the same sequence once. The partitions still know the producer, so a part an
         earlier attempt stored is recognised, not appended again."""
-        try:
-            return self._send(batch)
-        except ApiError as exc:
-            if exc.code is not ErrorCode.UNKNOWN_PRODUCER:
-                raise
-            first = exc
-        try:
-            self._register(self.producer_id)
-            return self._send(self._in_flight or batch)
-        except ApiError as exc:
-            exc.after_unknown_outcome = exc.after_unknown_outcome or first.after_unknown_outcome
-            raise
-        except UnavailableError as exc:
-            if exc.outcome_unknown or not first.after_unknown_outcome:
-                raise
-            raise UnavailableError(
-                f"{exc}; an earlier attempt may have stored part of the batch",
-                outcome_unknown=True,
-                attempts=exc.attempts + 1,
-            ) from exc
+        return repeat_if_forgotten(
+            lambda: self._send(self._in_flight or batch),
+            ErrorCode.UNKNOWN_PRODUCER,
+            lambda: self._register(self.producer_id),
+            unavailable_note="an earlier attempt may have stored part of the batch",
+        )
 
     def _pin_routing(self, batch: Batch) -> Batch:
         """Fix the batch's partition count at its first send (see ``Batch``): the direct

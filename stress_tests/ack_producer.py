@@ -23,7 +23,7 @@ import requests
 
 from protocol.errors import ErrorCode, proves_nothing_done
 from stress_tests.credentials import client_session
-from stress_tests.history import Outcome, Position, Recorder, Send
+from stress_tests.history import Outcome, Position, Recorder
 from stress_tests.workload import PendingBatch
 
 REQUEST_TIMEOUT_S = 12.0
@@ -54,7 +54,6 @@ class AckRecordingProducer:
         self._registered = False
         self._pending: PendingBatch | None = None
         self._sequence = 0
-        self._counter = 0
         self.acked_messages = 0
 
     @property
@@ -66,10 +65,8 @@ class AckRecordingProducer:
         if not self._registered and not self._register():
             return False
         if self._pending is None:
-            values = tuple(f"{self.name}/{self._counter + i}" for i in range(self._batch_messages))
-            self._counter += self._batch_messages
             self._sequence += 1
-            self._pending = PendingBatch(self._sequence, values, time.monotonic())
+            self._pending = PendingBatch.numbered(self.name, self._sequence, self._batch_messages)
         pending = self._pending
         answer = self._post(pending)
         if answer is not None:
@@ -144,19 +141,7 @@ class AckRecordingProducer:
         positions: tuple[Position, ...] = (),
         replicas_synced: int | None = None,
     ) -> None:
-        self._recorder.send(
-            Send(
-                self.name,
-                pending.sequence,
-                pending.values,
-                outcome,
-                positions,
-                pending.first_try_s,
-                time.monotonic(),
-                "" if outcome is Outcome.ACKED else pending.detail,
-                replicas_synced,
-            )
-        )
+        self._recorder.send(pending.as_send(self.name, outcome, positions, replicas_synced))
         if outcome is Outcome.ACKED:
             self.acked_messages += len(pending.values)
         self._pending = None

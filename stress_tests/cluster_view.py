@@ -54,6 +54,17 @@ def broker_partitions(
     return [p for p in parts if isinstance(p, dict)] if isinstance(parts, list) else []
 
 
+def broker_replica(
+    cluster: LocalCluster, session: requests.Session, broker: str, topic: str, partition_id: int
+) -> dict[str, Any] | None:
+    """The broker's status of its replica of the partition; None when it hosts none (or does
+    not answer)."""
+    for part in broker_partitions(cluster, session, broker):
+        if (part.get("topic"), part.get("partition_id")) == (topic, partition_id):
+            return part
+    return None
+
+
 def partition_leader(
     cluster: LocalCluster, session: requests.Session, topic: str, partition_id: int
 ) -> str | None:
@@ -86,7 +97,7 @@ def replica_status(
     brokers that answer."""
     found = {}
     for broker in broker_names(cluster):
-        for part in broker_partitions(cluster, session, broker):
-            if (part.get("topic"), part.get("partition_id")) == (topic, partition_id):
-                found[broker] = part
+        part = broker_replica(cluster, session, broker, topic, partition_id)
+        if part is not None:
+            found[broker] = part
     return found

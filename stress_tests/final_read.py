@@ -5,6 +5,7 @@ checker compares with the history.
 Reads as a node (``node_session``). The database checksums (``/checksum``) are for nodes
 only, so those calls send the node token themselves, whatever the caller's session carries
 (a session with an API key also serves ``wait_converged`` and ``read_replica``).
+``membership_read`` reads its moving replicas with the same functions, from their log start.
 """
 
 from __future__ import annotations
@@ -47,16 +48,17 @@ def wait_converged(
         caught_up = all(s.get("caught_up") is True for s in status.values())
         if len(status) == REPLICAS and len(ends) == 1 and caught_up:
             end = ends.pop()
-            flushed = [_flushed(cluster, session, b, topic, partition_id) for b in status]
+            flushed = [flushed_offset(cluster, session, b, topic, partition_id) for b in status]
             if all(f is not None and f >= end for f in flushed):
                 return end
         time.sleep(CONVERGE_POLL_S)
     return None
 
 
-def _flushed(
+def flushed_offset(
     cluster: LocalCluster, session: requests.Session, broker: str, topic: str, partition_id: int
 ) -> int | None:
+    """How far the broker's replica has flushed to its database; None without an answer."""
     url = cluster.node(broker).http_address + "/checksum"
     query = f"topic={topic}&partition_id={partition_id}&start=0&end=0"
     body = get_json(session, f"{url}?{query}", headers=cluster.node_headers())
@@ -64,22 +66,28 @@ def _flushed(
 
 
 def read_replica(
-    cluster: LocalCluster, session: requests.Session, broker: str, topic: str, partition_id: int
+    cluster: LocalCluster,
+    session: requests.Session,
+    broker: str,
+    topic: str,
+    partition_id: int,
+    start: int = 0,
 ) -> tuple[Entry, ...]:
-    """Every message the replica serves from offset 0 until it returns an empty page."""
+    """Every message the replica serves from offset ``start`` (its log start, once retention
+    dropped a prefix) until it returns an empty page."""
     entries: list[Entry] = []
     url = cluster.node(broker).http_address + "/logs"
     for _ in range(PAGES_MAX):
         params: dict[str, str | int] = {
             "topic": topic,
             "partition_id": partition_id,
-            "offset": len(entries),
+            "offset": start + len(entries),
             "max_messages": FETCH_PAGE_MESSAGES,
         }
         page = poll_until(
             functools.partial(_page, session, url, params),
             CONVERGE_TIMEOUT_S,
-            f"{broker} {topic}/{partition_id} to serve offset {len(entries)}",
+            f"{broker} {topic}/{partition_id} to serve offset {params['offset']}",
         )
         if not page:
             return tuple(entries)
@@ -110,17 +118,18 @@ def database_sums(
     topic: str,
     partition_id: int,
     end: int,
+    start: int = 0,
 ) -> tuple[RangeSum, ...]:
+    """``GET /checksum`` over ``[start, end)`` in ranges of ``CHECKSUM_RANGE_MESSAGES``."""
     url = cluster.node(broker).http_address + "/checksum"
     headers = cluster.node_headers()
     sums = []
-    for start in range(0, end, CHECKSUM_RANGE_MESSAGES):
-        stop = min(end, start + CHECKSUM_RANGE_MESSAGES)
+    for low in range(start, end, CHECKSUM_RANGE_MESSAGES):
         params: dict[str, str | int] = {
             "topic": topic,
             "partition_id": partition_id,
-            "start": start,
-            "end": stop,
+            "start": low,
+            "end": min(end, low + CHECKSUM_RANGE_MESSAGES),
         }
         with session.get(url, params=params, headers=headers, timeout=READ_TIMEOUT_S) as response:
             response.raise_for_status()

@@ -3,7 +3,7 @@ brokers), each topic's replicas where the managers now place them, read from the
 start (retention) with their database checksums over ``[log start, end)``, and one probe
 batch per partition (writable again?).
 
-Unlike ``final_read`` (three brokers that hold every partition), replicas here move: a
+Unlike ``final_read``'s run (three brokers that hold every partition), replicas here move: a
 partition is read from the brokers the managers place it on (``GET /partitions?topic=``),
 and its convergence is awaited among those only (a broker restarted after its replicas
 moved away may still report a stale replica until it is told to drop it).
@@ -15,26 +15,24 @@ Runs on the run's main thread; every wait is bounded.
 
 from __future__ import annotations
 
-import functools
 import time
 from dataclasses import dataclass
-from http import HTTPStatus
-from typing import Any
 
 import requests
 
 from raftq.cluster import LocalCluster
-from stress_tests.cluster_view import broker_partitions, get_json
-from stress_tests.history import Entry, FinalRead, RangeSum, ReplicaLog
+from stress_tests.cluster_view import broker_replica, get_json
+from stress_tests.final_read import (
+    CONVERGE_TIMEOUT_S,
+    database_sums,
+    flushed_offset,
+    read_replica,
+)
+from stress_tests.history import FinalRead, ReplicaLog
 from stress_tests.membership_checks import ClusterState, WriteProbe, parse_overview
 from stress_tests.polling import WaitTimeoutError, poll_until
 
-FETCH_PAGE_MESSAGES = 10_000
-CHECKSUM_RANGE_MESSAGES = 5_000
-READ_TIMEOUT_S = 30.0
 CALL_TIMEOUT_S = 10.0
-CONVERGE_TIMEOUT_S = 90.0
-PAGES_MAX = 1_000
 PROBE_BOUND_S = 30.0
 """A partition not taking a write this long after healing is not writable."""
 PROBE_PAUSE_S = 0.2
@@ -83,14 +81,14 @@ def wait_converged(
     caught up, flushed to the end; None if not within ``CONVERGE_TIMEOUT_S``."""
 
     def agreed() -> Converged | None:
-        status = [_status(cluster, session, b, topic, partition_id) for b in brokers]
+        status = [broker_replica(cluster, session, _name(b), topic, partition_id) for b in brokers]
         if any(s is None or s.get("caught_up") is not True for s in status):
             return None
         shapes = {(int(s["log_start_offset"]), int(s["end_offset"])) for s in status if s}
         if len(shapes) != 1:
             return None
         start, end = shapes.pop()
-        flushed = [_flushed(cluster, session, b, topic, partition_id) for b in brokers]
+        flushed = [flushed_offset(cluster, session, _name(b), topic, partition_id) for b in brokers]
         if all(f is not None and f >= end for f in flushed):
             return Converged(start, end)
         return None
@@ -99,97 +97,6 @@ def wait_converged(
         return poll_until(agreed, CONVERGE_TIMEOUT_S, f"{topic}/{partition_id} to converge", 0.5)
     except WaitTimeoutError:
         return None
-
-
-def _status(
-    cluster: LocalCluster, session: requests.Session, broker_id: int, topic: str, partition_id: int
-) -> dict[str, Any] | None:
-    for part in broker_partitions(cluster, session, f"broker-{broker_id}"):
-        if (part.get("topic"), part.get("partition_id")) == (topic, partition_id):
-            return part
-    return None
-
-
-def _flushed(
-    cluster: LocalCluster, session: requests.Session, broker_id: int, topic: str, partition_id: int
-) -> int | None:
-    url = cluster.node(f"broker-{broker_id}").http_address + "/checksum"
-    query = f"topic={topic}&partition_id={partition_id}&start=0&end=0"
-    body = get_json(session, f"{url}?{query}", headers=cluster.node_headers())
-    return int(body["flushed_offset"]) if isinstance(body, dict) else None
-
-
-def read_from(
-    cluster: LocalCluster,
-    session: requests.Session,
-    broker_id: int,
-    topic: str,
-    partition_id: int,
-    start: int,
-) -> tuple[Entry, ...]:
-    """Every message the replica serves from ``start`` until an empty page."""
-    entries: list[Entry] = []
-    url = cluster.node(f"broker-{broker_id}").http_address + "/logs"
-    for _ in range(PAGES_MAX):
-        params: dict[str, str | int] = {
-            "topic": topic,
-            "partition_id": partition_id,
-            "offset": start + len(entries),
-            "max_messages": FETCH_PAGE_MESSAGES,
-        }
-        page = poll_until(
-            functools.partial(_page, session, url, params),
-            CONVERGE_TIMEOUT_S,
-            f"broker {broker_id} {topic}/{partition_id} to serve offset {params['offset']}",
-        )
-        if not page:
-            return tuple(entries)
-        entries += [
-            Entry(int(m["offset"]), m.get("key"), str(m["message"]), int(m["timestamp_ms"]))
-            for m in page
-        ]
-    raise RuntimeError(f"broker {broker_id} {topic}/{partition_id}: more than {PAGES_MAX} pages")
-
-
-def _page(
-    session: requests.Session, url: str, params: dict[str, str | int]
-) -> list[dict[str, Any]] | None:
-    """One fetch; None while the replica answers 503 (an election under way)."""
-    with session.get(url, params=params, timeout=READ_TIMEOUT_S) as response:
-        if response.status_code == HTTPStatus.SERVICE_UNAVAILABLE:
-            return None
-        response.raise_for_status()
-        page: list[dict[str, Any]] = response.json()["messages"]
-        return page
-
-
-def database_sums(
-    cluster: LocalCluster,
-    session: requests.Session,
-    broker_id: int,
-    topic: str,
-    partition_id: int,
-    converged: Converged,
-) -> tuple[RangeSum, ...]:
-    """``GET /checksum`` over ``[log start, end)`` in ranges of ``CHECKSUM_RANGE_MESSAGES``."""
-    url = cluster.node(f"broker-{broker_id}").http_address + "/checksum"
-    sums = []
-    for start in range(converged.log_start, converged.end, CHECKSUM_RANGE_MESSAGES):
-        params: dict[str, str | int] = {
-            "topic": topic,
-            "partition_id": partition_id,
-            "start": start,
-            "end": min(converged.end, start + CHECKSUM_RANGE_MESSAGES),
-        }
-        with session.get(
-            url, params=params, headers=cluster.node_headers(), timeout=READ_TIMEOUT_S
-        ) as response:
-            response.raise_for_status()
-            body = response.json()
-        sums.append(
-            RangeSum(int(body["start"]), int(body["end"]), int(body["count"]), str(body["sha256"]))
-        )
-    return tuple(sums)
 
 
 def read_topic(
@@ -226,12 +133,17 @@ def _read_replica(
     partition_id: int,
     converged: Converged | None,
 ) -> ReplicaLog:
-    status = _status(cluster, node, broker_id, topic, partition_id) or {}
+    broker = _name(broker_id)
+    status = broker_replica(cluster, node, broker, topic, partition_id) or {}
     start = int(status.get("log_start_offset", 0))
-    entries = read_from(cluster, node, broker_id, topic, partition_id, start)
+    entries = read_replica(cluster, node, broker, topic, partition_id, start)
     shape = converged or Converged(start, start + len(entries))
-    sums = database_sums(cluster, node, broker_id, topic, partition_id, shape)
+    sums = database_sums(cluster, node, broker, topic, partition_id, shape.end, shape.log_start)
     return ReplicaLog(broker_id, partition_id, entries, sums, start)
+
+
+def _name(broker_id: int) -> str:
+    return f"broker-{broker_id}"
 
 
 def probe_partition(

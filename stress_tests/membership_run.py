@@ -19,8 +19,6 @@ caller's thread; each worker on its own thread.
 from __future__ import annotations
 
 import contextlib
-import json
-import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -65,11 +63,20 @@ from stress_tests.membership_read import (
     read_topic,
 )
 from stress_tests.nemesis import MembershipNemesis, OpRecord
-from stress_tests.network_partition import NetworkPartitioner, available
+from stress_tests.network_partition import partitioner_if_needed
 from stress_tests.polling import WaitTimeoutError, poll_until
-from stress_tests.runner import Drained, WorkerThread, drain_idle, join_workers
+from stress_tests.runner import (
+    Drained,
+    WorkerThread,
+    capped_step,
+    drain_idle,
+    join_workers,
+    publish,
+    run_guarded,
+)
+from stress_tests.session import cluster_session
 from stress_tests.validity import RunFacts
-from stress_tests.workload import ConsumerWorker, ProducerWorker, run_bounded
+from stress_tests.workload import ConsumerWorker, ProducerWorker
 
 MEMBERSHIP_LIMITS = {
     "broker_dead_after_s": "2",
@@ -90,24 +97,10 @@ def membership_cluster(
 ) -> Iterator[LocalCluster]:
     """A fresh cluster of ``BROKERS_START`` brokers with fast re-replication, stopped (and
     any network fault removed) however the block ends."""
-    shutil.rmtree(directory, ignore_errors=True)
-    cluster = LocalCluster(
-        directory,
-        base_port=base_port,
-        brokers=BROKERS_START,
-        limits=MEMBERSHIP_LIMITS,
-        progress=log,
-    )
-    partitions_possible = available() is None
-    try:
-        if partitions_possible:
-            NetworkPartitioner(cluster).reset()
-        cluster.up()
+    with cluster_session(
+        directory, base_port, log, brokers=BROKERS_START, limits=MEMBERSHIP_LIMITS
+    ) as cluster:
         yield cluster
-    finally:
-        if partitions_possible:
-            NetworkPartitioner(cluster).reset()
-        cluster.down()
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +180,33 @@ class MembershipReport:
             ]
         return out
 
+    def json_name(self) -> str:
+        return f"{self.name}-s{self.seed}.json"
+
+    def json_body(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "seed": self.seed,
+            "passed": self.passed,
+            "schedule": self.schedule,
+            "ops": [asdict(op) for op in self.ops],
+            "membership": {"counts": self.membership.counts, "examples": self.membership.examples},
+            "topics": {
+                t.name: {
+                    "acked": t.acked,
+                    "log_starts": t.log_starts,
+                    "counts": t.verdict.counts,
+                    "info": t.verdict.info,
+                    "examples": t.verdict.examples,
+                }
+                for t in self.topics
+            },
+            "acked": self.acked,
+            "duration_s": self.duration_s,
+            "problems": self.problems,
+            "notes": self.notes,
+        }
+
 
 class MembershipRun:
     """Everything one run owns; ``execute`` is the whole run."""
@@ -198,8 +218,8 @@ class MembershipRun:
         self.errors: list[BaseException] = []
         self.loads = [self._load(spec) for spec in config.topics]
         first = self.loads[0]
-        self.network = (
-            _network(cluster) if any(k in NEEDS_NETWORK for k, _ in config.plan.ops) else None
+        self.network = partitioner_if_needed(
+            cluster, any(kind in NEEDS_NETWORK for kind, _ in config.plan.ops)
         )
         tag = f"{first.name}-{int(time.time())}"
         self.injector = FaultInjector(
@@ -334,18 +354,10 @@ class MembershipRun:
     def _producer_step(
         self, load: TopicLoad, worker: ProducerWorker | AckRecordingProducer
     ) -> Callable[[], object]:
-        def step() -> object:
-            if worker.pending or load.recorder.acked_messages() < self.config.messages_max:
-                return worker.step()
-            return None
-
-        return step
+        return capped_step(worker, load.recorder, self.config.messages_max)
 
     def _guarded(self, step: Callable[[], object], deadline_s: float) -> None:
-        try:
-            run_bounded(step, self.stop, deadline_s, self.config.produce_pause_s)
-        except BaseException as exc:  # reported as a problem of the run, not swallowed
-            self.errors.append(exc)
+        run_guarded(step, self.stop, deadline_s, self.config.produce_pause_s, self.errors)
 
     def _operate(self, steps: tuple[OpStep, ...], started_s: float) -> list[str]:
         problems: list[str] = []
@@ -474,50 +486,10 @@ class JudgedTopic:
     notes: list[str]
 
 
-def _network(cluster: LocalCluster) -> NetworkPartitioner:
-    network = NetworkPartitioner(cluster)
-    network.reset()
-    return network
-
-
 def run_membership(
     cluster: LocalCluster,
     config: MembershipConfig,
     out_dir: Path | None = None,
     log: Callable[[str], None] = print,
 ) -> MembershipReport:
-    report = MembershipRun(cluster, config, log).execute()
-    for line in report.lines():
-        log(line)
-    if out_dir is not None:
-        write_report(report, out_dir)
-    return report
-
-
-def write_report(report: MembershipReport, out_dir: Path) -> Path:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{report.name}-s{report.seed}.json"
-    body = {
-        "name": report.name,
-        "seed": report.seed,
-        "passed": report.passed,
-        "schedule": report.schedule,
-        "ops": [asdict(op) for op in report.ops],
-        "membership": {"counts": report.membership.counts, "examples": report.membership.examples},
-        "topics": {
-            t.name: {
-                "acked": t.acked,
-                "log_starts": t.log_starts,
-                "counts": t.verdict.counts,
-                "info": t.verdict.info,
-                "examples": t.verdict.examples,
-            }
-            for t in report.topics
-        },
-        "acked": report.acked,
-        "duration_s": report.duration_s,
-        "problems": report.problems,
-        "notes": report.notes,
-    }
-    path.write_text(json.dumps(body, indent=2) + "\n")
-    return path
+    return publish(MembershipRun(cluster, config, log).execute(), out_dir, log)

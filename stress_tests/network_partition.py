@@ -76,6 +76,16 @@ def group_pids(pgid: int) -> list[int]:
     return pids
 
 
+def partitioner_if_needed(cluster: LocalCluster, needed: bool) -> NetworkPartitioner | None:
+    """A partitioner for ``cluster`` with every rule of ours removed (a crashed run's too);
+    None when the run makes no partition (so it also runs where partitions cannot be made)."""
+    if not needed:
+        return None
+    network = NetworkPartitioner(cluster)
+    network.reset()
+    return network
+
+
 class NetworkPartitioner:
     def __init__(self, cluster: LocalCluster) -> None:
         self._cluster = cluster

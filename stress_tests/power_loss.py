@@ -43,7 +43,7 @@ from stress_tests.final_read import final_read
 from stress_tests.history import FaultRecord, Recorder
 from stress_tests.polling import WaitTimeoutError, poll_until
 from stress_tests.powercut import PowerCutFS, fuse_unavailable_reason
-from stress_tests.runner import RunReport, write_report
+from stress_tests.runner import RunReport, publish
 from stress_tests.session import base_arguments, seed_or_clock, work_dir
 from stress_tests.validity import ConsumerEnd, consumer_problems
 from stress_tests.workload import (
@@ -532,11 +532,7 @@ def run_long(
     else:  # a run that cannot cut power proves nothing: it fails, saying why
         problem = f"invalid: the power-cut file system cannot run here: {reason}"
         report = RunReport(config.topic, seed, [], Verdict(), [], 0, 0.0, False, 0, [problem])
-    for line in report.lines():
-        log(line)
-    if out_dir is not None:
-        write_report(report, out_dir)
-    return report
+    return publish(report, out_dir, log)
 
 
 def _shortened(text: str, head: int = 600, tail: int = 1500) -> str:

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 from raftq import Admin, ClientLimits
 from raftq.cluster import LocalCluster
@@ -28,7 +29,7 @@ from stress_tests.credentials import require_admin_key
 from stress_tests.faults import FaultInjector
 from stress_tests.final_read import final_read
 from stress_tests.history import FaultRecord, Recorder
-from stress_tests.network_partition import NetworkPartitioner
+from stress_tests.network_partition import partitioner_if_needed
 from stress_tests.scheduler import NEEDS_NETWORK, FaultPlan, FaultStep, schedule
 from stress_tests.validity import ConsumerEnd, RunFacts
 from stress_tests.workload import (
@@ -114,6 +115,28 @@ class RunReport:
             out.append(f"  failover {kind:<26} p50 {p50:.2f} s  max {worst:.2f} s  (n={n})")
         return out
 
+    def json_name(self) -> str:
+        return f"{self.name}.json"
+
+    def json_body(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "seed": self.seed,
+            "passed": self.passed,
+            "schedule": self.schedule,
+            "counts": self.verdict.counts,
+            "info": self.verdict.info,
+            "examples": self.verdict.examples,
+            "faults": [asdict(f) for f in self.faults],
+            "acked": self.acked,
+            "duration_s": self.duration_s,
+            "problems": self.problems,
+            "notes": self.notes,
+            "failover": {
+                k: {"p50_s": v[0], "max_s": v[1], "n": v[2]} for k, v in self.failover().items()
+            },
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class WorkerThread:
@@ -157,6 +180,34 @@ def drain_idle(
     return Drained(tuple(w.thread.name for w in hung), tuple(ends), tuple(c.name for c in drained))
 
 
+def capped_step(
+    worker: ResendingProducer, recorder: Recorder, messages_max: int
+) -> Callable[[], object]:
+    """The worker's step while ``recorder`` holds fewer than ``messages_max`` acknowledged
+    messages; past that, only while the worker has a batch pending (no new batch starts)."""
+
+    def step() -> object:
+        if worker.pending or recorder.acked_messages() < messages_max:
+            return worker.step()
+        return None
+
+    return step
+
+
+def run_guarded(
+    step: Callable[[], object],
+    stop: threading.Event,
+    deadline_s: float,
+    pause_s: float,
+    errors: list[BaseException],
+) -> None:
+    """``run_bounded``; whatever it raises goes into ``errors`` (a worker thread's target)."""
+    try:
+        run_bounded(step, stop, deadline_s, pause_s)
+    except BaseException as exc:  # reported as a problem of the run, not swallowed
+        errors.append(exc)
+
+
 class Run:
     """Everything one run owns; ``execute`` is the whole run."""
 
@@ -195,7 +246,9 @@ class Run:
             )
             for i in range(config.consumers)
         ]
-        self.network = _network_if_needed(cluster, config.plan)
+        self.network = partitioner_if_needed(
+            cluster, any(kind in NEEDS_NETWORK for kind, _ in config.plan.faults)
+        )
         self.injector = FaultInjector(
             cluster, topic, self.recorder, f"{tag}-probe", self.network, log
         )
@@ -274,18 +327,10 @@ class Run:
         return workers
 
     def _producer_step(self, worker: ProducerWorker) -> Callable[[], object]:
-        def step() -> object:
-            if worker.pending or self.recorder.acked_messages() < self.config.messages_max:
-                return worker.step()
-            return None
-
-        return step
+        return capped_step(worker, self.recorder, self.config.messages_max)
 
     def _guarded(self, step: Callable[[], object], deadline_s: float) -> None:
-        try:
-            run_bounded(step, self.stop, deadline_s, self.config.produce_pause_s)
-        except BaseException as exc:  # reported as a problem of the run, not swallowed
-            self.errors.append(exc)
+        run_guarded(step, self.stop, deadline_s, self.config.produce_pause_s, self.errors)
 
     def _inject(
         self, steps: tuple[FaultStep, ...], started_s: float
@@ -337,21 +382,30 @@ def _round_robin(steps: list[Callable[[], object]]) -> Callable[[], object]:
     return step
 
 
-def _network_if_needed(cluster: LocalCluster, plan: FaultPlan) -> NetworkPartitioner | None:
-    if not any(kind in NEEDS_NETWORK for kind, _ in plan.faults):
-        return None
-    network = NetworkPartitioner(cluster)
-    network.reset()
-    return network
-
-
 def run(
     cluster: LocalCluster,
     config: RunConfig,
     out_dir: Path | None = None,
     log: Callable[[str], None] = print,
 ) -> RunReport:
-    report = Run(cluster, config, log).execute()
+    return publish(Run(cluster, config, log).execute(), out_dir, log)
+
+
+class Report(Protocol):
+    """What ``publish`` needs of a run's report (``RunReport``, ``MembershipReport``)."""
+
+    def lines(self) -> list[str]: ...
+
+    def json_name(self) -> str: ...
+
+    def json_body(self) -> dict[str, object]: ...
+
+
+ReportT = TypeVar("ReportT", bound=Report)
+
+
+def publish(report: ReportT, out_dir: Path | None, log: Callable[[str], None]) -> ReportT:
+    """Log the report's lines and, given ``out_dir``, write its JSON there."""
     for line in report.lines():
         log(line)
     if out_dir is not None:
@@ -359,25 +413,8 @@ def run(
     return report
 
 
-def write_report(report: RunReport, out_dir: Path) -> Path:
+def write_report(report: Report, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{report.name}.json"
-    body = {
-        "name": report.name,
-        "seed": report.seed,
-        "passed": report.passed,
-        "schedule": report.schedule,
-        "counts": report.verdict.counts,
-        "info": report.verdict.info,
-        "examples": report.verdict.examples,
-        "faults": [asdict(f) for f in report.faults],
-        "acked": report.acked,
-        "duration_s": report.duration_s,
-        "problems": report.problems,
-        "notes": report.notes,
-        "failover": {
-            k: {"p50_s": v[0], "max_s": v[1], "n": v[2]} for k, v in report.failover().items()
-        },
-    }
-    path.write_text(json.dumps(body, indent=2) + "\n")
+    path = out_dir / report.json_name()
+    path.write_text(json.dumps(report.json_body(), indent=2) + "\n")
     return path

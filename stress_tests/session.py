@@ -10,7 +10,7 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from raftq.cluster import LocalCluster
@@ -28,11 +28,16 @@ def cluster_session(
     base_port: int,
     log: Callable[[str], None] = print,
     hosts: Sequence[str] | None = None,
+    brokers: int | None = None,
+    limits: Mapping[str, str] | None = None,
 ) -> Iterator[LocalCluster]:
     """A running cluster in ``directory`` (emptied first); stopped, with any network fault
-    removed, however the block ends. ``hosts``: one address per node (``--hosts``)."""
+    removed, however the block ends. ``hosts``: one address per node (``--hosts``);
+    ``brokers`` and ``limits``: as ``LocalCluster`` takes them (None: its defaults)."""
     shutil.rmtree(directory, ignore_errors=True)
-    cluster = LocalCluster(directory, base_port=base_port, hosts=hosts, progress=log)
+    cluster = LocalCluster(
+        directory, base_port=base_port, hosts=hosts, brokers=brokers, limits=limits, progress=log
+    )
     partitions_possible = available() is None
     try:
         if partitions_possible:

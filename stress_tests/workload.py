@@ -57,6 +57,36 @@ class PendingBatch:
     """Per value, where its partition acknowledged it on some attempt (the direct path
     sends a batch's partition groups separately), else ``None``; empty: none was."""
 
+    @classmethod
+    def numbered(cls, producer: str, sequence: int, batch_messages: int) -> PendingBatch:
+        """Batch ``sequence`` (1, 2, ...) of ``producer``, started now: values
+        ``<producer>/<n>`` numbered on from the batches before it (each ``batch_messages``
+        long), so every value is unique."""
+        first = (sequence - 1) * batch_messages
+        values = tuple(f"{producer}/{first + i}" for i in range(batch_messages))
+        return cls(sequence, values, time.monotonic())
+
+    def as_send(
+        self,
+        producer: str,
+        outcome: Outcome,
+        positions: tuple[Position, ...] = (),
+        replicas_synced: int | None = None,
+    ) -> Send:
+        """The history's record of this batch, ending now with ``outcome`` (an acknowledged
+        one carries no error detail)."""
+        return Send(
+            producer,
+            self.sequence,
+            self.values,
+            outcome,
+            positions,
+            self.first_try_s,
+            time.monotonic(),
+            "" if outcome is Outcome.ACKED else self.detail,
+            replicas_synced,
+        )
+
 
 class ProducerWorker:
     def __init__(
@@ -86,7 +116,6 @@ class ProducerWorker:
         self._producer: ProducerClient | None = None
         self._pending: PendingBatch | None = None
         self._sequence = 0
-        self._counter = 0
         self.acked_messages = 0
 
     def step(self) -> bool:
@@ -128,10 +157,8 @@ class ProducerWorker:
         return self._pending is not None
 
     def _new_batch(self) -> PendingBatch:
-        values = tuple(f"{self.name}/{self._counter + i}" for i in range(self._batch_messages))
-        self._counter += self._batch_messages
         self._sequence += 1
-        return PendingBatch(self._sequence, values, time.monotonic())
+        return PendingBatch.numbered(self.name, self._sequence, self._batch_messages)
 
     def _ensure_producer(self) -> ProducerClient | None:
         if self._producer is None:
@@ -223,18 +250,7 @@ class ProducerWorker:
     ) -> None:
         if outcome is not Outcome.ACKED and pending.acked:
             self._record_acked_part(pending)
-        self._recorder.send(
-            Send(
-                self.name,
-                pending.sequence,
-                pending.values,
-                outcome,
-                positions,
-                pending.first_try_s,
-                time.monotonic(),
-                "" if outcome is Outcome.ACKED else pending.detail,
-            )
-        )
+        self._recorder.send(pending.as_send(self.name, outcome, positions))
         if outcome is Outcome.ACKED:
             self.acked_messages += len(pending.values)
         self._pending = None

@@ -74,21 +74,18 @@ class BrokerRegistry:
         return len(self._brokers)
 
     def drain(self, broker_id: int, *, version: int) -> Outcome:
-        known = self.get(BrokerId(broker_id)) if isinstance(broker_id, int) else None
-        if known is None:
-            return Outcome.UNKNOWN_BROKER
-        if known.draining:
-            return Outcome.UNCHANGED
-        self._brokers[known.broker_id] = replace(known, draining=True, version=version)
-        return Outcome.UPDATED
+        return self._set_draining(broker_id, True, version)
 
     def cancel_drain(self, broker_id: int, *, version: int) -> Outcome:
+        return self._set_draining(broker_id, False, version)
+
+    def _set_draining(self, broker_id: int, draining: bool, version: int) -> Outcome:
         known = self.get(BrokerId(broker_id)) if isinstance(broker_id, int) else None
         if known is None:
             return Outcome.UNKNOWN_BROKER
-        if not known.draining:
+        if bool(known.draining) is draining:
             return Outcome.UNCHANGED
-        self._brokers[known.broker_id] = replace(known, draining=False, version=version)
+        self._brokers[known.broker_id] = replace(known, draining=draining, version=version)
         return Outcome.UPDATED
 
     def remove(self, broker_id: int, *, version: int) -> Outcome:

@@ -29,43 +29,13 @@ from spark_jobs.rows import TopicBatch, cut_batches
 from unit_tests.manager.test_service import StubBrokers
 from unit_tests.raftq.fake_service import FakeService
 from unit_tests.raftq.test_direct_path import serve_map
-from unit_tests.spark_jobs.test_rows_and_writes import FAST
+from unit_tests.spark_jobs.test_rows_and_writes import FAST, RememberingPartition
 
 LIMITS = Limits()
 ROWS = 20
 FAIL_AFTER_ROWS = 12
 KEYS = {int(partition_for_key(f"k{i}", 2)): f"k{i}" for i in range(20)}
 COUNTS = {"t": 2}
-
-
-class Partition:
-    """One partition's de-duplication: the last sequence per producer, and the offsets of
-    its last ``remembered`` batches (older ones answer 409 40902)."""
-
-    def __init__(self, partition_id: int, remembered: int) -> None:
-        self.partition_id = partition_id
-        self.log: list[str] = []
-        self.last: dict[str, int] = {}
-        self.batches: dict[tuple[str, int], list[int]] = {}
-        self.remembered = remembered
-
-    def store(self, body: dict[str, object]) -> tuple[int, dict[str, object]]:
-        """A broker's answer to ``POST /logs``."""
-        producer, sequence, messages = body["producer_id"], body["sequence"], body["messages"]
-        assert isinstance(producer, str) and isinstance(sequence, int)
-        assert isinstance(messages, list)
-        if (producer, sequence) in self.batches:
-            offsets = self.batches[(producer, sequence)]
-        elif sequence <= self.last.get(producer, -1):
-            return 409, {"error_code": 40902, "message": "sequence out of order"}
-        else:
-            offsets = list(range(len(self.log), len(self.log) + len(messages)))
-            self.log.extend(str(m["message"]) for m in messages)
-            self.last[producer] = sequence
-            self.batches[(producer, sequence)] = offsets
-            self.batches.pop((producer, sequence - self.remembered), None)
-        ack = {"partition_id": self.partition_id, "durability": "fsync"}
-        return 201, {"partition_id": self.partition_id, "offsets": offsets, "ack": ack}
 
 
 def attempt(fail_after: int | None) -> Iterator[TopicBatch]:
@@ -77,12 +47,12 @@ def attempt(fail_after: int | None) -> Iterator[TopicBatch]:
         yield batch
 
 
-def partitions() -> list[Partition]:
+def partitions() -> list[RememberingPartition]:
     # Partition 1 remembers only its last batch: a replay of older ones gets 409 there.
-    return [Partition(0, remembered=100), Partition(1, remembered=1)]
+    return [RememberingPartition(100, partition_id=0), RememberingPartition(1, partition_id=1)]
 
 
-def run_task_twice(url: str, stored: list[Partition], *, direct: bool) -> int:
+def run_task_twice(url: str, stored: list[RememberingPartition], *, direct: bool) -> int:
     """The first attempt dies part way, the retry runs to the end: batches it skipped."""
     with pytest.raises(RuntimeError, match="executor lost"):
         write_batches(
@@ -116,7 +86,7 @@ def test_a_replayed_task_on_the_direct_path_skips_batches_stored_before() -> Non
 class PartitionBrokers(StubBrokers):
     """The manager's broker client, answered by the partitions themselves."""
 
-    def __init__(self, stored: list[Partition]) -> None:
+    def __init__(self, stored: list[RememberingPartition]) -> None:
         super().__init__()
         self.stored = stored
 
@@ -129,7 +99,9 @@ class PartitionBrokers(StubBrokers):
         return HttpAnswer(status, answer, {})
 
 
-def router_as_load_balancer(service: FakeService, stored: list[Partition]) -> ThreadPoolExecutor:
+def router_as_load_balancer(
+    service: FakeService, stored: list[RememberingPartition]
+) -> ThreadPoolExecutor:
     """``service`` answers ``/producers`` and ``/logs`` with the manager's real router."""
     executor = ThreadPoolExecutor(2)
     registry, brokers = LocalRegistry(), PartitionBrokers(stored)

@@ -104,29 +104,44 @@ def test_producer_ids_are_stable_and_bounded() -> None:
 class RememberingPartition:
     """POST /logs like one partition: the last sequence per producer and the offsets of its
     last ``remembered`` batches; a retried remembered batch returns its offsets, an older
-    one gets 409 40902."""
+    one gets 409 40902. ``handle`` answers as the load balancer does for a topic of this one
+    partition, ``store`` as the partition's broker does."""
 
-    def __init__(self, remembered: int = 8) -> None:
+    def __init__(self, remembered: int = 8, partition_id: int = 0) -> None:
+        self.partition_id = partition_id
         self.log: list[str] = []
         self.last: dict[str, int] = {}
         self.batches: dict[tuple[str, int], list[int]] = {}
         self.remembered = remembered
 
     def handle(self, params: dict[str, object]) -> tuple[int, object]:
+        offsets = self._append(params)
+        if offsets is None:
+            return 409, {"error_code": 40902, "message": "sequence out of order"}
+        return 201, {"offsets": [{"partition_id": self.partition_id, "offset": o} for o in offsets]}
+
+    def store(self, body: dict[str, object]) -> tuple[int, dict[str, object]]:
+        offsets = self._append(body)
+        if offsets is None:
+            return 409, {"error_code": 40902, "message": "sequence out of order"}
+        ack = {"partition_id": self.partition_id, "durability": "fsync"}
+        return 201, {"partition_id": self.partition_id, "offsets": offsets, "ack": ack}
+
+    def _append(self, params: dict[str, object]) -> list[int] | None:
+        """The batch's offsets (a remembered batch's, else appended now); None: out of order."""
         producer, sequence, messages = params["producer_id"], params["sequence"], params["messages"]
         assert isinstance(producer, str) and isinstance(sequence, int)
         assert isinstance(messages, list)
         if (producer, sequence) in self.batches:
-            offsets = self.batches[(producer, sequence)]
-        elif sequence <= self.last.get(producer, -1):
-            return 409, {"error_code": 40902, "message": "sequence out of order"}
-        else:
-            offsets = list(range(len(self.log), len(self.log) + len(messages)))
-            self.log.extend(str(m["message"]) for m in messages)
-            self.last[producer] = sequence
-            self.batches[(producer, sequence)] = offsets
-            self.batches.pop((producer, sequence - self.remembered), None)
-        return 201, {"offsets": [{"partition_id": 0, "offset": o} for o in offsets]}
+            return self.batches[(producer, sequence)]
+        if sequence <= self.last.get(producer, -1):
+            return None
+        offsets = list(range(len(self.log), len(self.log) + len(messages)))
+        self.log.extend(str(m["message"]) for m in messages)
+        self.last[producer] = sequence
+        self.batches[(producer, sequence)] = offsets
+        self.batches.pop((producer, sequence - self.remembered), None)
+        return offsets
 
 
 def attempt(rows: int, fail_after: int | None) -> Iterator[TopicBatch]:

@@ -66,6 +66,9 @@ class Batch:
     """Direct path: each message's offset once its partition acknowledged it on some attempt,
     else ``None``; empty until a partition answered. Reported with a failure
     (``ProduceError.acked_in_batch``): those messages are stored whatever the rest does."""
+    outcome_unknown: bool = False
+    """An attempt failed without proving it stored nothing: its Raft entry may still be
+    applied later, so a later attempt's "nothing done" says nothing of the batch."""
 
 
 def message_bytes(message: NewMessage) -> int:
@@ -231,7 +234,10 @@ class Producer:
             return self._send_registered(batch)
         except UnavailableError as exc:
             # Read before anything drops the batch: ``_send`` keeps its acks on the one queued.
-            acked = _acked_part(self._in_flight or batch)
+            queued = self._in_flight or batch
+            acked = _acked_part(queued)
+            if exc.outcome_unknown:
+                self._in_flight = replace(queued, outcome_unknown=True)
             raise ProduceError(
                 f"batch with sequence {batch.sequence} ({len(batch.messages)} messages) not "
                 f"acknowledged: {exc}. It stays queued; flush() resends it with the same "
@@ -242,11 +248,17 @@ class Producer:
                 acked_in_batch=acked,
             ) from exc
         except (ApiError, ProtocolError) as exc:
-            acked = _acked_part(self._in_flight or batch)
+            queued = self._in_flight or batch
+            acked = _acked_part(queued)
             self._in_flight = None
             # A final answer after an attempt whose outcome is unknown (say a 401 once the
-            # key was revoked, after a timeout) proves nothing about that attempt.
-            unknown = isinstance(exc, ProtocolError) or exc.after_unknown_outcome
+            # key was revoked, after a timeout, in this flush or an earlier one) proves
+            # nothing about that attempt: its entry may still be applied later.
+            unknown = (
+                isinstance(exc, ProtocolError)
+                or exc.after_unknown_outcome
+                or queued.outcome_unknown
+            )
             done = (
                 "dropped, maybe stored by an earlier attempt" if unknown else "rejected and dropped"
             )

@@ -93,7 +93,8 @@ def consumer_problems(consumers: tuple[ConsumerEnd, ...], drain_s: float) -> lis
 def notes(facts: RunFacts) -> list[str]:
     """What is tolerated but worth showing: errors of consumers that caught up."""
     return [
-        f"consumer {c.name}: {c.errors} errors, tolerated (caught up afterwards)"
+        f"consumer {c.name}: {c.errors} errors, tolerated (caught up afterwards); the last: "
+        f"{c.last_error}"
         for c in facts.consumers
         if c.errors and c.caught_up
     ]

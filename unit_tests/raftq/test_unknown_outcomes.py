@@ -127,6 +127,39 @@ def test_a_refusal_after_an_unknown_attempt_keeps_the_poll(service: FakeService)
     assert len({(p["request_id"], p["sequence"], p["max_messages"]) for p in polls}) == 1
 
 
+def test_a_poll_whose_outcome_was_unknown_is_kept_past_a_later_refusal(
+    service: FakeService,
+) -> None:
+    """One poll() ends with an unknown outcome (its entry may be committed later, by the
+    next leader); the next poll() of it is refused with an answer proving only that *this*
+    attempt claimed nothing. The poll must stay pending (same sequence), or the range the
+    first attempt claims once its entry commits is skipped (found by the membership
+    nemesis, seed 202: 14 messages)."""
+    service.script("GET", "/logs", *[UNAVAILABLE] * FAST.attempts_max, TOO_MANY)
+    service.default("GET", "/logs", lambda _p: (200, {"messages": [record(0, 0)]}))
+    with Consumer(service.url, "t", direct=False, limits=FAST) as consumer:
+        with pytest.raises(UnavailableError):
+            consumer.poll(5)
+        with pytest.raises(ApiError):
+            consumer.poll(5)
+        assert len(consumer.poll(5)) == 1
+    polls = service.calls("GET", "/logs")
+    assert len({(p["request_id"], p["sequence"]) for p in polls}) == 1
+
+
+def test_a_batch_whose_outcome_was_unknown_is_not_reported_rejected_by_a_later_refusal(
+    service: FakeService,
+) -> None:
+    service.script("POST", "/logs", *[UNAVAILABLE] * FAST.attempts_max, REVOKED)
+    with Producer(service.url, "t", direct=False, limits=FAST) as producer:
+        with pytest.raises(ProduceError) as retained:
+            producer.produce_batch(["m"])
+        assert retained.value.retained and retained.value.outcome_unknown
+        with pytest.raises(ProduceError, match="maybe stored") as dropped:
+            producer.flush()
+        assert dropped.value.outcome_unknown and not dropped.value.retained
+
+
 def test_a_consumer_the_managers_forgot_registers_again_and_repeats_the_poll(
     service: FakeService,
 ) -> None:

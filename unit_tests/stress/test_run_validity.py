@@ -33,7 +33,9 @@ def only_problem(**changes: object) -> str:
 
 def test_a_valid_run_has_no_problem_and_shows_its_tolerated_consumer_errors() -> None:
     assert problems(VALID) == []
-    assert notes(VALID) == ["consumer c1: 7 errors, tolerated (caught up afterwards)"]
+    assert notes(VALID) == [
+        "consumer c1: 7 errors, tolerated (caught up afterwards); the last: timeout"
+    ]
 
 
 def test_too_few_acknowledgements_make_the_run_invalid() -> None:

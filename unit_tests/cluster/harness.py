@@ -88,6 +88,10 @@ class Cluster:
         try:
             self.down()
         finally:
+            # Nodes a test started itself (``local.start_node``) were stopped by ``down``:
+            # reap them here, or their handles warn when collected, in another test.
+            if hasattr(self, "local"):
+                self.local.detach()
             self.http.close()
             self.internal.close()
 

@@ -106,9 +106,16 @@ def read_replica(cluster: Cluster, broker_id: int, topic: str, partition_id: int
     )
 
 
-def partition_brokers(cluster: Cluster, topic: str) -> dict[int, list[int]]:
-    """partition id → broker ids of its replicas."""
-    body = cluster.get("/partitions", topic=topic).json()
+def partition_brokers(cluster: Cluster, topic: str, wait_s: float = 60.0) -> dict[int, list[int]]:
+    """partition id → broker ids of its replicas; asked again (bounded) while the managers
+    answer no list (right after a restart of every node they may have no leader yet: the
+    power-loss test's CI run once met a 503 here)."""
+
+    def listed() -> dict[str, Any] | None:
+        response = cluster.get("/partitions", topic=topic)
+        return response.json() if response.status_code == 200 else None
+
+    body = poll_until(listed, wait_s, f"the partitions of {topic}")
     return {p["partition_id"]: [r["broker_id"] for r in p["replicas"]] for p in body["partitions"]}
 
 

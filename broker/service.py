@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker.partition.consensus import Entry
-from broker.partition.log import PartitionLog
 from broker.persistence.store import MessageStore, RangeChecksum
 from broker.replica import HostedReplica
 from protocol.deadline import Deadline
@@ -207,8 +206,7 @@ class BrokerService:
             durability=durability,
             raft_term=entry.term,
             raft_index=entry.index,
-            # What the wait for min_insync_replicas saw, if more than the proposal knew.
-            replicas_synced=max(entry.replicas_synced, holding if entry.replicas_synced else 0),
+            replicas_synced=_synced(entry, holding),
             replicas_flushed=flushed,
         )
         return [Offset(o) for o in range(appended.start, appended.end)], ack
@@ -248,22 +246,24 @@ class BrokerService:
         wanted = replica.partition.read(lambda log: log.limits.min_insync_replicas)
         if wanted <= len(replica.spec.replicas) // 2 + 1:
             return 0  # the commit itself proves a majority holds it
-        wait_s = self._limits.min_insync_ack_wait_s_max
-        if deadline is not None:
-            wait_s = deadline.bound(wait_s, time.monotonic())
-        until_s = time.monotonic() + wait_s
-        while (holding := replica.partition.replicas_holding(entry)) < wanted:
-            if time.monotonic() >= until_s:
-                raise RaftQError(
-                    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-                    f"{replica.partition.name}: the batch is committed (Raft term "
-                    f"{entry.term}, index {entry.index}) but {holding} of "
-                    f"{len(replica.spec.replicas)} replicas hold it, and its topic's "
-                    f"min_insync_replicas is {wanted}: not acknowledged; retry with the "
-                    "same sequence",
-                )
-            time.sleep(self._limits.flushed_ack_poll_s)
-        return holding
+
+        def refusal(holding: int, _wait_s: float) -> RaftQError:
+            return RaftQError(
+                ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                f"{replica.partition.name}: the batch is committed (Raft term "
+                f"{entry.term}, index {entry.index}) but {holding} of "
+                f"{len(replica.spec.replicas)} replicas hold it, and its topic's "
+                f"min_insync_replicas is {wanted}: not acknowledged; retry with the same "
+                "sequence",
+            )
+
+        return self._wait_for_replicas(
+            lambda: replica.partition.replicas_holding(entry),
+            wanted,
+            self._limits.min_insync_ack_wait_s_max,
+            deadline,
+            refusal,
+        )
 
     def _replicas_flushed(self, replica: HostedReplica, end: int) -> int:
         flushed = replica.partition.read(lambda log: list(log.flushed_offsets))
@@ -274,21 +274,42 @@ class BrokerService:
     ) -> int:
         """Wait (bounded) until a majority of replicas flushed up to ``end``."""
         majority = len(replica.spec.replicas) // 2 + 1
-        wait_s = self._limits.flushed_ack_wait_s_max
+
+        def refusal(flushed: int, wait_s: float) -> RaftQError:
+            return RaftQError(
+                ErrorCode.COMMIT_TIMEOUT,
+                f"{replica.partition.name}: the batch is stored and synced (Raft term "
+                f"{entry.term}, index {entry.index}) but {flushed} of "
+                f"{len(replica.spec.replicas)} replicas flushed it within {wait_s:.1f} s; "
+                "retry with the same sequence to wait again",
+            )
+
+        return self._wait_for_replicas(
+            lambda: self._replicas_flushed(replica, end),
+            majority,
+            self._limits.flushed_ack_wait_s_max,
+            deadline,
+            refusal,
+        )
+
+    def _wait_for_replicas(
+        self,
+        count: Callable[[], int],
+        wanted: int,
+        wait_s: float,
+        deadline: Deadline | None,
+        refusal: Callable[[int, float], RaftQError],
+    ) -> int:
+        """Poll ``count`` until it reaches ``wanted``, for at most ``wait_s`` and never past
+        the caller's deadline; the count then. On expiry raises ``refusal(count, wait_s)``."""
         if deadline is not None:
             wait_s = deadline.bound(wait_s, time.monotonic())
         until_s = time.monotonic() + wait_s
-        while (flushed := self._replicas_flushed(replica, end)) < majority:
+        while (found := count()) < wanted:
             if time.monotonic() >= until_s:
-                raise RaftQError(
-                    ErrorCode.COMMIT_TIMEOUT,
-                    f"{replica.partition.name}: the batch is stored and synced (Raft term "
-                    f"{entry.term}, index {entry.index}) but {flushed} of "
-                    f"{len(replica.spec.replicas)} replicas flushed it within {wait_s:.1f} s; "
-                    "retry with the same sequence to wait again",
-                )
+                raise refusal(found, wait_s)
             time.sleep(self._limits.flushed_ack_poll_s)
-        return flushed
+        return found
 
     def pop(
         self,
@@ -488,15 +509,19 @@ class BrokerService:
         )
 
 
+def _synced(entry: Entry, holding: int) -> int:
+    """How many replicas synced the entry to their journals, as its ack reports it: 0 for
+    an entry proposed unsynced (``durability=replicated``), else what the wait for
+    ``min_insync_replicas`` saw (``holding``) when that is more than the proposal knew."""
+    if entry.replicas_synced == 0:
+        return 0
+    return max(entry.replicas_synced, holding)
+
+
 def _stored(replica: HostedReplica, producer_id: str | None, sequence: int | None) -> bool:
     """The partition already holds this producer's batch ``sequence``: a repeat (of an
     attempt whose answer was lost, or not acknowledged) is answered as the duplicate it
     is, never refused as if nothing had been stored."""
     if producer_id is None or sequence is None:
         return False
-
-    def known(log: PartitionLog) -> bool:
-        producer = log.producers.get(producer_id)
-        return producer is not None and sequence in producer.ranges
-
-    return replica.partition.read(known)
+    return replica.partition.read(lambda log: log.holds_batch(producer_id, sequence))

@@ -334,6 +334,12 @@ class PartitionLog:
         copy ``[its flushed offset, evicted_offset)`` from a peer's database."""
         return self.flushed_offsets[replica_id] < self.evicted_offset
 
+    def holds_batch(self, producer_id: str, sequence: int) -> bool:
+        """This producer's batch ``sequence`` is stored and still remembered: its repeat is
+        the duplicate ``append`` answers (``_seen_sequence``), not a new batch."""
+        producer = self.producers.get(producer_id)
+        return producer is not None and sequence in producer.ranges
+
     def read(self, start: int, end: int) -> list[tuple[Offset, MessageTuple]]:
         """Messages of ``[start, end)`` still in memory, in offset order."""
         low = max(start, self.evicted_offset)

@@ -84,6 +84,15 @@ def test_sequences_may_skip_but_not_go_back_past_the_window() -> None:
     assert log.end_offset == 3
 
 
+def test_holds_batch_names_exactly_the_remembered_sequences() -> None:
+    """What ``append`` would answer as a duplicate: remembered sequences only."""
+    log = new_log()
+    for sequence in (1, 5, 9):
+        log.append(batch("x"), 1, "p", sequence)
+    assert [log.holds_batch("p", s) for s in (1, 5, 9, 10)] == [False, True, True, False]
+    assert not log.holds_batch("q", 5)
+
+
 def test_least_recently_used_producer_is_forgotten_past_the_bound() -> None:
     log = new_log()
     for producer in ("p1", "p2", "p3", "p4"):

@@ -28,8 +28,6 @@ from runtime import durable_journal
 from runtime.raft_node import RaftNode, raft_conf, raft_failure
 
 _log = logging.getLogger(__name__)
-_ANY_MEMBER = "*"
-"""``transfer_leadership``'s target when none is named: a Raft address never has this form."""
 
 T = TypeVar("T")
 
@@ -186,10 +184,6 @@ class ManagerRaft:
             commit_notice_delay_s=config.limits.raft_commit_notice_delay_s,
         )
 
-        self._transfer_to: str | None = None
-        """Set by a request thread, taken by the tick thread (pysyncobj is not thread-safe)."""
-        self._syncobj.addOnTickCallback(self._transfer_when_asked)
-
     def close(self) -> None:
         self._syncobj.destroy()
 
@@ -200,19 +194,10 @@ class ManagerRaft:
         self._syncobj.change_member(raft_address, add=add, timeout_s=self._commit_timeout_s)
 
     def transfer_leadership(self, raft_address: str | None) -> None:
-        self._transfer_to = raft_address or _ANY_MEMBER
+        self._syncobj.transfer_leadership(raft_address)
 
     def members_answering(self) -> int:
         return self._syncobj.replicas_answering(self._leader_fallback_timeout_s)
-
-    def _transfer_when_asked(self) -> None:
-        target, self._transfer_to = self._transfer_to, None
-        if target is None or not self._syncobj._isLeader():
-            return
-        if target == _ANY_MEMBER:
-            self._syncobj.transferLeadership(None)
-        elif target in self.members():
-            self._syncobj.transferLeadership(target)
 
     # --- reads -------------------------------------------------------------------------------
     def read(self, query: Callable[[ManagerState], T]) -> T:

@@ -51,6 +51,8 @@ from protocol.types import RaftRole
 from runtime.durable_journal import DumpWriter, DurableFileJournal, opened
 
 _LEADER_POLL_S = 0.02
+_ANY_MEMBER = "*"
+"""``transfer_leadership``'s target when none is named: a Raft address never has this form."""
 _ROLES = {0: RaftRole.FOLLOWER, 1: RaftRole.CANDIDATE, 2: RaftRole.LEADER}
 
 
@@ -144,7 +146,11 @@ class RaftNode(SyncObj):
         self._change_lock = threading.Lock()
         self._change_open_term: int | None = None
         """The term in which this node proposed a membership change not yet answered."""
+        self._transfer_to: str | None = None
+        """Set by a request thread, taken by the tick thread: pysyncobj's calls are not
+        thread-safe (``transferLeadership`` sends on the tick thread's connections)."""
         super().__init__(self_node, partners, conf, consumers=consumers)
+        self.addOnTickCallback(self._transfer_when_asked)
         # pysyncobj's tick thread stops once the thread that built the node has ended. A
         # broker builds replicas on the HTTP connection thread of ``POST /partitions``, which
         # ends with its connection: tie the node to the process's main thread instead (it
@@ -221,6 +227,22 @@ class RaftNode(SyncObj):
                     f"{what} has had no Raft leader for {wait_s} s (no majority of replicas?)",
                 )
             time.sleep(_LEADER_POLL_S)
+
+    def transfer_leadership(self, raft_address: str | None) -> None:
+        """Any thread: if this node leads at its next tick, hand leadership to
+        ``raft_address`` (None: to the connected member that holds the most, pysyncobj's
+        choice). One request per tick; pysyncobj refuses unless the target has every entry."""
+        self._transfer_to = raft_address or _ANY_MEMBER
+
+    def _transfer_when_asked(self) -> None:
+        """Tick thread: the transfer asked since the last tick, if this node leads."""
+        target, self._transfer_to = self._transfer_to, None
+        if target is None or not self._isLeader():
+            return
+        if target == _ANY_MEMBER:
+            self.transferLeadership(None)
+        elif target in self.members():
+            self.transferLeadership(target)
 
     def members(self) -> frozenset[str]:
         """The Raft addresses of the other members as this node's log has them (on the

@@ -37,8 +37,6 @@ from runtime.raft_node import RaftNode, raft_conf, raft_failure
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
-_ANY_MEMBER = "*"
-"""``transfer_leadership``'s target when none is named: a Raft address never has this form."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,10 +159,6 @@ class PartitionRaft:
         )
         self._sync.leave_unsynced(self.state, "run_group_unsynced")
         self._sync.addOnTickCallback(self._compact_when_large)
-        self._transfer_to: str | None = None
-        """Set by a request thread, taken by the tick thread: pysyncobj's calls are not
-        thread-safe (``transferLeadership`` sends on the tick thread's connections)."""
-        self._sync.addOnTickCallback(self._transfer_when_asked)
 
     def _compact_when_large(self) -> None:
         """Tick thread: bound the memory the Raft log holds by bytes (see the limit)."""
@@ -176,19 +170,7 @@ class PartitionRaft:
             self._sync.forceLogCompaction()
 
     def transfer_leadership(self, raft_address: str | None) -> None:
-        self._transfer_to = raft_address or _ANY_MEMBER
-
-    def _transfer_when_asked(self) -> None:
-        """Tick thread: one transfer asked since the last tick, if this replica leads
-        (pysyncobj refuses unless the target has every entry; nothing to wait for).
-        ``_ANY_MEMBER``: pysyncobj picks the connected member that holds the most."""
-        target, self._transfer_to = self._transfer_to, None
-        if target is None or not self._sync._isLeader():
-            return
-        if target == _ANY_MEMBER:
-            self._sync.transferLeadership(None)
-        elif target in self._sync.members():
-            self._sync.transferLeadership(target)
+        self._sync.transfer_leadership(raft_address)
 
     def propose(
         self, commands: Sequence[Command], *, synced: bool = True

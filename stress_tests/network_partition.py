@@ -114,6 +114,28 @@ class NetworkPartitioner:
             self._rules.setdefault(peer, []).append(self._raft_ranges(node))
         self.apply()
 
+    def rejoin(self, node: str, peers: Iterable[str]) -> None:
+        """Take back ``isolate(node, peers)``; every other rule stays in force."""
+        peers = [p for p in peers if p != node]
+        self._take_back(node, [self._raft_ranges(p) for p in peers])
+        for peer in peers:
+            self._take_back(peer, [self._raft_ranges(node)])
+        self.apply()
+
+    def _take_back(self, node: str, ranges: list[tuple[int, int]]) -> None:
+        kept = self._rules.get(node, [])
+        for port_range in ranges:
+            kept.remove(port_range)
+        if not kept:
+            self._rules.pop(node, None)
+
+    def block(self, node: str, ports: Iterable[tuple[int, int]]) -> None:
+        """Drop what ``node``'s processes send to each ``(low, high)`` port range; what
+        others send to ``node`` still arrives (one direction, e.g. one broker's HTTP calls
+        to its peers while their Raft traffic flows)."""
+        self._rules.setdefault(node, []).extend(ports)
+        self.apply()
+
     def apply(self) -> None:
         """(Re)write the rules and cgroup membership: a restarted node has new pids."""
         _run("iptables", "-F", CHAIN)

@@ -5,8 +5,9 @@ message in their databases (also what had left memory before they existed, copie
 peer), a consumer gets each message once, and the overview the dashboard draws shows it.
 Then every node restarts, the dead broker included: the moved partitions keep their new
 replicas, serve every message and take writes, and the returned broker drops its stale
-replicas (their Raft files and rows too). Last, ``raftq broker remove`` moves a live
-broker's replicas away first, then retires it."""
+replicas (their Raft files and rows too). Then ``raftq broker remove`` moves a live
+broker's replicas away first, then retires it. Last, a move finishes only once the new
+replica's database holds what left memory (needs iptables and cgroup v2: root)."""
 
 from __future__ import annotations
 
@@ -20,12 +21,14 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from stress_tests.network_partition import NetworkPartitioner, available, partitioner_if_needed
 from unit_tests.cluster.browser import ARTIFACTS, browser, dashboard_cells
 from unit_tests.cluster.client_ops import (
     checksums,
     create_topic,
     end_offset,
     partition_brokers,
+    partition_leader,
     pop_all,
     produce,
     read_replica,
@@ -62,7 +65,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     yield from running_cluster(
         tmp_path_factory.mktemp("rereplication"),
         CLUSTER_BASE_PORTS["rereplication"],
-        limits={"partition_replica_lag_messages_max": str(LAG_MAX)},
+        limits={
+            "partition_replica_lag_messages_max": str(LAG_MAX),
+            # A dump (and the compaction of the log below it) every second that has new
+            # entries: a replica that joins or comes back later gets the state, not the
+            # appends, so it must copy what left memory from a peer's database.
+            "raft_log_compaction_time_min_s": "1",
+        },
         up_args=up_args,
     )
 
@@ -278,3 +287,156 @@ def _held_dead(cluster: Cluster, broker_id: int) -> bool:
         b["broker_id"] == broker_id and not b["alive"]
         for b in cluster.get("/brokers").json()["brokers"]
     )
+
+
+HOLDER_TOPIC = "held"
+HOLDER_BATCHES = 6
+
+
+def test_a_move_finishes_only_once_the_new_replica_holds_what_left_memory(
+    cluster: Cluster,
+) -> None:
+    """Issue 19 item 4 (G8 of the operations review). One replica's Raft traffic is cut
+    while the others take 600 messages, so they evict past it; it comes back but cannot
+    copy what it missed (its HTTP calls to its peers are dropped), and another replica
+    is killed. Its slot moves to the spare broker, which cannot copy either. The move
+    used to finish as soon as the new replica held as much as the slowest other one
+    (nothing), leaving one database, the leader's, with [0, 600): ``wait-replicated``
+    said all was well (with the rule reverted this test fails there). Now the move
+    waits until the new replica's database holds what left memory, and once the copies
+    flow and it has finished, the partition serves every message with that one
+    database's broker killed."""
+    assert available() is None, f"network isolation is needed here: {available()}"
+    if len(_live_brokers(cluster)) < 4:
+        cluster.add_broker()  # four again: the removal above left three
+    brokers = _live_brokers(cluster)
+    assert len(brokers) == 4, brokers  # one spare: the move has one place to go
+    create_topic(cluster, HOLDER_TOPIC, 1)
+    placed = partition_brokers(cluster, HOLDER_TOPIC)[0]
+    holder = partition_leader(cluster, HOLDER_TOPIC, 0)
+    lagging, dying = (b for b in placed if b != holder)
+    spare = next(b for b in brokers if b not in placed)
+    network = partitioner_if_needed(cluster.local, True)
+    assert network is not None
+    try:
+        http_ports = [_http_port(cluster, b) for b in brokers]
+        for broker_id in (lagging, spare):
+            network.block(cluster.broker_name(broker_id), http_ports)
+        sent = _lag_one_replica(cluster, network, lagging, [holder, dying])
+        cluster.kill(cluster.broker_name(dying))
+        wait_until(partial(_new_replica_caught_up, cluster, spare), MOVE_WAIT_S, "the new replica")
+        # The rule before the fix finished the move here: the new replica's database held
+        # as much as the lagging one's. Now it is still moving, for as long as it cannot copy.
+        with pytest.raises(AssertionError, match=r"partition\(s\) left after 5 s"):
+            cluster.cli(
+                "broker", "wait-replicated", "--dir", str(cluster.directory), "--timeout-s", "5"
+            )
+        moving = cluster.get("/overview").json()["partitions"]
+        assert [p["moving"] for p in moving if p["topic"] == HOLDER_TOPIC] != [None], moving
+    finally:
+        network.heal()
+    out = cluster.cli(
+        "broker", "wait-replicated", "--dir", str(cluster.directory), "--timeout-s", "120"
+    )
+    assert "every partition has all its replicas on live brokers" in out, out
+    assert sorted(partition_brokers(cluster, HOLDER_TOPIC)[0]) == sorted([holder, lagging, spare])
+    wait_until(
+        lambda: checksums(cluster, HOLDER_TOPIC, 0, len(sent))[spare][0] == len(sent),
+        WAIT_S,
+        "the new replica's database to hold every message",
+    )
+    cluster.kill(cluster.broker_name(holder))
+    consumer = register_consumer(cluster, HOLDER_TOPIC, 0)
+    assert [m["message"] for m in pop_all(cluster, consumer)] == sent
+    cluster.local.start_node(cluster.broker_name(holder))
+
+
+def _live_brokers(cluster: Cluster) -> list[int]:
+    return [b["broker_id"] for b in cluster.get("/brokers").json()["brokers"] if b["alive"]]
+
+
+def _http_port(cluster: Cluster, broker_id: int) -> tuple[int, int]:
+    port = int(cluster.broker_url(broker_id).rsplit(":", 1)[1])
+    return port, port
+
+
+def _lag_one_replica(
+    cluster: Cluster, network: NetworkPartitioner, lagging: int, others: list[int]
+) -> list[str]:
+    """Cut ``lagging``'s Raft traffic while the ``others`` take ``HOLDER_BATCHES`` batches
+    and evict them (it is more than ``LAG_MAX`` behind), and until their logs were
+    compacted past the eviction; then let it back. Whichever of them leads sends it the
+    state, not the appends (a member replaying them could flush them from memory): it
+    holds nothing in its database and cannot copy. It stays alive for the managers
+    throughout (a pause would get its replica moved). The values sent, in offset order."""
+    producer = register_producer(cluster, HOLDER_TOPIC)
+    names = [cluster.broker_name(b) for b in others]
+    network.isolate(cluster.broker_name(lagging), names)
+    sent: list[str] = []
+
+    def send(values: list[str]) -> None:
+        acks = produce(
+            cluster,
+            producer,
+            len(sent),  # a new sequence per batch
+            [(None, v) for v in values],
+            topic=HOLDER_TOPIC,
+            partition_id=0,
+            deadline_s=WAIT_S,
+        )
+        assert [a.value for a in acks] == values
+        sent.extend(values)
+
+    def compacted_past(index: int) -> bool:
+        """Every log of ``others`` starts after ``index``; a filler message makes the
+        entries a compaction needs (it compacts only when there is something new)."""
+        send([f"filler-{len(sent)}"])
+        statuses = [_raft_status(cluster, b) for b in others]
+        return all(s["commit_index"] - s["log_len"] + 1 > index for s in statuses)
+
+    try:
+        for number in range(HOLDER_BATCHES):
+            send([f"held-{number}-{i}" for i in range(BATCH)])
+        evicted_at = wait_until(
+            lambda: _evicted_at(cluster, others, len(sent) - LAG_MAX),
+            WAIT_S,
+            "the others to evict past the paused replica",
+        )
+        wait_until(partial(compacted_past, evicted_at), WAIT_S, "a compaction past the eviction")
+    finally:
+        network.rejoin(cluster.broker_name(lagging), names)
+    return sent
+
+
+def _evicted_at(cluster: Cluster, brokers: list[int], offset: int) -> int | None:
+    """A Raft index at or after the eviction past ``offset`` (the largest commit index seen
+    before each replica's report), once the replicas on ``brokers`` evicted that far."""
+    index = max(int(_raft_status(cluster, b)["commit_index"]) for b in brokers)
+    evicted = [_report(cluster, b)["evicted_offset"] >= offset for b in brokers]
+    return index if all(evicted) else None
+
+
+def _raft_status(cluster: Cluster, broker_id: int) -> dict[str, Any]:
+    url = f"{cluster.broker_url(broker_id)}/raft_status"
+    for status in cluster.internal.get(url, timeout=10).json()["replicas"]:
+        if status["topic"] == HOLDER_TOPIC:
+            return dict(status)
+    raise KeyError(f"broker {broker_id} does not host {HOLDER_TOPIC}/0")
+
+
+def _report(cluster: Cluster, broker_id: int) -> dict[str, Any]:
+    """The broker's report of its replica of ``HOLDER_TOPIC``/0 (KeyError: not hosted)."""
+    url = f"{cluster.broker_url(broker_id)}/partitions"
+    hosted = cluster.internal.get(url, timeout=10).json()["partitions"]
+    for report in hosted:
+        if report["topic"] == HOLDER_TOPIC:
+            return dict(report)
+    raise KeyError(f"broker {broker_id} does not host {HOLDER_TOPIC}/0")
+
+
+def _new_replica_caught_up(cluster: Cluster, broker_id: int) -> bool:
+    """The new replica has applied every committed entry and its database holds nothing."""
+    report = _report(cluster, broker_id)
+    caught_up = report["caught_up"] is True
+    assert caught_up and report["flushed_offsets"][report["replica_id"]] == 0, report
+    return True

@@ -1,0 +1,301 @@
+"""``GroupLeases``: one consumer group's leased delivery on one partition (issue 20).
+
+The pure core of a work queue, kept in the partition's replicated state like a consumer's
+offset: which offsets are leased to a member and until when, how often each was delivered,
+which wait to be delivered again, which are settled (acknowledged, or dead-lettered).
+Every method takes the time as an argument (the proposer's clock, fixed in the Raft entry)
+and never reads a clock, so every replica that applies the same commands holds the same
+state. No I/O, no threads.
+
+Offsets of one group move through these states (half-open ranges, as everywhere):
+
+    [0, floor)                   settled: acknowledged or dead-lettered, never handed out again
+    leases       (offset → Lease)  in flight: handed to a member until ``expires_ms``
+    waiting      (offset → Wait)   to be handed out (again) from ``ready_ms``: a nack, an
+                                   expired lease, or (per-key ordering) skipped while an
+                                   earlier message of its key was unsettled
+    dead         (offset → Wait)   past ``max_deliveries``: to be produced to the dead-letter
+                                   topic, then settled (``settle_dead``)
+    settled      (set of offsets)  settled above ``floor`` (folded into ``floor`` once
+                                   contiguous)
+    [next_offset, end)             never handed out
+
+A receipt names one delivery: ``(offset, delivery_count)``. Ack, nack and extend are
+idempotent by receipt: the receipt of the current lease acts; one of an earlier delivery
+(its lease ended and the message went to another member) changes nothing and says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+
+from protocol.invariant import check
+from protocol.types import Offset
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSettings:
+    visibility_timeout_ms: int
+    """How long a lease lasts unless extended."""
+    max_deliveries: int
+    """Deliveries after which a message whose lease ends goes to the dead-letter topic
+    instead of being delivered again; 0: no limit."""
+    ordered_by_key: bool = False
+    """A key's next message is not leased while an earlier one of the same key is
+    unsettled (SQS FIFO message groups, Pulsar Key_Shared)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    offset: Offset
+    delivery_count: int
+
+    def to_wire(self) -> str:
+        return f"{self.offset}.{self.delivery_count}"
+
+    @classmethod
+    def from_wire(cls, text: str) -> Receipt | None:
+        """``None`` for anything that is not ``"<offset>.<count>"`` with offset >= 0 and
+        count >= 1."""
+        offset, dot, count = text.partition(".")
+        if not dot or not offset.isdigit() or not count.isdigit():
+            return None
+        if int(count) < 1:
+            return None
+        return cls(Offset(int(offset)), int(count))
+
+
+@dataclass(slots=True)
+class Lease:
+    delivery_count: int
+    expires_ms: int
+    key: str | None
+
+
+@dataclass(slots=True)
+class Wait:
+    delivery_count: int
+    """Deliveries so far (0: skipped for ordering, never delivered)."""
+    ready_ms: int
+    key: str | None
+
+
+class Outcome(Enum):
+    """What an ack, nack or extend did with one receipt."""
+
+    DONE = "done"
+    """It acted on the current lease."""
+    ALREADY = "already"
+    """The message is settled already (a repeat of an ack): nothing to do."""
+    STALE = "stale"
+    """Not the current delivery: the lease ended and the message is waiting or leased to
+    another member; nothing changed (an ack here does not settle it)."""
+    UNKNOWN = "unknown"
+    """The offset was never handed out."""
+
+
+_ZERO = Offset(0)
+
+
+@dataclass(slots=True)
+class GroupLeases:
+    floor: Offset = _ZERO
+    next_offset: Offset = _ZERO
+    leases: dict[int, Lease] = field(default_factory=dict)
+    waiting: dict[int, Wait] = field(default_factory=dict)
+    dead: dict[int, Wait] = field(default_factory=dict)
+    settled: set[int] = field(default_factory=set)
+
+    # --- commands (apply) ------------------------------------------------------------------
+
+    def receive(
+        self,
+        settings: GroupSettings,
+        max_messages: int,
+        now_ms: int,
+        end_offset: int,
+        key_of: Callable[[Offset], str | None],
+        *,
+        leases_max: int,
+        unsettled_max: int,
+        scan_max: int,
+    ) -> list[tuple[Offset, int]]:
+        """Lease up to ``max_messages`` offsets until ``now_ms + visibility_timeout_ms``:
+        first those waiting and ready (lowest offset first), then never-delivered ones from
+        ``next_offset``. Bounded: never more than ``leases_max`` in flight, never more than
+        ``unsettled_max`` handed out and not settled, never more than ``scan_max`` offsets
+        looked at. Returns ``(offset, delivery_count)`` per lease."""
+        self.expire(settings, now_ms)
+        room = min(max_messages, leases_max - len(self.leases))
+        ordered = settings.ordered_by_key
+        blocked = self._keys_unsettled() if ordered else set()
+        leased: list[tuple[Offset, int]] = []
+        scanned = 0
+        for offset in sorted(self.waiting):
+            if len(leased) >= room or scanned >= scan_max:
+                break
+            scanned += 1
+            wait = self.waiting[offset]
+            held = ordered and wait.key is not None and wait.key in blocked
+            if wait.ready_ms <= now_ms and not held:
+                del self.waiting[offset]
+                leased.append(self._lease(settings, Offset(offset), wait, now_ms))
+            if ordered and wait.key is not None:
+                blocked.add(wait.key)  # its later messages wait for this one
+        while (
+            len(leased) < room
+            and scanned < scan_max
+            and self.next_offset < end_offset
+            and self._unsettled() < unsettled_max
+        ):
+            scanned += 1
+            offset = self.next_offset
+            self.next_offset = Offset(offset + 1)
+            wait = Wait(0, now_ms, key_of(offset))
+            if ordered and wait.key is not None and wait.key in blocked:
+                self.waiting[offset] = wait  # handed out in order once its key is free
+                continue
+            leased.append(self._lease(settings, offset, wait, now_ms))
+            if ordered and wait.key is not None:
+                blocked.add(wait.key)
+        self._check_invariants()
+        return leased
+
+    def ack(self, receipts: Iterable[Receipt]) -> list[Outcome]:
+        """Settle each receipt's message (idempotent)."""
+        outcomes = []
+        for receipt in receipts:
+            outcome = self._current(receipt)
+            if outcome is Outcome.DONE:
+                del self.leases[receipt.offset]
+                self._settle(receipt.offset)
+            outcomes.append(outcome)
+        self._check_invariants()
+        return outcomes
+
+    def nack(
+        self, settings: GroupSettings, receipts: Iterable[Receipt], delay_ms: int, now_ms: int
+    ) -> list[Outcome]:
+        """End each receipt's lease now: its message is delivered again from
+        ``now_ms + delay_ms``, or dead-lettered past ``max_deliveries``."""
+        outcomes = []
+        for receipt in receipts:
+            outcome = self._current(receipt)
+            if outcome is Outcome.DONE:
+                self._end_lease(settings, receipt.offset, now_ms + delay_ms)
+            outcomes.append(outcome)
+        self._check_invariants()
+        return outcomes
+
+    def extend(
+        self, receipts: Iterable[Receipt], visibility_timeout_ms: int, now_ms: int
+    ) -> list[Outcome]:
+        """Each current lease now ends at ``now_ms + visibility_timeout_ms`` (never earlier
+        than it did: an extend that arrives late shortens nothing)."""
+        outcomes = []
+        for receipt in receipts:
+            outcome = self._current(receipt)
+            if outcome is Outcome.DONE:
+                lease = self.leases[receipt.offset]
+                lease.expires_ms = max(lease.expires_ms, now_ms + visibility_timeout_ms)
+            outcomes.append(outcome)
+        return outcomes
+
+    def expire(self, settings: GroupSettings, now_ms: int) -> None:
+        """Every lease that ended by ``now_ms`` ends: delivered again at once, or
+        dead-lettered past ``max_deliveries``."""
+        for offset in [o for o, lease in self.leases.items() if lease.expires_ms <= now_ms]:
+            self._end_lease(settings, Offset(offset), now_ms)
+
+    def settle_dead(self, offsets: Iterable[int]) -> None:
+        """The dead-letter topic holds these messages now: settled."""
+        for offset in offsets:
+            if self.dead.pop(offset, None) is not None:
+                self._settle(Offset(offset))
+        self._check_invariants()
+
+    def skip_below(self, log_start_offset: int) -> None:
+        """Retention removed everything below ``log_start_offset``: what the group had not
+        settled there is gone (as for a consumer below the log start, Kafka's
+        auto.offset.reset=earliest)."""
+        if log_start_offset <= self.floor:
+            return
+        for table in (self.leases, self.waiting, self.dead):
+            for offset in [o for o in table if o < log_start_offset]:
+                del table[offset]
+        self.settled = {o for o in self.settled if o >= log_start_offset}
+        self.floor = Offset(log_start_offset)
+        self.next_offset = Offset(max(self.next_offset, log_start_offset))
+        self._fold()
+        self._check_invariants()
+
+    # --- queries ---------------------------------------------------------------------------
+
+    def in_flight(self) -> int:
+        return len(self.leases)
+
+    def pending_dead(self) -> list[tuple[Offset, int]]:
+        """Messages to produce to the dead-letter topic, lowest offset first, with their
+        delivery counts."""
+        return [(Offset(o), self.dead[o].delivery_count) for o in sorted(self.dead)]
+
+    # --- internals -------------------------------------------------------------------------
+
+    def _lease(
+        self, settings: GroupSettings, offset: Offset, wait: Wait, now_ms: int
+    ) -> tuple[Offset, int]:
+        count = wait.delivery_count + 1
+        self.leases[offset] = Lease(count, now_ms + settings.visibility_timeout_ms, wait.key)
+        return offset, count
+
+    def _unsettled(self) -> int:
+        return len(self.leases) + len(self.waiting) + len(self.dead)
+
+    def _current(self, receipt: Receipt) -> Outcome:
+        lease = self.leases.get(receipt.offset)
+        if lease is not None and lease.delivery_count == receipt.delivery_count:
+            return Outcome.DONE
+        if receipt.offset < self.floor or receipt.offset in self.settled:
+            return Outcome.ALREADY
+        if receipt.offset >= self.next_offset:
+            return Outcome.UNKNOWN
+        return Outcome.STALE
+
+    def _end_lease(self, settings: GroupSettings, offset: Offset, ready_ms: int) -> None:
+        lease = self.leases.pop(offset)
+        wait = Wait(lease.delivery_count, ready_ms, lease.key)
+        if settings.max_deliveries and lease.delivery_count >= settings.max_deliveries:
+            self.dead[offset] = wait
+        else:
+            self.waiting[offset] = wait
+
+    def _settle(self, offset: Offset) -> None:
+        self.settled.add(offset)
+        self._fold()
+
+    def _fold(self) -> None:
+        """Move ``floor`` over the settled offsets right above it."""
+        while self.floor in self.settled:
+            self.settled.discard(self.floor)
+            self.floor = Offset(self.floor + 1)
+
+    def _keys_unsettled(self) -> set[str]:
+        """Keys of messages in flight or being dead-lettered: their later messages wait
+        (messages without a key are not ordered)."""
+        leased = [lease.key for lease in self.leases.values()]
+        dead = [wait.key for wait in self.dead.values()]
+        return {key for key in leased + dead if key is not None}
+
+    def _check_invariants(self) -> None:
+        check(self.floor <= self.next_offset, "floor <= next_offset")
+        tables = [set(self.leases), set(self.waiting), set(self.dead), self.settled]
+        check(
+            sum(len(t) for t in tables) == len(set().union(*tables)),
+            "an offset is in at most one of leases, waiting, dead, settled",
+        )
+        check(
+            all(self.floor <= o < self.next_offset for t in tables for o in t),
+            "leases, waiting, dead and settled lie in [floor, next_offset)",
+        )

@@ -1,0 +1,196 @@
+"""``GroupLeases``, the pure core of leased delivery (issue 20): leases, acks, nacks,
+extends, expiry, dead letters, per-key ordering and their bounds, by example and by a
+seeded random walk that checks the delivery rules after every step."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from broker.partition.group_leases import GroupLeases, GroupSettings, Outcome, Receipt
+from protocol.types import Offset
+
+PLAIN = GroupSettings(visibility_timeout_ms=1_000, max_deliveries=3)
+BY_KEY = GroupSettings(visibility_timeout_ms=1_000, max_deliveries=0, ordered_by_key=True)
+BOUNDS = {"leases_max": 100, "unsettled_max": 200, "scan_max": 500}
+
+
+def _receive(
+    group: GroupLeases,
+    n: int,
+    now_ms: int,
+    end: int = 10,
+    settings: GroupSettings = PLAIN,
+    keys: dict[int, str | None] | None = None,
+    **bounds: int,
+) -> list[tuple[Offset, int]]:
+    return group.receive(
+        settings,
+        n,
+        now_ms,
+        end,
+        lambda offset: (keys or {}).get(offset),
+        **{**BOUNDS, **bounds},
+    )
+
+
+def _receipts(leased: list[tuple[Offset, int]]) -> list[Receipt]:
+    return [Receipt(offset, count) for offset, count in leased]
+
+
+def test_a_receive_leases_new_offsets_in_order_and_an_ack_settles_them() -> None:
+    group = GroupLeases()
+    leased = _receive(group, 3, now_ms=0)
+    assert leased == [(0, 1), (1, 1), (2, 1)]
+    assert group.ack(_receipts(leased[:2])) == [Outcome.DONE, Outcome.DONE]
+    assert group.floor == 2 and group.in_flight() == 1
+    assert group.ack(_receipts(leased[:1])) == [Outcome.ALREADY]  # idempotent
+    assert _receive(group, 10, now_ms=10) == [(o, 1) for o in range(3, 10)]
+
+
+def test_an_expired_lease_is_delivered_again_with_a_higher_count() -> None:
+    group = GroupLeases()
+    first = _receive(group, 1, now_ms=0)
+    assert _receive(group, 1, now_ms=999) == [(1, 1)]  # offset 0 still leased
+    assert _receive(group, 1, now_ms=1_000) == [(0, 2)]  # its lease ended at 1,000
+    # The first delivery's receipt is stale now: it neither settles nor ends the new lease.
+    assert group.ack(_receipts(first)) == [Outcome.STALE]
+    assert group.in_flight() == 2 and group.floor == 0
+
+
+def test_a_nack_redelivers_after_its_delay_and_an_extend_keeps_a_lease() -> None:
+    group = GroupLeases()
+    leased = _receive(group, 2, now_ms=0, end=2)
+    assert group.nack(PLAIN, _receipts(leased[:1]), delay_ms=500, now_ms=100) == [Outcome.DONE]
+    assert group.extend(_receipts(leased[1:]), 5_000, now_ms=100) == [Outcome.DONE]
+    assert _receive(group, 5, now_ms=599, end=2) == []
+    assert _receive(group, 5, now_ms=600, end=2) == [(0, 2)]
+    group.ack([Receipt(Offset(0), 2)])
+    assert _receive(group, 5, now_ms=5_099, end=2) == []  # offset 1's lease was extended
+    assert _receive(group, 5, now_ms=5_100, end=2) == [(1, 2)]
+
+
+def test_an_ack_after_a_nack_is_stale_and_the_message_comes_again() -> None:
+    group = GroupLeases()
+    leased = _receipts(_receive(group, 1, now_ms=0, end=1))
+    group.nack(PLAIN, leased, delay_ms=0, now_ms=1)
+    assert group.ack(leased) == [Outcome.STALE]
+    assert _receive(group, 1, now_ms=2, end=1) == [(0, 2)]
+
+
+def test_a_late_extend_never_shortens_a_lease() -> None:
+    group = GroupLeases()
+    leased = _receipts(_receive(group, 1, now_ms=0))
+    group.extend(leased, 10_000, now_ms=0)
+    group.extend(leased, 10, now_ms=50)
+    assert group.leases[0].expires_ms == 10_000
+
+
+def test_past_max_deliveries_a_message_is_dead_lettered_then_settled() -> None:
+    group = GroupLeases()
+    for count in (1, 2, 3):
+        leased = _receive(group, 1, now_ms=count * 10, end=1)
+        assert leased == [(0, count)]
+        group.nack(PLAIN, _receipts(leased), delay_ms=0, now_ms=count * 10)
+    assert group.pending_dead() == [(0, 3)]
+    assert _receive(group, 1, now_ms=100, end=1) == []  # never delivered a fourth time
+    group.settle_dead([0])
+    assert group.pending_dead() == [] and group.floor == 1
+
+
+def test_receipts_of_offsets_never_handed_out_are_unknown() -> None:
+    group = GroupLeases()
+    assert group.ack([Receipt(Offset(5), 1)]) == [Outcome.UNKNOWN]
+    assert group.floor == 0 and not group.settled
+
+
+def test_leases_in_flight_and_unsettled_messages_are_bounded() -> None:
+    group = GroupLeases()
+    assert len(_receive(group, 10, now_ms=0, leases_max=4)) == 4
+    assert _receive(group, 10, now_ms=1, leases_max=4) == []
+    other = GroupLeases()
+    # Ordering holds back every later "k" message: they count toward the bound.
+    keys: dict[int, str | None] = dict.fromkeys(range(10), "k")
+    leased = _receive(other, 10, now_ms=0, settings=BY_KEY, keys=keys, unsettled_max=3)
+    assert leased == [(0, 1)] and other.next_offset == 3 and len(other.waiting) == 2
+
+
+def test_by_key_a_keys_next_message_waits_for_the_earlier_one() -> None:
+    keys: dict[int, str | None] = {0: "a", 1: "a", 2: "b", 3: None, 4: None, 5: "b"}
+    group = GroupLeases()
+    leased = _receive(group, 10, now_ms=0, end=6, settings=BY_KEY, keys=keys)
+    assert [o for o, _ in leased] == [0, 2, 3, 4]  # 1 waits for 0, 5 for 2; no key: free
+    group.ack(_receipts(leased[:1]))  # offset 0 ("a") settled
+    assert [o for o, _ in _receive(group, 10, 1, end=6, settings=BY_KEY, keys=keys)] == [1]
+    # A nacked "b" message keeps its key's next one back until it is delivered again.
+    group.nack(BY_KEY, [Receipt(Offset(2), 1)], delay_ms=100, now_ms=2)
+    assert _receive(group, 10, now_ms=50, end=6, settings=BY_KEY, keys=keys) == []
+    assert _receive(group, 10, now_ms=102, end=6, settings=BY_KEY, keys=keys) == [(2, 2)]
+
+
+def test_retention_below_the_floor_skips_what_was_not_settled() -> None:
+    group = GroupLeases()
+    _receive(group, 3, now_ms=0)
+    group.skip_below(5)
+    assert group.floor == 5 and group.next_offset == 5 and group.in_flight() == 0
+    assert _receive(group, 1, now_ms=1) == [(5, 1)]
+
+
+@pytest.mark.parametrize("text", ["", "1", "1.", ".1", "-1.1", "1.0", "a.1", "1.2.3"])
+def test_malformed_receipts_do_not_parse(text: str) -> None:
+    assert Receipt.from_wire(text) is None
+
+
+def test_receipts_round_trip() -> None:
+    receipt = Receipt(Offset(12), 3)
+    assert Receipt.from_wire(receipt.to_wire()) == receipt
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_random_walk_keeps_the_delivery_rules(seed: int) -> None:
+    """Receives, acks, nacks, extends and time passing at random, with per-key ordering
+    on half the seeds: a message is never leased twice at once, each delivery's count is
+    one more than the last, a key never has two messages in flight (ordered), nothing
+    settled is handed out again, and once every message is acked the floor is the end."""
+    rng = random.Random(seed)
+    settings = BY_KEY if seed % 2 else PLAIN
+    keys = {o: rng.choice(["a", "b", "c", None]) for o in range(60)}
+    group = GroupLeases()
+    delivered: dict[int, int] = {}
+    acked: set[int] = set()
+    now_ms = 0
+    for _ in range(400):
+        now_ms += rng.choice([0, 10, 300, 1_200])
+        leased = _receive(group, rng.randint(1, 5), now_ms, 60, settings, keys)
+        for offset, count in leased:
+            assert offset not in acked, f"settled offset {offset} handed out again"
+            assert count == delivered.get(offset, 0) + 1
+            delivered[offset] = count
+        if settings.ordered_by_key:
+            in_flight = [keys[o] for o in group.leases if keys[o] is not None]
+            assert len(in_flight) == len(set(in_flight)), "a key has two messages in flight"
+        current = [Receipt(Offset(o), lease.delivery_count) for o, lease in group.leases.items()]
+        rng.shuffle(current)
+        chosen = current[: rng.randint(0, len(current))]
+        action = rng.choice(["ack", "ack", "nack", "extend"])
+        if action == "ack":
+            assert set(group.ack(chosen)) <= {Outcome.DONE}
+            acked.update(r.offset for r in chosen)
+        elif action == "nack":
+            group.nack(settings, chosen, rng.choice([0, 500]), now_ms)
+        else:
+            group.extend(chosen, 2_000, now_ms)
+        # A late ack of an earlier delivery changes nothing.
+        stale = [Receipt(Offset(o), c - 1) for o, c in delivered.items() if c > 1]
+        for receipt in rng.sample(stale, min(len(stale), 2)):
+            assert group.ack([receipt]) in ([Outcome.STALE], [Outcome.ALREADY])
+        group.settle_dead([o for o, _ in group.pending_dead()])
+        acked.update(o for o in range(group.floor))
+        acked.update(group.settled)
+    while group.floor < 60:  # drain: ack whatever is handed out
+        now_ms += 2_000
+        leased = _receive(group, 60, now_ms, 60, settings, keys)
+        group.ack(_receipts(leased))
+        group.settle_dead([o for o, _ in group.pending_dead()])
+    assert group.floor == 60 and not group.leases and not group.waiting

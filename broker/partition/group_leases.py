@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
+from protocol import snapshot_fields
 from protocol.invariant import check
 from protocol.types import Offset
 
@@ -73,6 +74,14 @@ class Lease:
     expires_ms: int
     key: str | None
 
+    # Snapshots hold the field values in order (``protocol.snapshot_fields``): a trailing
+    # field added later gets its default in a snapshot written before.
+    def __getstate__(self) -> list[object]:
+        return snapshot_fields.state_of(self)
+
+    def __setstate__(self, state: list[object]) -> None:
+        snapshot_fields.restore(self, state)
+
 
 @dataclass(slots=True)
 class Wait:
@@ -80,6 +89,14 @@ class Wait:
     """Deliveries so far (0: skipped for ordering, never delivered)."""
     ready_ms: int
     key: str | None
+
+    # Snapshots hold the field values in order (``protocol.snapshot_fields``): a trailing
+    # field added later gets its default in a snapshot written before.
+    def __getstate__(self) -> list[object]:
+        return snapshot_fields.state_of(self)
+
+    def __setstate__(self, state: list[object]) -> None:
+        snapshot_fields.restore(self, state)
 
 
 class Outcome(Enum):
@@ -107,6 +124,14 @@ class GroupLeases:
     waiting: dict[int, Wait] = field(default_factory=dict)
     dead: dict[int, Wait] = field(default_factory=dict)
     settled: set[int] = field(default_factory=set)
+
+    # Snapshots hold the field values in order (``protocol.snapshot_fields``): a trailing
+    # field added later gets its default in a snapshot written before.
+    def __getstate__(self) -> list[object]:
+        return snapshot_fields.state_of(self)
+
+    def __setstate__(self, state: list[object]) -> None:
+        snapshot_fields.restore(self, state)
 
     # --- commands (apply) ------------------------------------------------------------------
 

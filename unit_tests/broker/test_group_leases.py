@@ -4,6 +4,7 @@ seeded random walk that checks the delivery rules after every step."""
 
 from __future__ import annotations
 
+import pickle
 import random
 
 import pytest
@@ -194,3 +195,15 @@ def test_a_random_walk_keeps_the_delivery_rules(seed: int) -> None:
         group.ack(_receipts(leased))
         group.settle_dead([o for o, _ in group.pending_dead()])
     assert group.floor == 60 and not group.leases and not group.waiting
+
+
+def test_a_snapshot_restores_the_same_state_and_an_older_one_gets_defaults() -> None:
+    group = GroupLeases()
+    leased = _receive(group, 3, now_ms=0)
+    group.nack(PLAIN, _receipts(leased[:1]), delay_ms=5, now_ms=1)
+    group.ack(_receipts(leased[1:2]))
+    restored = pickle.loads(pickle.dumps(group))
+    assert restored == group
+    older = GroupLeases.__new__(GroupLeases)
+    older.__setstate__([Offset(2), Offset(4)])  # written before the tables existed
+    assert older.leases == {} and older.settled == set() and older.next_offset == 4

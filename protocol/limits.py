@@ -54,6 +54,15 @@ class PartitionLimits:
     """Recent request ids per consumer, of pops without a sequence, whose ranges a repeat
     or a late copy gets back (``partition_consumer_request_ids_max``). 1, only the last
     one, is what replicas created before this limit existed get."""
+    groups_max: int = 100
+    """Consumer groups with leased delivery in one partition (``partition_groups_max``)."""
+    group_leases_max: int = 10_000
+    """Messages one group has in flight in one partition (``partition_group_leases_max``)."""
+    group_unsettled_max: int = 100_000
+    """Messages one group has handed out, or held back for per-key ordering, and not yet
+    settled, in one partition (``partition_group_unsettled_max``)."""
+    group_scan_max: int = 10_000
+    """Offsets one receive looks at in one partition (``partition_group_scan_max``)."""
 
     def to_json(self) -> dict[str, int]:
         return {spec.name: getattr(self, spec.name) for spec in fields(self)}
@@ -90,6 +99,10 @@ _LATER_FIELDS = _RETENTION_FIELDS | {
     "client_idle_expiry_ms",
     "min_insync_replicas",
     "request_ids_remembered",
+    "groups_max",
+    "group_leases_max",
+    "group_unsettled_max",
+    "group_scan_max",
 }
 
 
@@ -136,6 +149,16 @@ class Limits:
     nothing; an older one is taken for a new pop. At most ``partition_consumers_max`` times
     this many ids of up to ``id_chars_max`` characters per partition (16 MB at the
     defaults, reached only by that many raw clients)."""
+    partition_groups_max: int = 100
+    """Consumer groups with leased delivery in one partition (issue 20)."""
+    partition_group_leases_max: int = 10_000
+    """Messages one consumer group may have in flight in one partition: a receive past it
+    answers fewer (or none) until acks, nacks or expiries free room."""
+    partition_group_unsettled_max: int = 100_000
+    """Messages one group has handed out, or held back for per-key ordering, and not yet
+    settled, in one partition (~100 bytes of replicated state each)."""
+    partition_group_scan_max: int = 10_000
+    """Offsets one receive looks at in one partition (bounds the work of one apply)."""
     client_idle_expiry_s: float = 7 * 24 * 3600.0
     """A producer or consumer that no command has named for this long is forgotten: by each
     partition (its dedup window, its offset) and by the managers (its registration). Measured
@@ -304,6 +327,10 @@ class Limits:
             consumers_max=self.partition_consumers_max,
             client_idle_expiry_ms=int(self.client_idle_expiry_s * 1000),
             request_ids_remembered=self.partition_consumer_request_ids_max,
+            groups_max=self.partition_groups_max,
+            group_leases_max=self.partition_group_leases_max,
+            group_unsettled_max=self.partition_group_unsettled_max,
+            group_scan_max=self.partition_group_scan_max,
         )
 
     def validate(self) -> Limits:
@@ -378,6 +405,10 @@ class Limits:
             "http_idle_connection_s_max < http_keepalive_idle_s",
         )
         _require(self.replication_factor % 2 == 1, "replication_factor is odd")
+        _require(
+            self.partition_group_leases_max <= self.partition_group_unsettled_max,
+            "partition_group_leases_max <= partition_group_unsettled_max",
+        )
         return self
 
     def with_overrides(self, overrides: dict[str, str]) -> Limits:

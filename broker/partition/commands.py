@@ -10,6 +10,10 @@ as pickled classes, so renaming or moving a class here can never break a journal
     ("mark_flushed", replica_id, flushed_offset, start, raft_address)
     ("truncate", log_start_offset)
     ("reset_replica", replica_id, raft_address)
+    ("group_receive", group, max_messages, timestamp_ms, request_id,
+        visibility_timeout_ms, max_deliveries, ordered_by_key)
+    ("group_settle", group, action, ((offset, delivery_count), ...), timestamp_ms, duration_ms)
+    ("group_dead", group, (offset, ...))
 
 This tuple layout is a wire protocol: change it only by adding a new tag or a trailing
 field that the decoder still accepts without (``consume`` gained ``timestamp_ms`` for client
@@ -22,6 +26,7 @@ Pure: no I/O; ``from_wire`` is total (anything malformed decodes to ``None``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from protocol.types import Offset, ReplicaId
 
@@ -88,7 +93,54 @@ class ResetReplica:
     (the slot's holder is then unknown, and any mark counts, as before)."""
 
 
-Command = Append | Consume | MarkFlushed | Truncate | ResetReplica
+@dataclass(frozen=True, slots=True)
+class GroupReceive:
+    """Lease up to ``max_messages`` messages to a member of consumer group ``group``
+    (issue 20). The group's settings travel with every receive (the manager's registry
+    holds them), so the partition always applies the latest."""
+
+    group: str
+    max_messages: int
+    timestamp_ms: int
+    request_id: str | None
+    visibility_timeout_ms: int
+    max_deliveries: int
+    ordered_by_key: bool
+
+
+SETTLE_ACTIONS = ("ack", "nack", "extend")
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSettle:
+    """``ack``, ``nack`` or ``extend`` deliveries by receipt: ``(offset, delivery_count)``.
+    ``duration_ms``: a nack's delay, an extend's new visibility timeout (0 for an ack)."""
+
+    group: str
+    action: str
+    receipts: tuple[tuple[int, int], ...]
+    timestamp_ms: int
+    duration_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDeadLettered:
+    """The dead-letter topic holds these offsets of ``group``'s dead messages now."""
+
+    group: str
+    offsets: tuple[int, ...]
+
+
+Command = (
+    Append
+    | Consume
+    | MarkFlushed
+    | Truncate
+    | ResetReplica
+    | GroupReceive
+    | GroupSettle
+    | GroupDeadLettered
+)
 WireCommand = tuple[object, ...]
 
 
@@ -104,6 +156,21 @@ def to_wire(command: Command) -> WireCommand:
             return ("truncate", log_start_offset)
         case ResetReplica(replica_id, raft_address):
             return ("reset_replica", replica_id, raft_address)
+        case GroupReceive(group, max_messages, timestamp_ms, request_id, timeout, most, keyed):
+            return (
+                "group_receive",
+                group,
+                max_messages,
+                timestamp_ms,
+                request_id,
+                timeout,
+                most,
+                keyed,
+            )
+        case GroupSettle(group, action, receipts, timestamp_ms, duration_ms):
+            return ("group_settle", group, action, receipts, timestamp_ms, duration_ms)
+        case GroupDeadLettered(group, offsets):
+            return ("group_dead", group, offsets)
 
 
 def from_wire(wire: object) -> Command | None:
@@ -139,10 +206,51 @@ def from_wire(wire: object) -> Command | None:
         replica_id, address = (*args, None)[:2]
         if _int(replica_id) and _opt(address, str):
             return ResetReplica(ReplicaId(replica_id), address)
+    elif isinstance(tag, str) and tag.startswith("group_"):
+        return _group_command(tag, args)
     return None
 
 
-def _int(value: object) -> bool:
+def _group_command(tag: str, args: tuple[object, ...]) -> Command | None:
+    if tag == "group_receive" and len(args) == 7:
+        group, max_messages, timestamp_ms, request_id, timeout_ms, most, keyed = args
+        if (
+            isinstance(group, str)
+            and _int(max_messages)
+            and _int(timestamp_ms)
+            and (request_id is None or isinstance(request_id, str))
+            and _int(timeout_ms)
+            and _int(most)
+            and isinstance(keyed, bool)
+        ):
+            return GroupReceive(
+                group, max_messages, timestamp_ms, request_id, timeout_ms, most, keyed
+            )
+    elif tag == "group_settle" and len(args) == 5:
+        group, action, receipts, timestamp_ms, duration_ms = args
+        if (
+            isinstance(group, str)
+            and isinstance(action, str)
+            and action in SETTLE_ACTIONS
+            and _pairs(receipts)
+            and _int(timestamp_ms)
+            and _int(duration_ms)
+        ):
+            return GroupSettle(group, action, receipts, timestamp_ms, duration_ms)
+    elif tag == "group_dead" and len(args) == 2:
+        group, offsets = args
+        if isinstance(group, str) and isinstance(offsets, tuple) and all(_int(o) for o in offsets):
+            return GroupDeadLettered(group, offsets)
+    return None
+
+
+def _pairs(value: object) -> TypeGuard[tuple[tuple[int, int], ...]]:
+    return isinstance(value, tuple) and all(
+        isinstance(p, tuple) and len(p) == 2 and _int(p[0]) and _int(p[1]) for p in value
+    )
+
+
+def _int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -33,6 +33,7 @@ from enum import Enum
 
 from protocol import snapshot_fields
 from protocol.invariant import check
+from protocol.limits import PartitionLimits
 from protocol.types import Offset
 
 
@@ -324,3 +325,119 @@ class GroupLeases:
             all(self.floor <= o < self.next_offset for t in tables for o in t),
             "leases, waiting, dead and settled lie in [floor, next_offset)",
         )
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRequest:
+    max_messages: int
+    now_ms: int
+    """The proposer's clock."""
+    request_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupLeased:
+    """What a receive leased: ``(offset, delivery_count)`` per message, in the order to
+    hand them out (a repeat of the same request id gets the same list)."""
+
+    leases: tuple[tuple[Offset, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSettled:
+    """What an ack, nack or extend did, per receipt in the order given."""
+
+    outcomes: tuple[Outcome, ...]
+
+
+@dataclass(slots=True)
+class _Group:
+    settings: GroupSettings
+    leases: GroupLeases = field(default_factory=GroupLeases)
+    receives: dict[str, tuple[tuple[Offset, int], ...]] = field(default_factory=dict)
+    """The leases of the last few receives by request id, oldest first (insertion order):
+    a repeat whose answer was lost gets them again and leases nothing more."""
+
+    def __getstate__(self) -> list[object]:
+        return snapshot_fields.state_of(self)
+
+    def __setstate__(self, state: list[object]) -> None:
+        snapshot_fields.restore(self, state)
+
+
+@dataclass(slots=True)
+class ConsumerGroups:
+    """The consumer groups of one partition, by name: each group's settings (as its
+    latest receive carried them), its ``GroupLeases`` and its recent receives. Part of
+    ``PartitionLog``'s replicated state; pure."""
+
+    groups: dict[str, _Group] = field(default_factory=dict)
+
+    def __getstate__(self) -> list[object]:
+        return snapshot_fields.state_of(self)
+
+    def __setstate__(self, state: list[object]) -> None:
+        snapshot_fields.restore(self, state)
+
+    def receive(
+        self,
+        name: str,
+        settings: GroupSettings,
+        request: GroupRequest,
+        end_offset: int,
+        key_of: Callable[[Offset], str | None],
+        limits: PartitionLimits,
+    ) -> GroupLeased | None:
+        """Lease what ``request`` asks for (``GroupLeases.receive``); a repeat of one of
+        the group's last ``request_ids_remembered`` request ids gets its leases again.
+        ``None``: a new group past ``groups_max`` (nothing changed)."""
+        group = self.groups.get(name)
+        if group is None:
+            if len(self.groups) >= limits.groups_max:
+                return None
+            group = self.groups[name] = _Group(settings)
+        group.settings = settings
+        if request.request_id is not None and request.request_id in group.receives:
+            return GroupLeased(group.receives[request.request_id])
+        leased = group.leases.receive(
+            settings,
+            request.max_messages,
+            request.now_ms,
+            end_offset,
+            key_of,
+            leases_max=limits.group_leases_max,
+            unsettled_max=limits.group_unsettled_max,
+            scan_max=limits.group_scan_max,
+        )
+        if request.request_id is not None:
+            group.receives[request.request_id] = tuple(leased)
+            while len(group.receives) > limits.request_ids_remembered:
+                del group.receives[next(iter(group.receives))]
+        return GroupLeased(tuple(leased))
+
+    def settle(
+        self, name: str, action: str, receipts: Iterable[Receipt], now_ms: int, duration_ms: int
+    ) -> GroupSettled:
+        """``ack``, ``nack`` (again after ``duration_ms``) or ``extend`` (for
+        ``duration_ms`` more) each receipt; a group this partition never saw knows none."""
+        receipts = list(receipts)
+        group = self.groups.get(name)
+        if group is None:
+            return GroupSettled(tuple(Outcome.UNKNOWN for _ in receipts))
+        leases = group.leases
+        if action == "ack":
+            outcomes = leases.ack(receipts)
+        elif action == "nack":
+            outcomes = leases.nack(group.settings, receipts, duration_ms, now_ms)
+        else:
+            outcomes = leases.extend(receipts, duration_ms, now_ms)
+        return GroupSettled(tuple(outcomes))
+
+    def dead_lettered(self, name: str, offsets: Iterable[int]) -> None:
+        group = self.groups.get(name)
+        if group is not None:
+            group.leases.settle_dead(offsets)
+
+    def skip_below(self, log_start_offset: int) -> None:
+        for group in self.groups.values():
+            group.leases.skip_below(log_start_offset)

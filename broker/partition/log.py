@@ -21,10 +21,21 @@ from broker.partition.commands import (
     Append,
     Command,
     Consume,
+    GroupDeadLettered,
+    GroupReceive,
+    GroupSettle,
     KeyValue,
     MarkFlushed,
     ResetReplica,
     Truncate,
+)
+from broker.partition.group_leases import (
+    ConsumerGroups,
+    GroupLeased,
+    GroupRequest,
+    GroupSettings,
+    GroupSettled,
+    Receipt,
 )
 from protocol import snapshot_fields
 from protocol.errors import ErrorCode
@@ -107,7 +118,7 @@ class _Consumer:
 # (key, value, timestamp_ms); a tuple keeps snapshots and memory small.
 MessageTuple = tuple[str | None, str, int]
 
-Result = Appended | Consumed | Flushed | Truncated | Rejected
+Result = Appended | Consumed | Flushed | Truncated | GroupLeased | GroupSettled | Rejected
 
 
 class PartitionLog:
@@ -148,6 +159,8 @@ class PartitionLog:
         self.last_seen_ms: OrderedDict[ClientKey, int] = OrderedDict()
         """Every consumer and producer above, with the partition time of the last command
         naming it; oldest first, so expiry looks only at the front."""
+        self.groups = ConsumerGroups()
+        """Consumer groups with leased delivery (issue 20): leases, acks, dead letters."""
 
     def __setstate__(self, state: dict[str, object]) -> None:
         """Unpickle a snapshot, also one taken before clients expired: its clients are
@@ -157,6 +170,8 @@ class PartitionLog:
             self.durable_end_offset = self.end_offset
         if "holders" not in state:  # no slot was reset with an address before
             self.holders = [None] * len(self.flushed_offsets)
+        if "groups" not in state:  # no consumer group had leases before
+            self.groups = ConsumerGroups()
         self.limits = self.limits.with_every_field()
         if "last_seen_ms" not in state:
             self.clock_ms = 0
@@ -185,7 +200,45 @@ class PartitionLog:
                 return self.truncate(log_start_offset)
             case ResetReplica(replica_id, raft_address):
                 return self.reset_replica(replica_id, raft_address)
+            case GroupReceive() | GroupSettle() | GroupDeadLettered():
+                return self.apply_group(command)
         return Rejected(ErrorCode.INVALID_FIELD, "not a partition command")
+
+    def apply_group(
+        self, command: GroupReceive | GroupSettle | GroupDeadLettered
+    ) -> GroupLeased | GroupSettled | Rejected:
+        """A consumer group's command (issue 20); lease times are partition time."""
+        match command:
+            case GroupReceive(
+                group, max_messages, timestamp_ms, request_id, timeout_ms, most, keyed
+            ):
+                self._advance(timestamp_ms)
+                if max_messages < 1 or timeout_ms < 1 or most < 0:
+                    return Rejected(ErrorCode.INVALID_FIELD, "not a receive")
+                settings = GroupSettings(timeout_ms, most, keyed)
+                request = GroupRequest(max_messages, self.clock_ms, request_id)
+                leased = self.groups.receive(
+                    group, settings, request, self.end_offset, self._key_of, self.limits
+                )
+                if leased is None:
+                    return Rejected(
+                        ErrorCode.TOO_MANY,
+                        f"this partition has {self.limits.groups_max} consumer groups already",
+                    )
+                return leased
+            case GroupSettle(group, action, receipts, timestamp_ms, duration_ms):
+                self._advance(timestamp_ms)
+                settled = [Receipt(Offset(o), c) for o, c in receipts]
+                return self.groups.settle(group, action, settled, self.clock_ms, duration_ms)
+            case GroupDeadLettered(group, offsets):
+                self.groups.dead_lettered(group, offsets)
+                return GroupSettled(())
+
+    def _key_of(self, offset: Offset) -> str | None:
+        """A message's key while it is in memory; ``None`` below the evicted offset (per-key
+        ordering does not see keys of messages that left memory: see ARCHITECTURE.md)."""
+        message = self.messages.get(offset)
+        return None if message is None else message[0]
 
     def append(
         self,
@@ -297,6 +350,7 @@ class PartitionLog:
         new_start = min(log_start_offset, self.evicted_offset)
         if new_start > self.log_start_offset:
             self.log_start_offset = Offset(new_start)
+            self.groups.skip_below(new_start)
         return Truncated(self.log_start_offset)
 
     def reset_replica(self, replica_id: int, raft_address: str | None = None) -> Flushed | Rejected:

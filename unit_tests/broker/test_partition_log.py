@@ -10,7 +10,10 @@ import pytest
 
 from broker.partition.commands import (
     Append,
+    Command,
     Consume,
+    GroupReceive,
+    GroupSettle,
     MarkFlushed,
     ResetReplica,
     from_wire,
@@ -184,7 +187,7 @@ def _random_commands(seed: int, count: int) -> list[tuple[str, tuple[object, ...
     commands: list[tuple[str, tuple[object, ...]]] = []
     end = 0
     for _ in range(count):
-        kind = rng.choice(["append", "consume", "flush"])
+        kind = rng.choice(["append", "consume", "flush", "group"])
         if kind == "append":
             size = rng.randint(1, 4)
             producer = rng.choice([None, "p1", "p2"])
@@ -196,12 +199,26 @@ def _random_commands(seed: int, count: int) -> list[tuple[str, tuple[object, ...
         elif kind == "consume":
             args = (rng.choice(["c1", "c2"]), rng.randint(1, 5), rng.choice(["r1", "r2", None]))
             commands.append(("consume", args))
+        elif kind == "group":
+            commands.append(("apply", (_random_group_command(rng, end),)))
         elif rng.random() < 0.05:  # re-replication: a slot starts again from 0
             commands.append(("reset_replica", (rng.randint(0, 2),)))
         else:
             start = rng.choice([None, rng.randint(0, end)])
             commands.append(("mark_flushed", (rng.randint(0, 2), rng.randint(0, end), start)))
     return commands
+
+
+def _random_group_command(rng: random.Random, end: int) -> Command:
+    group, now_ms = rng.choice(["g1", "g2"]), rng.randint(0, 5_000)
+    if rng.random() < 0.5:
+        request_id = rng.choice(["q1", "q2", None])
+        return GroupReceive(
+            group, rng.randint(1, 4), now_ms, request_id, 1_000, 2, rng.random() < 0.5
+        )
+    receipts = tuple((rng.randint(0, max(end, 1)), rng.randint(1, 3)) for _ in range(3))
+    action = rng.choice(["ack", "nack", "extend"])
+    return GroupSettle(group, action, receipts, now_ms, rng.choice([0, 500]))
 
 
 @pytest.mark.parametrize("seed", range(5))

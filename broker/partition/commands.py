@@ -10,10 +10,10 @@ as pickled classes, so renaming or moving a class here can never break a journal
     ("mark_flushed", replica_id, flushed_offset, start, raft_address)
     ("truncate", log_start_offset)
     ("reset_replica", replica_id, raft_address)
-    ("group_receive", group, max_messages, timestamp_ms, request_id,
+    ("receive", group, max_messages, timestamp_ms, request_id,
         visibility_timeout_ms, max_deliveries, ordered_by_key)
-    ("group_settle", group, action, ((offset, delivery_count), ...), timestamp_ms, duration_ms)
-    ("group_dead", group, (offset, ...))
+    ("settle", group, action, ((offset, delivery_count), ...), timestamp_ms, duration_ms)
+    ("dead_lettered", group, (offset, ...))
 
 This tuple layout is a wire protocol: change it only by adding a new tag or a trailing
 field that the decoder still accepts without (``consume`` gained ``timestamp_ms`` for client
@@ -94,7 +94,7 @@ class ResetReplica:
 
 
 @dataclass(frozen=True, slots=True)
-class GroupReceive:
+class Receive:
     """Lease up to ``max_messages`` messages to a member of consumer group ``group``
     (issue 20). The group's settings travel with every receive (the manager's registry
     holds them), so the partition always applies the latest."""
@@ -112,7 +112,7 @@ SETTLE_ACTIONS = ("ack", "nack", "extend")
 
 
 @dataclass(frozen=True, slots=True)
-class GroupSettle:
+class Settle:
     """``ack``, ``nack`` or ``extend`` deliveries by receipt: ``(offset, delivery_count)``.
     ``duration_ms``: a nack's delay, an extend's new visibility timeout (0 for an ack)."""
 
@@ -124,23 +124,14 @@ class GroupSettle:
 
 
 @dataclass(frozen=True, slots=True)
-class GroupDeadLettered:
+class DeadLettered:
     """The dead-letter topic holds these offsets of ``group``'s dead messages now."""
 
     group: str
     offsets: tuple[int, ...]
 
 
-Command = (
-    Append
-    | Consume
-    | MarkFlushed
-    | Truncate
-    | ResetReplica
-    | GroupReceive
-    | GroupSettle
-    | GroupDeadLettered
-)
+Command = Append | Consume | MarkFlushed | Truncate | ResetReplica | Receive | Settle | DeadLettered
 WireCommand = tuple[object, ...]
 
 
@@ -156,9 +147,9 @@ def to_wire(command: Command) -> WireCommand:
             return ("truncate", log_start_offset)
         case ResetReplica(replica_id, raft_address):
             return ("reset_replica", replica_id, raft_address)
-        case GroupReceive(group, max_messages, timestamp_ms, request_id, timeout, most, keyed):
+        case Receive(group, max_messages, timestamp_ms, request_id, timeout, most, keyed):
             return (
-                "group_receive",
+                "receive",
                 group,
                 max_messages,
                 timestamp_ms,
@@ -167,10 +158,10 @@ def to_wire(command: Command) -> WireCommand:
                 most,
                 keyed,
             )
-        case GroupSettle(group, action, receipts, timestamp_ms, duration_ms):
-            return ("group_settle", group, action, receipts, timestamp_ms, duration_ms)
-        case GroupDeadLettered(group, offsets):
-            return ("group_dead", group, offsets)
+        case Settle(group, action, receipts, timestamp_ms, duration_ms):
+            return ("settle", group, action, receipts, timestamp_ms, duration_ms)
+        case DeadLettered(group, offsets):
+            return ("dead_lettered", group, offsets)
 
 
 def from_wire(wire: object) -> Command | None:
@@ -206,13 +197,13 @@ def from_wire(wire: object) -> Command | None:
         replica_id, address = (*args, None)[:2]
         if _int(replica_id) and _opt(address, str):
             return ResetReplica(ReplicaId(replica_id), address)
-    elif isinstance(tag, str) and tag.startswith("group_"):
-        return _group_command(tag, args)
+    elif tag in ("receive", "settle", "dead_lettered"):
+        return _consumer_group_command(tag, args)
     return None
 
 
-def _group_command(tag: str, args: tuple[object, ...]) -> Command | None:
-    if tag == "group_receive" and len(args) == 7:
+def _consumer_group_command(tag: str, args: tuple[object, ...]) -> Command | None:
+    if tag == "receive" and len(args) == 7:
         group, max_messages, timestamp_ms, request_id, timeout_ms, most, keyed = args
         if (
             isinstance(group, str)
@@ -223,10 +214,8 @@ def _group_command(tag: str, args: tuple[object, ...]) -> Command | None:
             and _int(most)
             and isinstance(keyed, bool)
         ):
-            return GroupReceive(
-                group, max_messages, timestamp_ms, request_id, timeout_ms, most, keyed
-            )
-    elif tag == "group_settle" and len(args) == 5:
+            return Receive(group, max_messages, timestamp_ms, request_id, timeout_ms, most, keyed)
+    elif tag == "settle" and len(args) == 5:
         group, action, receipts, timestamp_ms, duration_ms = args
         if (
             isinstance(group, str)
@@ -236,11 +225,11 @@ def _group_command(tag: str, args: tuple[object, ...]) -> Command | None:
             and _int(timestamp_ms)
             and _int(duration_ms)
         ):
-            return GroupSettle(group, action, receipts, timestamp_ms, duration_ms)
-    elif tag == "group_dead" and len(args) == 2:
+            return Settle(group, action, receipts, timestamp_ms, duration_ms)
+    elif tag == "dead_lettered" and len(args) == 2:
         group, offsets = args
         if isinstance(group, str) and isinstance(offsets, tuple) and all(_int(o) for o in offsets):
-            return GroupDeadLettered(group, offsets)
+            return DeadLettered(group, offsets)
     return None
 
 

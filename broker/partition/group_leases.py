@@ -336,7 +336,7 @@ class GroupRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class GroupLeased:
+class Leased:
     """What a receive leased: ``(offset, delivery_count)`` per message, in the order to
     hand them out (a repeat of the same request id gets the same list)."""
 
@@ -344,7 +344,7 @@ class GroupLeased:
 
 
 @dataclass(frozen=True, slots=True)
-class GroupSettled:
+class Settled:
     """What an ack, nack or extend did, per receipt in the order given."""
 
     outcomes: tuple[Outcome, ...]
@@ -387,7 +387,7 @@ class ConsumerGroups:
         end_offset: int,
         key_of: Callable[[Offset], str | None],
         limits: PartitionLimits,
-    ) -> GroupLeased | None:
+    ) -> Leased | None:
         """Lease what ``request`` asks for (``GroupLeases.receive``); a repeat of one of
         the group's last ``request_ids_remembered`` request ids gets its leases again.
         ``None``: a new group past ``groups_max`` (nothing changed)."""
@@ -398,7 +398,7 @@ class ConsumerGroups:
             group = self.groups[name] = _Group(settings)
         group.settings = settings
         if request.request_id is not None and request.request_id in group.receives:
-            return GroupLeased(group.receives[request.request_id])
+            return Leased(group.receives[request.request_id])
         leased = group.leases.receive(
             settings,
             request.max_messages,
@@ -413,17 +413,17 @@ class ConsumerGroups:
             group.receives[request.request_id] = tuple(leased)
             while len(group.receives) > limits.request_ids_remembered:
                 del group.receives[next(iter(group.receives))]
-        return GroupLeased(tuple(leased))
+        return Leased(tuple(leased))
 
     def settle(
         self, name: str, action: str, receipts: Iterable[Receipt], now_ms: int, duration_ms: int
-    ) -> GroupSettled:
+    ) -> Settled:
         """``ack``, ``nack`` (again after ``duration_ms``) or ``extend`` (for
         ``duration_ms`` more) each receipt; a group this partition never saw knows none."""
         receipts = list(receipts)
         group = self.groups.get(name)
         if group is None:
-            return GroupSettled(tuple(Outcome.UNKNOWN for _ in receipts))
+            return Settled(tuple(Outcome.UNKNOWN for _ in receipts))
         leases = group.leases
         if action == "ack":
             outcomes = leases.ack(receipts)
@@ -431,7 +431,7 @@ class ConsumerGroups:
             outcomes = leases.nack(group.settings, receipts, duration_ms, now_ms)
         else:
             outcomes = leases.extend(receipts, duration_ms, now_ms)
-        return GroupSettled(tuple(outcomes))
+        return Settled(tuple(outcomes))
 
     def dead_lettered(self, name: str, offsets: Iterable[int]) -> None:
         group = self.groups.get(name)

@@ -21,21 +21,21 @@ from broker.partition.commands import (
     Append,
     Command,
     Consume,
-    GroupDeadLettered,
-    GroupReceive,
-    GroupSettle,
+    DeadLettered,
     KeyValue,
     MarkFlushed,
+    Receive,
     ResetReplica,
+    Settle,
     Truncate,
 )
 from broker.partition.group_leases import (
     ConsumerGroups,
-    GroupLeased,
     GroupRequest,
     GroupSettings,
-    GroupSettled,
+    Leased,
     Receipt,
+    Settled,
 )
 from protocol import snapshot_fields
 from protocol.errors import ErrorCode
@@ -118,7 +118,7 @@ class _Consumer:
 # (key, value, timestamp_ms); a tuple keeps snapshots and memory small.
 MessageTuple = tuple[str | None, str, int]
 
-Result = Appended | Consumed | Flushed | Truncated | GroupLeased | GroupSettled | Rejected
+Result = Appended | Consumed | Flushed | Truncated | Leased | Settled | Rejected
 
 
 class PartitionLog:
@@ -200,18 +200,16 @@ class PartitionLog:
                 return self.truncate(log_start_offset)
             case ResetReplica(replica_id, raft_address):
                 return self.reset_replica(replica_id, raft_address)
-            case GroupReceive() | GroupSettle() | GroupDeadLettered():
-                return self.apply_group(command)
+            case Receive() | Settle() | DeadLettered():
+                return self.apply_consumer_group(command)
         return Rejected(ErrorCode.INVALID_FIELD, "not a partition command")
 
-    def apply_group(
-        self, command: GroupReceive | GroupSettle | GroupDeadLettered
-    ) -> GroupLeased | GroupSettled | Rejected:
+    def apply_consumer_group(
+        self, command: Receive | Settle | DeadLettered
+    ) -> Leased | Settled | Rejected:
         """A consumer group's command (issue 20); lease times are partition time."""
         match command:
-            case GroupReceive(
-                group, max_messages, timestamp_ms, request_id, timeout_ms, most, keyed
-            ):
+            case Receive(group, max_messages, timestamp_ms, request_id, timeout_ms, most, keyed):
                 self._advance(timestamp_ms)
                 if max_messages < 1 or timeout_ms < 1 or most < 0:
                     return Rejected(ErrorCode.INVALID_FIELD, "not a receive")
@@ -226,13 +224,13 @@ class PartitionLog:
                         f"this partition has {self.limits.groups_max} consumer groups already",
                     )
                 return leased
-            case GroupSettle(group, action, receipts, timestamp_ms, duration_ms):
+            case Settle(group, action, receipts, timestamp_ms, duration_ms):
                 self._advance(timestamp_ms)
                 settled = [Receipt(Offset(o), c) for o, c in receipts]
                 return self.groups.settle(group, action, settled, self.clock_ms, duration_ms)
-            case GroupDeadLettered(group, offsets):
+            case DeadLettered(group, offsets):
                 self.groups.dead_lettered(group, offsets)
-                return GroupSettled(())
+                return Settled(())
 
     def _key_of(self, offset: Offset) -> str | None:
         """A message's key while it is in memory; ``None`` below the evicted offset (per-key

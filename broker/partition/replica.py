@@ -15,12 +15,16 @@ from broker.partition.commands import (
     Append,
     Command,
     Consume,
+    DeadLettered,
     KeyValue,
     MarkFlushed,
+    Receive,
+    Settle,
     Truncate,
 )
 from broker.partition.consensus import ConsensusStatus, Entry, PartitionConsensus
 from broker.partition.group_commit import GroupCommit, GroupLimits
+from broker.partition.group_leases import Leased, Settled
 from broker.partition.log import (
     Appended,
     Consumed,
@@ -90,6 +94,14 @@ class PartitionReplica:
         ``MarkFlushed``: a stale view or a slot that moved on changes nothing)."""
         command = MarkFlushed(replica_id, flushed_offset, start, self.spec.raft_address)
         return self._submit(command, Flushed)
+
+    def receive(self, command: Receive, deadline: Deadline | None = None) -> Leased:
+        """Lease messages to a member of a consumer group (issue 20)."""
+        return self._submit(command, Leased, deadline)
+
+    def settle(self, command: Settle | DeadLettered, deadline: Deadline | None = None) -> Settled:
+        """Ack, nack or extend deliveries by receipt, or record dead letters."""
+        return self._submit(command, Settled, deadline)
 
     def truncate(self, log_start_offset: Offset) -> Truncated:
         return self._submit(Truncate(log_start_offset), Truncated)

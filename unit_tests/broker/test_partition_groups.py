@@ -12,19 +12,21 @@ import pytest
 from broker.partition.commands import (
     Append,
     Command,
-    GroupDeadLettered,
-    GroupReceive,
-    GroupSettle,
+    DeadLettered,
+    Receive,
+    Settle,
     Truncate,
     from_wire,
     to_wire,
 )
-from broker.partition.group_leases import GroupLeased, GroupSettled, Outcome
+from broker.partition.consensus import MemoryConsensus
+from broker.partition.group_leases import Leased, Outcome, Settled
 from broker.partition.log import PartitionLog, Rejected
 from broker.partition.raft import FrozenPartitionLog
-from protocol.errors import ErrorCode
-from protocol.limits import PartitionLimits
-from protocol.types import Offset, ReplicaId
+from broker.partition.replica import PartitionReplica
+from protocol.errors import ErrorCode, RaftQError
+from protocol.limits import Limits, PartitionLimits
+from protocol.types import BrokerId, Offset, PartitionId, ReplicaAddress, ReplicaId, ReplicaSpec
 
 LIMITS = PartitionLimits(
     unflushed_messages_max=1_000,
@@ -45,16 +47,16 @@ def _log(messages: int = 5) -> PartitionLog:
 
 def _receive(
     group: str = "g", n: int = 2, now_ms: int = 1_000, request_id: str | None = None
-) -> GroupReceive:
-    return GroupReceive(group, n, now_ms, request_id, 500, 3, False)
+) -> Receive:
+    return Receive(group, n, now_ms, request_id, 500, 3, False)
 
 
 COMMANDS: list[Command] = [
-    GroupReceive("g", 10, 5, "r1", 30_000, 5, True),
-    GroupReceive("g", 10, 5, None, 30_000, 0, False),
-    GroupSettle("g", "ack", ((3, 1), (4, 2)), 7, 0),
-    GroupSettle("g", "nack", (), 7, 1_000),
-    GroupDeadLettered("g", (1, 2)),
+    Receive("g", 10, 5, "r1", 30_000, 5, True),
+    Receive("g", 10, 5, None, 30_000, 0, False),
+    Settle("g", "ack", ((3, 1), (4, 2)), 7, 0),
+    Settle("g", "nack", (), 7, 1_000),
+    DeadLettered("g", (1, 2)),
 ]
 
 
@@ -66,13 +68,14 @@ def test_group_commands_round_trip_on_the_wire(command: Command) -> None:
 @pytest.mark.parametrize(
     "wire",
     [
-        ("group_receive", "g", 10, 5, "r1", 30_000, 5, 1),  # ordered must be a bool
-        ("group_receive", "g", True, 5, "r1", 30_000, 5, False),  # a bool is not a count
-        ("group_settle", "g", "drop", (), 7, 0),
-        ("group_settle", "g", "ack", ((3,),), 7, 0),
-        ("group_settle", "g", "ack", [(3, 1)], 7, 0),
-        ("group_dead", "g", ("1",)),
-        ("group_other", "g"),
+        ("receive", "g", 10, 5, "r1", 30_000, 5, 1),  # ordered must be a bool
+        ("receive", "g", True, 5, "r1", 30_000, 5, False),  # a bool is not a count
+        ("settle", "g", "drop", (), 7, 0),
+        ("settle", "g", "ack", ((3,),), 7, 0),
+        ("settle", "g", "ack", [(3, 1)], 7, 0),
+        ("dead_lettered", "g", ("1",)),
+        ("receive", "g"),
+        ("dead_lettered", "g", (1,), 2),
     ],
 )
 def test_malformed_group_commands_decode_to_nothing(wire: tuple[object, ...]) -> None:
@@ -82,9 +85,9 @@ def test_malformed_group_commands_decode_to_nothing(wire: tuple[object, ...]) ->
 def test_a_receive_leases_and_an_ack_settles_through_the_log() -> None:
     log = _log()
     leased = log.apply(_receive(n=3))
-    assert leased == GroupLeased(((Offset(0), 1), (Offset(1), 1), (Offset(2), 1)))
-    acked = log.apply(GroupSettle("g", "ack", ((0, 1), (1, 1), (9, 1)), 1_100, 0))
-    assert acked == GroupSettled((Outcome.DONE, Outcome.DONE, Outcome.UNKNOWN))
+    assert leased == Leased(((Offset(0), 1), (Offset(1), 1), (Offset(2), 1)))
+    acked = log.apply(Settle("g", "ack", ((0, 1), (1, 1), (9, 1)), 1_100, 0))
+    assert acked == Settled((Outcome.DONE, Outcome.DONE, Outcome.UNKNOWN))
     assert log.groups.groups["g"].leases.floor == 2
 
 
@@ -98,10 +101,10 @@ def test_a_repeated_request_id_gets_the_same_leases_and_leases_nothing_more() ->
 def test_leases_expire_in_partition_time_which_never_goes_back() -> None:
     log = _log(1)
     log.apply(_receive(n=1, now_ms=1_000))  # leased until 1,500
-    assert log.apply(_receive(n=1, now_ms=1_499)) == GroupLeased(())
-    log.apply(GroupSettle("g", "extend", (), 1_600, 0))  # partition time is 1,600 now
+    assert log.apply(_receive(n=1, now_ms=1_499)) == Leased(())
+    log.apply(Settle("g", "extend", (), 1_600, 0))  # partition time is 1,600 now
     # A proposer whose clock is behind does not move time back: the lease has ended.
-    assert log.apply(_receive(n=1, now_ms=900)) == GroupLeased(((Offset(0), 2),))
+    assert log.apply(_receive(n=1, now_ms=900)) == Leased(((Offset(0), 2),))
 
 
 def test_a_group_past_groups_max_is_refused_and_nothing_changes() -> None:
@@ -130,7 +133,7 @@ def test_retention_skips_what_the_groups_had_not_settled() -> None:
     log.apply(Truncate(Offset(3)))
     leases = log.groups.groups["g"].leases
     assert leases.floor == 3 and leases.in_flight() == 0
-    assert log.apply(_receive(n=5, now_ms=1_100)) == GroupLeased(((Offset(3), 1), (Offset(4), 1)))
+    assert log.apply(_receive(n=5, now_ms=1_100)) == Leased(((Offset(3), 1), (Offset(4), 1)))
 
 
 def test_dead_letters_settle_once_recorded() -> None:
@@ -139,7 +142,7 @@ def test_dead_letters_settle_once_recorded() -> None:
         log.apply(_receive(n=1, now_ms=now_ms))
     log.apply(_receive(n=1, now_ms=4_000))
     assert log.groups.groups["g"].leases.pending_dead() == [(Offset(0), 3)]
-    log.apply(GroupDeadLettered("g", (0,)))
+    log.apply(DeadLettered("g", (0,)))
     assert log.groups.groups["g"].leases.floor == 1
 
 
@@ -155,3 +158,19 @@ def test_snapshots_keep_the_groups_and_an_older_one_has_none() -> None:
     from_old = PartitionLog.__new__(PartitionLog)
     from_old.__setstate__(older)
     assert from_old.groups.groups == {}
+
+
+def test_the_replica_proposes_group_commands_through_the_wire_and_types_the_answers() -> None:
+    """``PartitionReplica.receive`` and ``settle`` go through group commit and the wire
+    form (``MemoryConsensus``); a refusal becomes a ``RaftQError`` with its code."""
+    address = ReplicaAddress(ReplicaId(0), BrokerId(1), "http://b1", "127.0.0.1:9100")
+    spec = ReplicaSpec("t", PartitionId(0), ReplicaId(0), (address,), LIMITS)
+    replica = PartitionReplica(spec, MemoryConsensus("t/0", 1, LIMITS), Limits())
+    replica.append([(None, "a"), (None, "b")], 1_000, None, None)
+    leased = replica.receive(_receive(n=5))
+    assert leased == Leased(((Offset(0), 1), (Offset(1), 1)))
+    assert replica.settle(Settle("g", "ack", ((0, 1),), 1_001, 0)) == Settled((Outcome.DONE,))
+    replica.receive(_receive("h"))
+    with pytest.raises(RaftQError) as refused:
+        replica.receive(_receive("i"))  # groups_max is 2
+    assert refused.value.code == ErrorCode.TOO_MANY

@@ -12,10 +12,10 @@ from broker.partition.commands import (
     Append,
     Command,
     Consume,
-    GroupReceive,
-    GroupSettle,
     MarkFlushed,
+    Receive,
     ResetReplica,
+    Settle,
     from_wire,
     to_wire,
 )
@@ -213,12 +213,10 @@ def _random_group_command(rng: random.Random, end: int) -> Command:
     group, now_ms = rng.choice(["g1", "g2"]), rng.randint(0, 5_000)
     if rng.random() < 0.5:
         request_id = rng.choice(["q1", "q2", None])
-        return GroupReceive(
-            group, rng.randint(1, 4), now_ms, request_id, 1_000, 2, rng.random() < 0.5
-        )
+        return Receive(group, rng.randint(1, 4), now_ms, request_id, 1_000, 2, rng.random() < 0.5)
     receipts = tuple((rng.randint(0, max(end, 1)), rng.randint(1, 3)) for _ in range(3))
     action = rng.choice(["ack", "nack", "extend"])
-    return GroupSettle(group, action, receipts, now_ms, rng.choice([0, 500]))
+    return Settle(group, action, receipts, now_ms, rng.choice([0, 500]))
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 
+from protocol import snapshot_fields
+
 
 class LimitsError(ValueError):
     """The limits contradict each other or are out of range."""
@@ -63,6 +65,16 @@ class PartitionLimits:
     settled, in one partition (``partition_group_unsettled_max``)."""
     group_scan_max: int = 10_000
     """Offsets one receive looks at in one partition (``partition_group_scan_max``)."""
+
+    # Managers keep these in their registry and partitions in their logs, and both pickle
+    # them into snapshots: one written before a field existed must load with its default
+    # (dataclass pickling would leave it unset, and the next snapshot failed on it: a
+    # manager restarted on newer code stopped compacting and lost its group).
+    def __getstate__(self) -> list[object]:
+        return snapshot_fields.state_of(self)
+
+    def __setstate__(self, state: list[object]) -> None:
+        snapshot_fields.restore(self, state)
 
     def to_json(self) -> dict[str, int]:
         return {spec.name: getattr(self, spec.name) for spec in fields(self)}

@@ -12,7 +12,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from broker.partition.commands import Receive, Settle
 from broker.partition.consensus import Entry
+from broker.partition.group_leases import GroupSettings, Outcome, Receipt
 from broker.persistence.store import MessageStore, RangeChecksum
 from broker.replica import HostedReplica
 from protocol.deadline import Deadline
@@ -337,6 +339,63 @@ class BrokerService:
         )
         return self._read(replica, consumed.start, consumed.end, claimed=True)
 
+    def receive(
+        self,
+        topic: str,
+        partition_id: PartitionId,
+        group: str,
+        settings: GroupSettings,
+        max_messages: int,
+        request_id: str | None,
+        deadline: Deadline | None = None,
+    ) -> list[tuple[StoredMessage, int]]:
+        """Lease messages to a member of consumer ``group`` (issue 20): each with its
+        delivery count. Refused as ``pop`` is while this replica could not read them; once
+        the receive is applied, a failed read is an unknown outcome (the leases stand and
+        end with their visibility timeout; the same request id gets them again)."""
+        replica = self._replica(topic, partition_id)
+        slot = replica.spec.replica_id
+        if replica.partition.read(lambda log: log.lagging(slot)):
+            raise RaftQError(
+                ErrorCode.REFUSED,
+                f"{replica.partition.name} is still copying what left memory from a peer: "
+                "nothing was leased; try another replica",
+            )
+        command = Receive(
+            group,
+            max_messages,
+            self._clock_ms(),
+            request_id,
+            settings.visibility_timeout_ms,
+            settings.max_deliveries,
+            settings.ordered_by_key,
+        )
+        leased = replica.partition.receive(command, deadline)
+        counts = dict(leased.leases)
+        messages: list[tuple[StoredMessage, int]] = []
+        for start, end in _runs(sorted(counts)):
+            read = self._read(replica, start, end, claimed=True)
+            messages.extend((m, counts[m.offset]) for m in read)
+        order = {offset: index for index, (offset, _) in enumerate(leased.leases)}
+        return sorted(messages, key=lambda pair: order[pair[0].offset])
+
+    def settle(
+        self,
+        topic: str,
+        partition_id: PartitionId,
+        group: str,
+        action: str,
+        receipts: list[Receipt],
+        duration_ms: int,
+        deadline: Deadline | None = None,
+    ) -> list[Outcome]:
+        """Ack, nack (``duration_ms``: the delay) or extend (``duration_ms``: the new
+        visibility timeout) deliveries of ``group`` by receipt; what each did."""
+        replica = self._replica(topic, partition_id)
+        pairs = tuple((r.offset, r.delivery_count) for r in receipts)
+        command = Settle(group, action, pairs, self._clock_ms(), duration_ms)
+        return list(replica.partition.settle(command, deadline).outcomes)
+
     def fetch(
         self, topic: str, partition_id: PartitionId, offset: int, max_messages: int
     ) -> list[StoredMessage]:
@@ -507,6 +566,17 @@ class BrokerService:
             caught_up=replica.partition.caught_up(),
             limits=limits,
         )
+
+
+def _runs(offsets: list[Offset]) -> list[tuple[int, int]]:
+    """Sorted offsets as half-open ranges of consecutive ones."""
+    runs: list[tuple[int, int]] = []
+    for offset in offsets:
+        if runs and runs[-1][1] == offset:
+            runs[-1] = (runs[-1][0], offset + 1)
+        else:
+            runs.append((offset, offset + 1))
+    return runs
 
 
 def _synced(entry: Entry, holding: int) -> int:

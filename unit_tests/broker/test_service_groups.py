@@ -1,0 +1,77 @@
+"""``BrokerService.receive`` and ``settle`` in process (issue 20): leased delivery over the
+real group commit, flusher and service code on the in-memory consensus and store."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from broker.partition.group_leases import GroupSettings, Outcome, Receipt
+from broker.persistence.store import MemoryMessageStore
+from broker.service import BrokerService, _runs
+from protocol.types import NewMessage, Offset
+from unit_tests.broker.test_service import P0, WAIT_S, make_service
+
+SETTINGS = GroupSettings(visibility_timeout_ms=60_000, max_deliveries=3)
+
+
+@pytest.fixture
+def service() -> Iterator[BrokerService]:
+    instance = make_service(MemoryMessageStore(), replicas=1)
+    instance.produce("orders", P0, tuple(NewMessage(value=f"v{i}") for i in range(6)), None, None)
+    yield instance
+    instance.close()
+
+
+def _receive(
+    service: BrokerService, n: int, request_id: str | None = None
+) -> list[tuple[str, int]]:
+    delivered = service.receive("orders", P0, "workers", SETTINGS, n, request_id)
+    return [(m.value, count) for m, count in delivered]
+
+
+def test_a_receive_hands_out_messages_with_their_delivery_counts(service: BrokerService) -> None:
+    assert _receive(service, 2, "r1") == [("v0", 1), ("v1", 1)]
+    assert _receive(service, 2, "r1") == [("v0", 1), ("v1", 1)]  # a repeat: the same leases
+    assert _receive(service, 2, "r2") == [("v2", 1), ("v3", 1)]
+
+
+def test_a_nacked_message_comes_first_again_and_an_acked_one_never(
+    service: BrokerService,
+) -> None:
+    _receive(service, 3)
+    outcomes = service.settle("orders", P0, "workers", "ack", [Receipt(Offset(0), 1)], 0)
+    assert outcomes == [Outcome.DONE]
+    assert service.settle("orders", P0, "workers", "nack", [Receipt(Offset(2), 1)], 0) == [
+        Outcome.DONE
+    ]
+    assert _receive(service, 3) == [("v2", 2), ("v3", 1), ("v4", 1)]
+    stale = service.settle("orders", P0, "workers", "ack", [Receipt(Offset(2), 1)], 0)
+    assert stale == [Outcome.STALE]
+
+
+def test_messages_that_left_memory_are_read_from_the_database(service: BrokerService) -> None:
+    """One replica flushes at once; what it flushed leaves memory, so the receive reads
+    the leased offsets (not contiguous: a nacked one first) from the store."""
+    _wait_until(lambda: _evicted(service) == 6)
+    _receive(service, 2)
+    service.settle("orders", P0, "workers", "nack", [Receipt(Offset(0), 1)], 0)
+    assert _receive(service, 3) == [("v0", 2), ("v2", 1), ("v3", 1)]
+
+
+def _evicted(service: BrokerService) -> int:
+    return service.statuses()[0].evicted_offset
+
+
+def _wait_until(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.005)
+
+
+def test_runs_of_consecutive_offsets() -> None:
+    assert _runs([Offset(o) for o in (0, 1, 2, 5, 7, 8)]) == [(0, 3), (5, 6), (7, 9)]
+    assert _runs([]) == []

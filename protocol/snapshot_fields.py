@@ -32,3 +32,17 @@ def restore(record: Any, state: Sequence[object]) -> None:
         else:
             raise ValueError(f"{type(record).__name__}: no value for {spec.name}")
         object.__setattr__(record, spec.name, value)  # frozen records too
+
+
+class ByFieldOrder:
+    """Base of a (not frozen) slots dataclass of replicated state: pickled as its field
+    values in order, with ``state_of`` and ``restore`` above. A frozen dataclass must
+    define both methods in its own body: ``dataclass`` puts its own on a frozen class."""
+
+    __slots__ = ()
+
+    def __getstate__(self) -> list[object]:
+        return state_of(self)
+
+    def __setstate__(self, state: list[object]) -> None:
+        restore(self, state)

@@ -20,6 +20,9 @@ Offsets of one group move through these states (half-open ranges, as everywhere)
                                    contiguous)
     [next_offset, end)             never handed out
 
+Every record here pickles by field order (``ByFieldOrder``): a field added later at the
+end gets its default in a snapshot written before.
+
 A receipt names one delivery: ``(offset, delivery_count)``. Ack, nack and extend are
 idempotent by receipt: the receipt of the current lease acts; one of an earlier delivery
 (its lease ended and the message went to another member) changes nothing and says so.
@@ -31,9 +34,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from protocol import snapshot_fields
 from protocol.invariant import check
 from protocol.limits import PartitionLimits
+from protocol.snapshot_fields import ByFieldOrder
 from protocol.types import Offset
 
 
@@ -70,34 +73,18 @@ class Receipt:
 
 
 @dataclass(slots=True)
-class Lease:
+class Lease(ByFieldOrder):
     delivery_count: int
     expires_ms: int
     key: str | None
 
-    # Snapshots hold the field values in order (``protocol.snapshot_fields``): a trailing
-    # field added later gets its default in a snapshot written before.
-    def __getstate__(self) -> list[object]:
-        return snapshot_fields.state_of(self)
-
-    def __setstate__(self, state: list[object]) -> None:
-        snapshot_fields.restore(self, state)
-
 
 @dataclass(slots=True)
-class Wait:
+class Wait(ByFieldOrder):
     delivery_count: int
     """Deliveries so far (0: skipped for ordering, never delivered)."""
     ready_ms: int
     key: str | None
-
-    # Snapshots hold the field values in order (``protocol.snapshot_fields``): a trailing
-    # field added later gets its default in a snapshot written before.
-    def __getstate__(self) -> list[object]:
-        return snapshot_fields.state_of(self)
-
-    def __setstate__(self, state: list[object]) -> None:
-        snapshot_fields.restore(self, state)
 
 
 class Outcome(Enum):
@@ -118,21 +105,13 @@ _ZERO = Offset(0)
 
 
 @dataclass(slots=True)
-class GroupLeases:
+class GroupLeases(ByFieldOrder):
     floor: Offset = _ZERO
     next_offset: Offset = _ZERO
     leases: dict[int, Lease] = field(default_factory=dict)
     waiting: dict[int, Wait] = field(default_factory=dict)
     dead: dict[int, Wait] = field(default_factory=dict)
     settled: set[int] = field(default_factory=set)
-
-    # Snapshots hold the field values in order (``protocol.snapshot_fields``): a trailing
-    # field added later gets its default in a snapshot written before.
-    def __getstate__(self) -> list[object]:
-        return snapshot_fields.state_of(self)
-
-    def __setstate__(self, state: list[object]) -> None:
-        snapshot_fields.restore(self, state)
 
     # --- commands (apply) ------------------------------------------------------------------
 
@@ -351,33 +330,21 @@ class Settled:
 
 
 @dataclass(slots=True)
-class _Group:
+class _Group(ByFieldOrder):
     settings: GroupSettings
     leases: GroupLeases = field(default_factory=GroupLeases)
     receives: dict[str, tuple[tuple[Offset, int], ...]] = field(default_factory=dict)
     """The leases of the last few receives by request id, oldest first (insertion order):
     a repeat whose answer was lost gets them again and leases nothing more."""
 
-    def __getstate__(self) -> list[object]:
-        return snapshot_fields.state_of(self)
-
-    def __setstate__(self, state: list[object]) -> None:
-        snapshot_fields.restore(self, state)
-
 
 @dataclass(slots=True)
-class ConsumerGroups:
+class ConsumerGroups(ByFieldOrder):
     """The consumer groups of one partition, by name: each group's settings (as its
     latest receive carried them), its ``GroupLeases`` and its recent receives. Part of
     ``PartitionLog``'s replicated state; pure."""
 
     groups: dict[str, _Group] = field(default_factory=dict)
-
-    def __getstate__(self) -> list[object]:
-        return snapshot_fields.state_of(self)
-
-    def __setstate__(self, state: list[object]) -> None:
-        snapshot_fields.restore(self, state)
 
     def receive(
         self,

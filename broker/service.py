@@ -326,14 +326,7 @@ class BrokerService:
         """The consumer's next messages. Refused before anything is claimed when this replica
         could not read them (its database lags behind what left memory); once the pop is
         applied, a failed read is an unknown outcome (see ``_read``)."""
-        replica = self._replica(topic, partition_id)
-        slot = replica.spec.replica_id
-        if replica.partition.read(lambda log: log.lagging(slot)):
-            raise RaftQError(
-                ErrorCode.REFUSED,
-                f"{replica.partition.name} is still copying what left memory from a peer: "
-                "nothing was claimed; try another replica",
-            )
+        replica = self._readable_replica(topic, partition_id)
         consumed = replica.partition.consume(
             consumer_id, max_messages, request_id, self._clock_ms(), sequence, deadline
         )
@@ -353,14 +346,7 @@ class BrokerService:
         delivery count. Refused as ``pop`` is while this replica could not read them; once
         the receive is applied, a failed read is an unknown outcome (the leases stand and
         end with their visibility timeout; the same request id gets them again)."""
-        replica = self._replica(topic, partition_id)
-        slot = replica.spec.replica_id
-        if replica.partition.read(lambda log: log.lagging(slot)):
-            raise RaftQError(
-                ErrorCode.REFUSED,
-                f"{replica.partition.name} is still copying what left memory from a peer: "
-                "nothing was leased; try another replica",
-            )
+        replica = self._readable_replica(topic, partition_id)
         command = Receive(
             group,
             max_messages,
@@ -506,6 +492,20 @@ class BrokerService:
         if replica is None:
             raise RaftQError(
                 ErrorCode.UNKNOWN_PARTITION, f"partition {topic}/{partition_id} is not hosted here"
+            )
+        return replica
+
+    def _readable_replica(self, topic: str, partition_id: PartitionId) -> HostedReplica:
+        """The hosted replica, refused (503 REFUSED, before anything is claimed or leased)
+        while its database lags behind what left memory: it could not read what it hands
+        out."""
+        replica = self._replica(topic, partition_id)
+        slot = replica.spec.replica_id
+        if replica.partition.read(lambda log: log.lagging(slot)):
+            raise RaftQError(
+                ErrorCode.REFUSED,
+                f"{replica.partition.name} is still copying what left memory from a peer: "
+                "nothing was claimed; try another replica",
             )
         return replica
 

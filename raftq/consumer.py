@@ -211,8 +211,10 @@ class Consumer:
             except ApiError as exc:
                 if not records:
                     raise  # nothing claimed before this partition either
-                if exc.proves_nothing_done:
+                if exc.proves_nothing_done and not pending.outcome_unknown:
                     return records
+                # An earlier attempt of this poll may have claimed a range here (its answer
+                # was lost): ending the poll now would skip it. The next poll repeats.
                 exc.after_unknown_outcome = True
                 raise
             if isinstance(answer, Fallback):

@@ -15,6 +15,7 @@ from protocol.routing import PartitionGroup, partition_for_key
 from protocol.types import PartitionId
 from raftq import ApiError, Consumer, PartitionOffset, ProduceError, Producer
 from raftq.batch_groups import acked_offsets, merge_offsets, with_earlier_acks
+from raftq.consumer import PendingPoll
 from raftq.errors import RaftQClientError, UnavailableError
 from raftq.records import PartitionOffset as Offset
 from unit_tests.raftq.fake_service import FakeService, Handler
@@ -76,6 +77,27 @@ def test_a_direct_pop_refused_after_a_claim_answers_what_was_claimed(
         records = consumer.poll(5)
     assert len(records) == 1
     assert len(pops(*brokers)) == 2 and service.calls("GET", "/logs") == []
+
+
+def test_a_direct_pop_refused_after_a_claim_but_after_an_unknown_attempt_keeps_the_poll(
+    service: FakeService, brokers: list[FakeService]
+) -> None:
+    """An earlier attempt of this poll had an unknown outcome (it may have claimed at every
+    partition). Now the first partition gives its range again and the second refuses
+    (409): that proves only that *this* attempt did nothing there. Ending the poll with
+    the first partition's records would skip what the earlier attempt may have claimed at
+    the second; the poll is kept, and the next poll() repeats it."""
+    serve_map(service, brokers)
+    for broker, handler in zip(brokers, first_claims_then(TOO_MANY), strict=True):
+        broker.default("GET", "/logs", handler)
+    with Consumer(service.url, "t", limits=FAST) as consumer:
+        sequence = consumer._next_sequence()
+        consumer._pending = PendingPoll("earlier", 5, sequence, outcome_unknown=True)
+        with pytest.raises(ApiError) as kept:
+            consumer.poll(5)
+        assert kept.value.after_unknown_outcome
+        assert consumer._pending is not None and consumer._pending.sequence == sequence
+    assert {p["sequence"] for p in pops(*brokers)} == {str(sequence)}
 
 
 def test_a_direct_pop_refused_before_any_claim_ends_the_poll(

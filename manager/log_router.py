@@ -202,7 +202,7 @@ class LogRouter:
             try:
                 found = self._read(topic, partition_id, params, deadline)
             except (RaftQError, BrokerRefusalError) as exc:
-                if messages and _refused_for_good(exc):
+                if messages and _refused_for_good(exc) and not request.after_unknown_outcome:
                     # This partition refuses this consumer (a full consumer table, a key
                     # revoked since): answer what the others claimed. A failure here would
                     # end the client's poll, and their ranges would never be delivered.
@@ -212,7 +212,8 @@ class LogRouter:
                     # says nothing of an earlier attempt of the same pop, which may have
                     # claimed a range there whose answer was lost; answering without it
                     # would end the poll and skip that range (found by the multi-host
-                    # network-partition tier: 52 messages skipped).
+                    # network-partition tier: 52 messages skipped). Nor after an attempt
+                    # whose outcome was unknown, as the client says.
                     break
                 # Otherwise the whole pop fails, even with messages in hand: this partition
                 # may have advanced the consumer's offset before its answer was lost (e.g.

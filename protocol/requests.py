@@ -363,6 +363,10 @@ class Pop:
     """Increasing per consumer (the client library uses microseconds since the epoch, kept
     above its last): a partition answers a repeat of its last pop with the same range and
     refuses an older one (409), so a late copy of a pop never claims a range nobody gets."""
+    after_unknown_outcome: bool = False
+    """This pop repeats one an earlier attempt of which had an unknown outcome: it may have
+    claimed a range at any partition, so no partition's refusal may end it (the manager's
+    router fails it with 503 UNAVAILABLE rather than answer the others' messages)."""
 
     @classmethod
     def parse(cls, params: Params, limits: Limits) -> Pop:
@@ -375,7 +379,18 @@ class Pop:
             request_id=None if request is None else RequestId(request),
             partition_count=routing_partition_count(params, limits),
             sequence=get_optional_int(params, "sequence", minimum=0, maximum=_INT_MAX),
+            after_unknown_outcome=_flag(params, "after_unknown_outcome"),
         )
+
+
+def _flag(params: Params, name: str) -> bool:
+    """A boolean query parameter: ``true`` or ``false`` (absent: false)."""
+    value = params.get(name)
+    if value is None or value in ("false", False):
+        return False
+    if value in ("true", True):
+        return True
+    raise RaftQError(ErrorCode.INVALID_FIELD, f"{name} must be true or false")
 
 
 def routing_partition_count(params: Params, limits: Limits) -> int | None:

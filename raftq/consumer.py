@@ -242,7 +242,16 @@ class Consumer:
         }
         if self._visits_all_partitions and pending.partition_count is not None:
             params["partition_count"] = pending.partition_count
-        return self._get_logs(params)
+        if pending.outcome_unknown:
+            params["after_unknown_outcome"] = "true"
+        answer = self._http.call(
+            "GET",
+            "/logs",
+            params=params,
+            idempotent=True,
+            flag_after_unknown_outcome="after_unknown_outcome",
+        )
+        return parse_records(answer)
 
     @property
     def _visits_all_partitions(self) -> bool:

@@ -163,18 +163,24 @@ class HttpTransport:
         idempotent: bool,
         attempts_max: int | None = None,
         read_timeout_s: float | None = None,
+        flag_after_unknown_outcome: str | None = None,
     ) -> object:
         """The JSON body of a 2xx answer. Raises ``ApiError`` for a final error answer and
         ``UnavailableError`` once retries are spent or a retry would be unsafe.
-        ``attempts_max`` and ``read_timeout_s`` lower the limits' bounds for this call."""
+        ``attempts_max`` and ``read_timeout_s`` lower the limits' bounds for this call.
+        ``flag_after_unknown_outcome``: a query parameter set to ``true`` on every retry
+        that follows an attempt whose outcome was unknown (a pop's, for the router)."""
         attempts_max = min(attempts_max or self._limits.attempts_max, self._limits.attempts_max)
         unknown_so_far = False
         failure = Failure("not attempted", outcome_unknown=False)
         for attempt in range(attempts_max):
             if attempt > 0:
                 self._pause(attempt - 1, failure)
+            sent = params
+            if unknown_so_far and flag_after_unknown_outcome is not None:
+                sent = {**(params or {}), flag_after_unknown_outcome: "true"}
             failure_or_body = self._attempt(
-                method, path, body, params, unknown_so_far, read_timeout_s
+                method, path, body, sent, unknown_so_far, read_timeout_s
             )
             if not isinstance(failure_or_body, Failure):
                 return failure_or_body

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import pytest
 
@@ -118,6 +119,29 @@ def test_a_partition_that_claimed_nothing_after_another_claimed_ends_the_pop_wit
     messages = answer["messages"]
     assert isinstance(messages, list)
     assert [m["partition_id"] for m in messages] == [first]
+
+
+def test_a_refusal_after_a_claim_fails_a_pop_that_repeats_an_unknown_attempt(
+    routed: Routed,
+) -> None:
+    """The client says an earlier attempt of this pop had an unknown outcome: it may have
+    claimed a range at the refusing partition, so the refusal fails the pop (unknown
+    outcome) instead of ending it with the first partition's messages."""
+    brokers, service, router = routed
+    request, (_, second) = _pop(service)
+    brokers.reads[second] = deque([TOO_MANY] * 3)
+    with pytest.raises(RaftQError) as failed:
+        router.pop(replace(request, after_unknown_outcome=True))
+    assert failed.value.code is ErrorCode.UNAVAILABLE
+
+
+def test_the_flag_of_a_repeat_after_an_unknown_outcome_is_true_or_false() -> None:
+    params = {"consumer_id": "c", "after_unknown_outcome": "true"}
+    assert Pop.parse(params, LIMITS).after_unknown_outcome
+    assert not Pop.parse({"consumer_id": "c"}, LIMITS).after_unknown_outcome
+    with pytest.raises(RaftQError) as invalid:
+        Pop.parse({**params, "after_unknown_outcome": "yes"}, LIMITS)
+    assert invalid.value.status == 400
 
 
 def test_a_partition_without_a_leader_after_another_claimed_fails_the_whole_pop(

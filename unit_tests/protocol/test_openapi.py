@@ -294,6 +294,7 @@ PRODUCE_MANY = {
     "messages": [{"message": "m", "key": "k"}],
 }
 POP: dict[str, object] = {
+    "after_unknown_outcome": "true",
     "consumer_id": "c",
     "max_messages": "1",
     "request_id": "r",

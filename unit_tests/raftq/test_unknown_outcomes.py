@@ -149,6 +149,20 @@ def test_a_refusal_after_an_unknown_attempt_keeps_the_poll(service: FakeService)
     assert len({(p["request_id"], p["sequence"], p["max_messages"]) for p in polls}) == 1
 
 
+def test_a_pop_through_the_lb_after_an_unknown_attempt_says_so(service: FakeService) -> None:
+    """The router must not end such a pop with some partitions' messages (an earlier
+    attempt may have claimed at the others): the client flags every retry after an unknown
+    outcome, within one poll() and in the next one."""
+    service.script("GET", "/logs", *[UNAVAILABLE] * FAST.attempts_max, UNAVAILABLE)
+    service.default("GET", "/logs", lambda _p: (200, {"messages": [record(0, 0)]}))
+    with Consumer(service.url, "t", direct=False, limits=FAST) as consumer:
+        with pytest.raises(UnavailableError):
+            consumer.poll(5)
+        assert len(consumer.poll(5)) == 1
+    flags = [p.get("after_unknown_outcome") for p in service.calls("GET", "/logs")]
+    assert flags == [None] + ["true"] * (FAST.attempts_max + 1)
+
+
 def test_a_poll_whose_outcome_was_unknown_is_kept_past_a_later_refusal(
     service: FakeService,
 ) -> None:

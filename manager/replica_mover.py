@@ -256,8 +256,12 @@ class ReplicaMover:
         members_match = True
         led = False
         for address, spec in specs:
+            # The new replica too: once it is a member it may lead (an election, or the
+            # leader balance preferring it), and only the leader answers for the group. It
+            # was skipped, and a move whose new replica led waited for good (long tier,
+            # membership seed 61637).
             replica = partition.replicas[spec.replica_id]
-            if spec.replica_id == move.replica_id or not brokers[replica.broker_id].alive:
+            if not brokers[replica.broker_id].alive:
                 continue
             answer = self._brokers.replace_member(
                 address, spec, move.replica_id, move.removed.raft_address, leaving_alive

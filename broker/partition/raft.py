@@ -224,6 +224,9 @@ class PartitionRaft:
            entry: removing it first would leave the group one failure (or, at replication
            factor 2, no failure at all) from a standstill while the new one catches up.
 
+        The new replica may be the leader itself (elected, or handed the lead, once a
+        member): it is in the group and holds every entry, so steps 2 and 3 skip it.
+
         True when the members are ``spec``'s. Raises ``RaftQError`` (NOT_LEADER on a
         follower, or a Raft failure: retry)."""
         if not self._sync._isLeader():
@@ -234,7 +237,8 @@ class PartitionRaft:
         for extra in sorted(self._sync.members() - wanted - last):
             self._sync.change_member(extra, add=False, timeout_s=timeout_s)
         added = spec.replicas[slot].raft_address
-        if added not in self._sync.members():
+        leads = spec.replica_id == slot  # members() names the others only
+        if not leads and added not in self._sync.members():
             # Not a member yet, so it has flushed nothing this group counts: a repeat of
             # the reset (a failure before the add) cannot undo a flush of its.
             (reset,), _ = self.propose([ResetReplica(slot, added)])
@@ -242,7 +246,8 @@ class PartitionRaft:
                 raise RaftQError(reset.code, f"{self.name}: {reset.message}")
             self._sync.change_member(added, add=True, timeout_s=timeout_s)
         if leaving in self._sync.members() and leaving_alive:
-            if not self._sync.member_holds(added, self._sync.node_status().commit_index):
+            commit_index = self._sync.node_status().commit_index
+            if not leads and not self._sync.member_holds(added, commit_index):
                 return False  # the new replica is still catching up: next round
             self._sync.change_member(leaving, add=False, timeout_s=timeout_s)
         return self._sync.members() == wanted

@@ -31,6 +31,8 @@ class StubBrokers(BrokerClient):
     def __init__(self) -> None:
         super().__init__(LIMITS, PeerLink("test-node-token", None))
         self.members_match = False
+        self.leader = "http://b2"
+        """The broker whose replica leads the partition (and alone answers for its group)."""
         self.calls: list[tuple[str, str]] = []
         self.removed_alive: list[bool] = []
         self.transfers: list[str] = []
@@ -45,7 +47,7 @@ class StubBrokers(BrokerClient):
     ) -> dict[str, object]:
         self.calls.append(("members", address))
         self.removed_alive.append(removed_alive)
-        leads = address == "http://b2"
+        leads = address == self.leader
         return {"leader": leads, "members_match": leads and self.members_match}
 
     def host_replica(self, address: str, spec: ReplicaSpec) -> None:
@@ -108,7 +110,8 @@ def test_a_move_begun_by_one_leader_is_finished_by_the_next() -> None:
     assert [r.broker_id for r in moving.replicas] == [4, 2, 3]
     brokers.calls.clear()
     first.tick()  # the new replica is hosted before the leader is asked to add it
-    assert brokers.calls[:2] == [("host", "http://b4"), ("members", "http://b2")]
+    assert brokers.calls[:2] == [("host", "http://b4"), ("members", "http://b4")]
+    assert ("members", "http://b2") in brokers.calls
     assert brokers.removed_alive[-1] is False  # dead: removed before the new one joins
 
     # A new manager leader: a fresh monitor (it knows nothing of the broker polls yet).
@@ -128,6 +131,24 @@ def test_a_move_begun_by_one_leader_is_finished_by_the_next() -> None:
     second.tick()
     done = _partition(registry)
     assert done.moving is None and [r.broker_id for r in done.replicas] == [4, 2, 3]
+    assert registry.commands[-1] == "finish_move"
+
+
+def test_a_move_whose_new_replica_leads_finishes() -> None:
+    """Once a member, the new replica may be elected or handed the lead (the leader balance
+    prefers it) before the move finishes; it is asked like the others, and the move ends.
+    It used to be skipped: no other replica answered as leader, and the move waited for
+    good (long tier, membership seed 61637)."""
+    registry, brokers = _registry(), StubBrokers()
+    registry.propose(SetBrokerAlive(1, False))
+    monitor = BrokerMonitor(LIMITS.broker_dead_after_s)
+    _gone_for_long(monitor, 1)
+    mover = ReplicaMover(LIMITS, registry, brokers, monitor)
+    mover.tick()  # begins: broker 4 takes slot 0
+    brokers.leader, brokers.members_match = "http://b4", True
+    _report_caught_up(monitor, [50, 50, 50], evicted=50)
+    mover.tick()
+    assert _partition(registry).moving is None
     assert registry.commands[-1] == "finish_move"
 
 

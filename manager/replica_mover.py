@@ -67,6 +67,8 @@ class ReplicaMover:
         """When this leader first saw each unfinished move (for ``replica_move_stall_s``)."""
         self._handoffs = 0
         """Rounds of leadership hand-off asked so far: each asks the next candidate."""
+        self._stalled_logged = 0
+        """The count of stalled moves last logged."""
 
     def tick(self) -> None:
         self._drop_strays()
@@ -95,8 +97,9 @@ class ReplicaMover:
         self._seen_moving_s = {key: self._seen_moving_s.get(key, now_s) for key in keys}
         stall_s = self._limits.replica_move_stall_s
         stalled = sum(1 for since_s in self._seen_moving_s.values() if now_s - since_s >= stall_s)
-        if stalled:
+        if stalled != self._stalled_logged:  # once per change, not every round
             _log.warning("%s replica move(s) stalled for %s s or more", stalled, stall_s)
+            self._stalled_logged = stalled
         return self._limits.replica_moves_max + min(stalled, self._limits.replica_moves_stalled_max)
 
     def _drop_strays(self) -> None:

@@ -415,7 +415,7 @@ def test_limits_from_before_request_ids_were_remembered_keep_only_the_last() -> 
     later = ["groups_max", "group_leases_max", "group_unsettled_max", "group_scan_max"]
     assert names[len(before) :] == ["request_ids_remembered", *later]
     old = PartitionLimits.__new__(PartitionLimits)
-    old.__setstate__([getattr(LIMITS, name) for name in before])  # type: ignore[attr-defined]
+    old.__setstate__([getattr(LIMITS, name) for name in before])
     log = filled_log(30)
     log.limits = old
     restored = PartitionLog.__new__(PartitionLog)

@@ -125,12 +125,13 @@ class BrokerService:
         ``"members_match": true``."""
         replica = self._replica(spec.topic, spec.partition_id)
         mine = (replica.spec.replica_id, replica.spec.raft_address)
-        if mine != (spec.replica_id, spec.raft_address) or slot == spec.replica_id:
+        if mine != (spec.replica_id, spec.raft_address):
             raise RaftQError(
                 ErrorCode.INVALID_FIELD,
                 f"{replica.partition.name} is replica {mine[0]} at {mine[1]}: the request "
-                f"names replica {spec.replica_id} at {spec.raft_address} and moves {slot}",
+                f"names replica {spec.replica_id} at {spec.raft_address}",
             )
+        # ``slot`` may be this replica's own: the new one, asked in case it leads already.
         if replica.spec != spec:
             self._store.update_replica(spec)
             replica.respec(spec)

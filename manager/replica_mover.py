@@ -266,9 +266,13 @@ class ReplicaMover:
             replica = partition.replicas[spec.replica_id]
             if not brokers[replica.broker_id].alive:
                 continue
-            answer = self._brokers.replace_member(
-                address, spec, move.replica_id, move.removed.raft_address, leaving_alive
-            )
+            try:
+                answer = self._brokers.replace_member(
+                    address, spec, move.replica_id, move.removed.raft_address, leaving_alive
+                )
+            except RaftQError as exc:  # one member's failure must not keep the leader unasked
+                _log.warning("moving %s/%s: %s", topic.name, partition.partition_id, exc.message)
+                continue
             if answer.get("leader") is True:
                 led = True
                 members_match = answer.get("members_match") is True

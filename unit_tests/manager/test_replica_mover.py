@@ -18,6 +18,7 @@ from manager.registry.commands import (
 from manager.registry.topics import PartitionRecord
 from manager.replica_mover import ReplicaMover
 from manager.replicated import LocalRegistry
+from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 from protocol.types import BrokerId, PartitionId, ReplicaSpec
 from runtime.http_client import PeerLink
@@ -33,6 +34,8 @@ class StubBrokers(BrokerClient):
         self.members_match = False
         self.leader = "http://b2"
         """The broker whose replica leads the partition (and alone answers for its group)."""
+        self.failing: set[str] = set()
+        """Brokers whose ``replace_member`` raises."""
         self.calls: list[tuple[str, str]] = []
         self.removed_alive: list[bool] = []
         self.transfers: list[str] = []
@@ -47,6 +50,8 @@ class StubBrokers(BrokerClient):
     ) -> dict[str, object]:
         self.calls.append(("members", address))
         self.removed_alive.append(removed_alive)
+        if address in self.failing:
+            raise RaftQError(ErrorCode.UNAVAILABLE, f"{address} does not answer")
         leads = address == self.leader
         return {"leader": leads, "members_match": leads and self.members_match}
 
@@ -150,6 +155,21 @@ def test_a_move_whose_new_replica_leads_finishes() -> None:
     mover.tick()
     assert _partition(registry).moving is None
     assert registry.commands[-1] == "finish_move"
+
+
+def test_a_member_that_fails_to_answer_does_not_keep_the_leader_unasked() -> None:
+    """The new replica's broker (asked first: its slot is 0) fails; the leader is still
+    asked in the same round, and the move finishes."""
+    registry, brokers = _registry(), StubBrokers()
+    registry.propose(SetBrokerAlive(1, False))
+    monitor = BrokerMonitor(LIMITS.broker_dead_after_s)
+    _gone_for_long(monitor, 1)
+    mover = ReplicaMover(LIMITS, registry, brokers, monitor)
+    mover.tick()  # begins: broker 4 takes slot 0
+    brokers.failing, brokers.members_match = {"http://b4"}, True
+    _report_caught_up(monitor, [50, 50, 50], evicted=50)
+    mover.tick()
+    assert _partition(registry).moving is None
 
 
 def _report(monitor: BrokerMonitor, broker_id: int, *, leads: bool, caught_up: bool) -> None:

@@ -139,17 +139,24 @@ def test_a_move_begun_by_one_leader_is_finished_by_the_next() -> None:
     assert registry.commands[-1] == "finish_move"
 
 
-def test_a_move_whose_new_replica_leads_finishes() -> None:
-    """Once a member, the new replica may be elected or handed the lead (the leader balance
-    prefers it) before the move finishes; it is asked like the others, and the move ends.
-    It used to be skipped: no other replica answered as leader, and the move waited for
-    good (long tier, membership seed 61637)."""
+def _moving_off_dead_broker_1() -> tuple[LocalRegistry, StubBrokers, BrokerMonitor, ReplicaMover]:
+    """Broker 1 dead past the replace time, and a mover whose first round began moving its
+    slot 0 to broker 4."""
     registry, brokers = _registry(), StubBrokers()
     registry.propose(SetBrokerAlive(1, False))
     monitor = BrokerMonitor(LIMITS.broker_dead_after_s)
     _gone_for_long(monitor, 1)
     mover = ReplicaMover(LIMITS, registry, brokers, monitor)
     mover.tick()  # begins: broker 4 takes slot 0
+    return registry, brokers, monitor, mover
+
+
+def test_a_move_whose_new_replica_leads_finishes() -> None:
+    """Once a member, the new replica may be elected or handed the lead (the leader balance
+    prefers it) before the move finishes; it is asked like the others, and the move ends.
+    It used to be skipped: no other replica answered as leader, and the move waited for
+    good (long tier, membership seed 61637)."""
+    registry, brokers, monitor, mover = _moving_off_dead_broker_1()
     brokers.leader, brokers.members_match = "http://b4", True
     _report_caught_up(monitor, [50, 50, 50], evicted=50)
     mover.tick()
@@ -160,12 +167,7 @@ def test_a_move_whose_new_replica_leads_finishes() -> None:
 def test_a_member_that_fails_to_answer_does_not_keep_the_leader_unasked() -> None:
     """The new replica's broker (asked first: its slot is 0) fails; the leader is still
     asked in the same round, and the move finishes."""
-    registry, brokers = _registry(), StubBrokers()
-    registry.propose(SetBrokerAlive(1, False))
-    monitor = BrokerMonitor(LIMITS.broker_dead_after_s)
-    _gone_for_long(monitor, 1)
-    mover = ReplicaMover(LIMITS, registry, brokers, monitor)
-    mover.tick()  # begins: broker 4 takes slot 0
+    registry, brokers, monitor, mover = _moving_off_dead_broker_1()
     brokers.failing, brokers.members_match = {"http://b4"}, True
     _report_caught_up(monitor, [50, 50, 50], evicted=50)
     mover.tick()

@@ -23,6 +23,15 @@
   Tested by ``unit_tests/runtime/test_raft_node.py`` (kill -9 right after a snapshot).
 - **Its journal** (``DurableFileJournal``), for the adapters' byte-bounded compaction, and
   its full dump written by a thread of its own (``DumpWriter``; ``useFork`` is ignored).
+- **A snapshot's receiver takes the sender's members.** pysyncobj stores in a dump the
+  members of when the dump was taken, and a node that joined by a snapshot keeps that one
+  as its dump until it compacts: a new member installing it took members two moves old,
+  without the current ones, and pysyncobj's transport refuses connections from
+  non-members. Once leadership moved to a member it did not list, it followed no one and
+  its move never finished (membership nemesis, seeds 101 and 501). The snapshot's last
+  part carries the sender's members (``_SnapshotTransport``), and the receiver takes them
+  in place of the dump's. A leader of an older version sends none: rolling upgrades are
+  not supported yet (ARCHITECTURE.md).
 - **Where an entry landed**, for acknowledgements that say what they mean: the index and
   term of the entry being applied (``applying_entry``, inside an apply), how many replicas
   hold an index (``replicas_holding``, on the leader), and entries of chosen replicated
@@ -44,6 +53,7 @@ from typing import Any
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf
 from pysyncobj.monotonic import monotonic as monotonic_time
+from pysyncobj.transport import TCPTransport
 
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
@@ -128,6 +138,23 @@ class NodeStatus:
     uptime_s: int
 
 
+_SENDERS_MEMBERS = "raftq_members"
+"""The key, on a snapshot's last part, of the sender's members (old receivers ignore it)."""
+
+
+class _SnapshotTransport(TCPTransport):
+    """pysyncobj's TCP transport; the last part of a snapshot carries the sending
+    leader's members, its own address included (taken by the receiver's
+    ``RaftNode._SyncObj__updateClusterConfiguration``)."""
+
+    def send(self, node: Any, message: Any) -> bool:
+        if isinstance(message, dict):
+            part = message.get("serialized")
+            if part is not None and part[2]:  # (data, is_first, is_last)
+                message[_SENDERS_MEMBERS] = self._syncObj.members_and_self()
+        return bool(super().send(node, message))
+
+
 class RaftNode(SyncObj):
     _SyncObj__newAppendEntriesTime: float  # pysyncobj's: when the leader sends a heartbeat
 
@@ -149,7 +176,11 @@ class RaftNode(SyncObj):
         self._transfer_to: str | None = None
         """Set by a request thread, taken by the tick thread: pysyncobj's calls are not
         thread-safe (``transferLeadership`` sends on the tick thread's connections)."""
-        super().__init__(self_node, partners, conf, consumers=consumers)
+        self._senders_members: list[str] | None = None
+        """Tick thread: the members that came with the snapshot part being handled."""
+        super().__init__(
+            self_node, partners, conf, consumers=consumers, transportClass=_SnapshotTransport
+        )
         self.addOnTickCallback(self._transfer_when_asked)
         # pysyncobj's tick thread stops once the thread that built the node has ended. A
         # broker builds replicas on the HTTP connection thread of ``POST /partitions``, which
@@ -162,22 +193,23 @@ class RaftNode(SyncObj):
         if not (conf.fullDumpFile and os.path.isfile(conf.fullDumpFile)):
             self._take_logged_members()  # else once the first tick loaded the dump
 
-    def _keep_the_sender(self) -> None:
-        """After a snapshot from the leader was installed: keep the leader a member.
-        pysyncobj takes the members stored in the snapshot, which are those of when the
-        dump was taken; a leader that joined by a snapshot keeps that one as its dump until
-        it compacts, so its members can lack the leader itself. The new member then dropped
-        the leader's connection (pysyncobj talks only to members) and never received the
-        entries after the snapshot, which hold the changes since: a move that never
-        finished (found by the membership nemesis). The leader is a member of the newest
-        configuration, and the entries it sends next bring the rest up to date."""
-        if not self._SyncObj__conf.dynamicMembershipChange:
-            return
-        leader = self._SyncObj__raftLeader
-        if leader is None or leader == self._SyncObj__selfNode:
-            return
-        if leader not in self._SyncObj__otherNodes:
-            self._SyncObj__doChangeCluster(["add", leader.id, leader])
+    def _SyncObj__updateClusterConfiguration(self, new_nodes: list[Any]) -> None:  # noqa: N802
+        # pysyncobj calls this only to load a dump's members: at a start, and when a
+        # snapshot from the leader arrives. Those stored in the dump are of when it was
+        # taken; a leader that joined by a snapshot keeps that one as its dump until it
+        # compacts, so they can be moves old and lack the leader itself. A new member took
+        # them, dropped connections from the current members (pysyncobj's transport talks
+        # only to members; the sender's connection came back only after pysyncobj's 5 s
+        # reconnect pause) and, once leadership moved to one it did not list, followed no
+        # one: a move that never finished (membership nemesis, seeds 101 and 501). A
+        # snapshot's receiver takes the sender's members instead: its newest configuration,
+        # committed or not, as Raft has a follower take one. The entries after the snapshot
+        # repeat those changes, and applying one twice is a no-op.
+        members = self._senders_members
+        if members is not None:
+            own = str(self._SyncObj__selfNode.id)
+            new_nodes = [member for member in members if member != own]
+        SyncObj._SyncObj__updateClusterConfiguration(self, new_nodes)
 
     def _take_logged_members(self) -> None:
         """At a start: the members are the newest configuration in the log, committed or
@@ -243,6 +275,11 @@ class RaftNode(SyncObj):
             self.transferLeadership(None)
         elif target in self.members():
             self.transferLeadership(target)
+
+    def members_and_self(self) -> list[str]:
+        """Tick thread: this node's members, itself included, as Raft addresses."""
+        others: Any = self._SyncObj__otherNodes
+        return sorted({str(node.id) for node in others} | {str(self._SyncObj__selfNode.id)})
 
     def members(self) -> frozenset[str]:
         """The Raft addresses of the other members as this node's log has them (on the
@@ -377,7 +414,11 @@ class RaftNode(SyncObj):
         # sees every message first.
         next_index: dict[Any, int] = self._SyncObj__raftNextIndex
         before = next_index.get(node)
-        SyncObj._SyncObj__onMessageReceived(self, node, message)
+        self._senders_members = message.get(_SENDERS_MEMBERS)
+        try:
+            SyncObj._SyncObj__onMessageReceived(self, node, message)
+        finally:
+            self._senders_members = None
         if (
             message.get("type") == "next_node_idx"
             and message.get("success")
@@ -432,8 +473,6 @@ class RaftNode(SyncObj):
         SyncObj._SyncObj__loadDumpFile(self, clearJournal)
         if not clearJournal:
             self._take_logged_members()
-        else:
-            self._keep_the_sender()
         # Loading a big dump holds the tick thread (0.2 s at 240k messages here); a follower
         # whose election timer ran out meanwhile would stand for election right after,
         # although it has just heard from the leader (seen: term 1 -> 4 when a replica that

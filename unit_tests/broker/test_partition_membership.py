@@ -2,7 +2,8 @@
 replaces a dead member by a new one (remove, reset the slot, add) that catches up, a move
 re-targeted before it finished drops the abandoned member as well, a live leaving member
 (a drain) leaves only after its replacement caught up, so a replication-factor-2 group
-keeps its leader, and a new leader does not count a dead member as in sync."""
+keeps its leader, a new leader does not count a dead member as in sync, a restarted member
+and a member that installs a snapshot take the newest members."""
 
 from __future__ import annotations
 
@@ -245,46 +246,61 @@ def test_a_restarted_member_counts_votes_over_the_newest_members_in_its_log(
     assert restarted._sync.members() == wanted
 
 
-def test_a_member_that_catches_up_from_a_leaders_old_snapshot_keeps_following_it(
+def test_a_member_that_installs_a_snapshot_moves_old_takes_the_leaders_members(
     start: Callable[[ReplicaSpec], PartitionRaft], tmp_path: Path
 ) -> None:
-    """A leader that joined by a snapshot keeps that snapshot as its dump until it compacts,
-    and the members in it are from before it joined. A member it adds next catches up from
-    that dump, took its members (without the leader), dropped the leader's connection and
-    never caught up: a move that never finished (found by the membership nemesis, seed
-    101). Installing a snapshot keeps the member that sent it."""
+    """A leader that joined by a snapshot keeps that snapshot as its dump until it
+    compacts, and the members stored in it are of when it was taken: here two moves old,
+    without the leader. A new member that took them dropped the leader's connection (found
+    by the membership nemesis, seed 101; later it kept the leader, and took a 5 s reconnect
+    pause) and refused connections from the members added since, so once leadership moved
+    to one of them it followed no one (seed 501). Installing a snapshot takes the sending
+    leader's members."""
     replicas = tuple(_address(slot) for slot in range(3))
     nodes = [start(_spec(replicas, slot)) for slot in range(3)]
-    first = _leader(nodes)
+    a = _leader(nodes)
+    b, c = (n for n in nodes if n is not a)
     for number in range(30):  # so the dump ends far past where a new member's log starts
-        first.propose([Append(((None, f"m{number}"),), number, None, None)])
+        a.propose([Append(((None, f"m{number}"),), number, None, None)])
     for node in nodes:
         _wait(partial(_holds, node, 30), "every member to hold all")
         node._sync.forceLogCompaction()
         dump = tmp_path / node.spec.raft_address.replace(":", "-") / "raft.dump"
         _wait(dump.is_file, "a dump")
-    # D replaces a follower and catches up from the first leader's dump.
-    gone = next(n for n in nodes if n is not first)
-    slot = gone.spec.replica_id
-    with_d = tuple(_address(slot) if r.replica_id == slot else r for r in replicas)
-    d = start(_spec(with_d, slot))
-    gone._sync.close(WAIT_S)
-    spec = _spec(with_d, first.spec.replica_id)
-    _wait(lambda: first.replace_member(spec, slot, gone.spec.raft_address, False), "D to join")
+    # D replaces B and catches up from A's dump ({A, B, C}), then leads, keeping that dump.
+    d, specs = _move(start, a, b, replicas)
     _wait(lambda: d.read(lambda log: log.end_offset) == 30, "D to catch up")
-    # D leads; its dump is the first leader's snapshot, whose members lack D.
-    _wait(lambda: _transfer(first, d), "D to lead")
-    other = next(n for n in nodes if n is not first and n is not gone)
-    other_slot = other.spec.replica_id
-    with_e = tuple(_address(other_slot) if r.replica_id == other_slot else r for r in with_d)
-    e = start(_spec(with_e, other_slot))
+    _wait(lambda: _transfer(a, d), "D to lead")
+    # F replaces A, then E replaces C: both install D's dump, whose members are {A, B, C}.
+    f, specs = _move(start, d, a, specs)
+    _wait(lambda: f.read(lambda log: log.end_offset) == 30, "F to catch up")
+    e_slot = c.spec.replica_id
+    with_e = tuple(_address(e_slot) if r.replica_id == e_slot else r for r in specs)
+    e = start(_spec(with_e, e_slot))
     installed = _record_members_after_snapshots(e)
-    other._sync.close(WAIT_S)
-    d.respec(_spec(with_e, slot))
-    spec_e = _spec(with_e, slot)
-    _wait(lambda: d.replace_member(spec_e, other_slot, other.spec.raft_address, False), "E in")
-    d.propose([Append(((None, "last"),), 31, None, None)])
+    c._sync.close(WAIT_S)
+    d.respec(_spec(with_e, d.spec.replica_id))
+    spec_e = _spec(with_e, d.spec.replica_id)
+    _wait(lambda: d.replace_member(spec_e, e_slot, c.spec.raft_address, False), "E in")
     _wait(lambda: bool(installed), "E to install a snapshot")
-    assert d.spec.raft_address in installed[0]  # it kept the leader that sent it
-    _wait(lambda: e.read(lambda log: log.end_offset) == 31, "E to catch up from D")
-    assert (tmp_path / e.spec.raft_address.replace(":", "-") / "raft.dump").is_file()
+    assert installed[0] == {d.spec.raft_address, f.spec.raft_address}
+    _wait(lambda: _transfer(d, f), "F to lead")
+    f.propose([Append(((None, "last"),), 31, None, None)])
+    _wait(lambda: e.read(lambda log: log.end_offset) == 31, "E to catch up from F")
+
+
+def _move(
+    start: Callable[[ReplicaSpec], PartitionRaft],
+    leader: PartitionRaft,
+    gone: PartitionRaft,
+    replicas: tuple[ReplicaAddress, ...],
+) -> tuple[PartitionRaft, tuple[ReplicaAddress, ...]]:
+    """Stop ``gone`` and have ``leader`` replace it by a new replica in its slot."""
+    slot = gone.spec.replica_id
+    moved = tuple(_address(slot) if r.replica_id == slot else r for r in replicas)
+    new = start(_spec(moved, slot))
+    gone._sync.close(WAIT_S)
+    spec = _spec(moved, leader.spec.replica_id)
+    leader.respec(spec)
+    _wait(lambda: leader.replace_member(spec, slot, gone.spec.raft_address, False), "the move")
+    return new, moved

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 
 from broker.access import KeyVerifier
+from broker.api.groups import add_group_routes
 from broker.api.logs import add_log_routes
 from broker.api.partitions import add_partition_routes
 from broker.api.status import add_status_routes
@@ -53,6 +54,7 @@ def create_app(config: BrokerConfig) -> App:
     add_status_routes(app, service, config.broker_id, metrics, config.limits)
     add_document_route(app, api_document(Node.BROKER))
     add_log_routes(app, service, config.limits, metrics)
+    add_group_routes(app, service, config.limits, metrics)
     add_partition_routes(app, service, config.broker_id, config.limits)
     count_requests(app, metrics)
 

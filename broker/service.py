@@ -14,11 +14,12 @@ from dataclasses import dataclass
 
 from broker.partition.commands import Receive, Settle
 from broker.partition.consensus import Entry
-from broker.partition.group_leases import GroupSettings, Outcome, Receipt
+from broker.partition.group_leases import GroupSettings, Receipt
 from broker.persistence.store import MessageStore, RangeChecksum
 from broker.replica import HostedReplica
 from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
+from protocol.group_requests import Outcome
 from protocol.limits import Limits, PartitionLimits
 from protocol.types import (
     Ack,

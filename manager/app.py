@@ -8,6 +8,7 @@ from manager.api import (
     brokers,
     cluster,
     consumers,
+    groups,
     keys,
     logs,
     partitions,
@@ -70,6 +71,7 @@ def create_app(config: ManagerConfig) -> App:
     consumers.add_routes(app, service, limits)
     brokers.add_routes(app, service, limits)
     keys.add_routes(app, service, limits)
+    groups.add_routes(app, service, router, limits)
     logs.add_routes(app, router, limits)
 
     mover = ReplicaMover(limits, raft, broker_client, monitor)
@@ -113,6 +115,7 @@ def _metrics(raft: ManagerRaft) -> Metrics:
                 (("kind", "topics"),): float(len(s.topics)),
                 (("kind", "brokers"),): float(len(s.brokers)),
                 (("kind", "clients"),): float(len(s.clients)),
+                (("kind", "groups"),): float(len(s.groups)),
             }
         ),
     )

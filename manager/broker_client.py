@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from urllib.parse import quote
 
 from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
@@ -99,6 +100,31 @@ class BrokerClient:
         self, address: str, body: dict[str, object], deadline: Deadline | None = None
     ) -> HttpAnswer:
         return self._http.call("POST", f"{address}/logs", body, deadline=deadline)
+
+    def receive(
+        self, address: str, group: str, params: dict[str, str], deadline: Deadline | None
+    ) -> HttpAnswer:
+        """A consumer group's receive of one partition: safe to repeat (the partition
+        answers a repeat of its request id with the same leases)."""
+        return self._http.call(
+            "GET",
+            f"{address}/groups/{quote(group, safe='')}/messages",
+            params=params,
+            idempotent=True,
+            deadline=deadline,
+        )
+
+    def settle(
+        self,
+        address: str,
+        group: str,
+        action: str,
+        body: dict[str, object],
+        deadline: Deadline | None,
+    ) -> HttpAnswer:
+        """An ack, nack or extend of one partition's receipts: idempotent by receipt."""
+        path = f"{address}/groups/{quote(group, safe='')}/{action}"
+        return self._http.call("POST", path, body, idempotent=True, deadline=deadline)
 
     def read(
         self, address: str, params: dict[str, str], deadline: Deadline | None = None

@@ -37,11 +37,22 @@ from manager.log_routing import (
 from manager.registry.brokers import BrokerRecord
 from manager.registry.topics import PartitionRecord, TopicRecord
 from manager.replicated import ReplicatedRegistry
+from protocol import group_plan
 from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError, proves_nothing_done
+from protocol.group_plan import receive_order
+from protocol.group_requests import (
+    BrokerReceive,
+    DeliveryReceipt,
+    GroupReceive,
+    GroupSettingsParams,
+    Ordering,
+    Outcome,
+    SettleRequest,
+)
 from protocol.requests import Fetch, Pop, Produce, invalid
 from protocol.routing import unkeyed_salt
-from protocol.types import BrokerId, PartitionId
+from protocol.types import BrokerId, PartitionId, RequestId
 from runtime.http_client import HttpAnswer, NoAnswerError
 
 BrokerCall = Callable[[str], HttpAnswer]
@@ -261,6 +272,74 @@ class LogRouter:
             raise RaftQError(ErrorCode.INTERNAL, "a broker answered a read without messages")
         return found
 
+    # --- consumer groups (issue 20) ---------------------------------------------------------
+    def receive(self, receive: GroupReceive, deadline: Deadline | None = None) -> dict[str, object]:
+        """Lease up to ``max_messages`` messages of the group over the topic's partitions,
+        with the group's settings from the registry (``protocol.group_plan``: a failure
+        after some leased answers those)."""
+        topic = self._active_topic(receive.topic)
+        group = receive.group
+        settings = self._group_settings(topic.name, group)
+        order = receive_order(
+            topic.active_count, group, receive.request_id, next(self._round_robin)
+        )
+        request = RequestId(receive.request_id or uuid.uuid4().hex)
+        max_messages = receive.max_messages
+
+        def ask(partition_id: PartitionId, wanted: int) -> list[object]:
+            params = BrokerReceive(
+                topic.name, partition_id, group, settings, wanted, request
+            ).to_params()
+            answer = self._send(
+                topic.partitions[partition_id],
+                topic.name,
+                lambda address: self._brokers.receive(address, group, params, deadline),
+                repeat_is_harmless=True,
+                deadline=deadline,
+            )
+            return _listed(answer, "messages")
+
+        return {"messages": group_plan.receive(order, max_messages, ask)}
+
+    def settle(self, request: SettleRequest, deadline: Deadline | None = None) -> dict[str, object]:
+        """Ack, nack or extend: each partition's receipts to its broker; the outcomes in the
+        order of the receipts. A receipt of a partition the topic does not have was never
+        handed out: ``unknown``."""
+        topic = self._active_topic(request.topic)
+        self._group_settings(topic.name, request.group)  # 404 for a group never defined
+
+        def ask(partition_id: PartitionId, receipts: tuple[DeliveryReceipt, ...]) -> list[str]:
+            if partition_id >= topic.active_count:
+                return [Outcome.UNKNOWN.value] * len(receipts)
+            body = request.broker_body(partition_id, receipts)
+            answer = self._send(
+                topic.partitions[partition_id],
+                topic.name,
+                lambda address: self._brokers.settle(
+                    address, request.group, request.action, body, deadline
+                ),
+                repeat_is_harmless=True,
+                deadline=deadline,
+            )
+            return [
+                str(o.get("outcome")) if isinstance(o, dict) else ""
+                for o in _listed(answer, "outcomes")
+            ]
+
+        pairs = group_plan.settle(request.receipts, ask)
+        return {"outcomes": [{"receipt": r.to_wire(), "outcome": o} for r, o in pairs]}
+
+    def _group_settings(self, topic: str, group: str) -> GroupSettingsParams:
+        entry = self._raft.read(lambda s: s.groups.get(topic, group))
+        if entry is None:
+            raise RaftQError(
+                ErrorCode.NOT_FOUND,
+                f"topic {topic!r} has no consumer group {group!r}: create it with POST /groups",
+            )
+        return GroupSettingsParams(
+            entry.visibility_timeout_ms, entry.max_deliveries, Ordering(entry.ordering)
+        )
+
     # --- choosing a broker -------------------------------------------------------------------
     def _send(
         self,
@@ -316,6 +395,13 @@ class LogRouter:
         if topic is None or not topic.is_active:
             raise RaftQError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {name!r}")
         return topic
+
+
+def _listed(answer: HttpAnswer, name: str) -> list[object]:
+    found = answer.body.get(name) if isinstance(answer.body, dict) else None
+    if not isinstance(found, list):
+        raise RaftQError(ErrorCode.INTERNAL, f"a broker answered without {name!r}")
+    return found
 
 
 def _produce_failure(failures: list[Exception], stored_groups: int) -> Exception:

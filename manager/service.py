@@ -38,6 +38,7 @@ from manager.views import (
 )
 from protocol.access import KEY_ID_CHARS, Grant, key_hash, make_key, parse_key, same_secret
 from protocol.errors import ErrorCode, RaftQError
+from protocol.group_requests import CreateGroup
 from protocol.limits import Limits
 from protocol.requests import (
     CreateKeyRequest,
@@ -325,6 +326,82 @@ class ManagerService:
         brokers = self._raft.read(lambda s: {b.broker_id: b for b in s.brokers.all()})
         partition = topic.partitions[partition_id]
         return partition_detail(topic.name, partition, brokers, self._monitor.leader_of)
+
+    # --- consumer groups (issue 20) ----------------------------------------------------------
+    def create_group(self, request: CreateGroup) -> tuple[dict[str, object], int]:
+        """Define a consumer group: 201 and the group; 200 when it exists with these
+        settings (nothing is proposed: a client may declare its group at every start);
+        409 TOPIC_EXISTS when it exists with others; 404 UNKNOWN_TOPIC for its topic or
+        dead-letter topic; 400 INVALID_FIELD past the topic's bound on groups. A refusal
+        changes nothing (apply's refusals neither)."""
+        topic = self._topic(request.topic)
+        dead = request.dead_letter_topic
+        if dead is not None and self._raft.read(lambda s: s.topics.get(dead)) is None:
+            raise RaftQError(ErrorCode.UNKNOWN_TOPIC, f"unknown dead-letter topic {dead!r}")
+        command = commands.DefineGroup(
+            request.topic,
+            request.group,
+            request.visibility_timeout_ms,
+            request.max_deliveries,
+            dead,
+            request.ordering.value,
+            self._limits.group_visibility_timeout_ms_min,
+            self._limits.group_visibility_timeout_ms_max,
+            self._limits.group_max_deliveries_max,
+            self._groups_max(topic),
+        )
+        known = self._raft.read(lambda s: s.groups.get(request.topic, request.group))
+        if known is None:
+            outcome = self._raft.propose(command)
+        else:
+            same = known.same_settings(command.entry(known.version))
+            outcome = Outcome.UNCHANGED if same else Outcome.EXISTS
+        where = f"consumer group {request.group!r} of topic {request.topic!r}"
+        if outcome is Outcome.EXISTS:
+            raise self._group_conflict(where, command)
+        if outcome is Outcome.TOO_MANY:
+            raise RaftQError(
+                ErrorCode.INVALID_FIELD,
+                f"{where}: topic {request.topic!r} has {command.groups_max} consumer groups, "
+                "the most it may have (partition_groups_max: every group lives in every "
+                "partition of its topic)",
+            )
+        check_outcome(outcome, where)
+        entry = self._raft.read(lambda s: s.groups.get(request.topic, request.group))
+        if entry is None:  # groups are never removed
+            raise RaftQError(ErrorCode.INTERNAL, f"{where} was defined but is not found")
+        return entry.to_json(), 201 if outcome is Outcome.CREATED else 200
+
+    def groups(self, topic: str | None) -> dict[str, object]:
+        """One topic's consumer groups by name (404 for an unknown topic), or every
+        topic's (``topic`` None) by topic and name."""
+        if topic is None:
+            entries = self._raft.read(lambda s: s.groups.all())
+        else:
+            name = self._topic(topic).name
+            entries = self._raft.read(lambda s: s.groups.of_topic(name))
+        return {"groups": [entry.to_json() for entry in entries]}
+
+    def _group_conflict(self, where: str, command: commands.DefineGroup) -> RaftQError:
+        """409: the group exists with other settings; the message says which differ."""
+        known = self._raft.read(lambda s: s.groups.get(command.topic, command.group))
+        held = {} if known is None else known.to_json()
+        asked = command.entry(0).to_json()
+        differences = ", ".join(
+            f"{name} is {held[name]!r}, not {value!r}"
+            for name, value in asked.items()
+            if name in held and held[name] != value
+        )
+        return RaftQError(
+            ErrorCode.TOPIC_EXISTS, f"{where} exists with other settings: {differences}"
+        )
+
+    def _groups_max(self, topic: TopicRecord) -> int:
+        """Groups a topic may have: this manager's ``partition_groups_max``, or the lower
+        bound its partitions were created with (they refuse a group past their own)."""
+        bound = self._limits.partition_groups_max
+        recorded = topic.partition_limits
+        return bound if recorded is None else min(bound, recorded.groups_max)
 
     # --- API keys ----------------------------------------------------------------------------
     def create_key(self, request: CreateKeyRequest) -> dict[str, object]:

@@ -171,6 +171,15 @@ class Limits:
     settled, in one partition (~100 bytes of replicated state each)."""
     partition_group_scan_max: int = 10_000
     """Offsets one receive looks at in one partition (bounds the work of one apply)."""
+    group_visibility_timeout_ms_default: int = 30_000
+    """A consumer group's lease length when its creation names none (SQS's default)."""
+    group_visibility_timeout_ms_min: int = 100
+    """Shortest lease a group may have: a shorter one expires before a member can ack."""
+    group_visibility_timeout_ms_max: int = 12 * 3600 * 1000
+    """Longest lease a group may have (SQS's 12 hours): a member that died holding a lease
+    delays its messages this long at most."""
+    group_max_deliveries_max: int = 1_000
+    """Highest ``max_deliveries`` a group may have (its default, 0, means no limit)."""
     client_idle_expiry_s: float = 7 * 24 * 3600.0
     """A producer or consumer that no command has named for this long is forgotten: by each
     partition (its dedup window, its offset) and by the managers (its registration). Measured
@@ -420,6 +429,13 @@ class Limits:
         _require(
             self.partition_group_leases_max <= self.partition_group_unsettled_max,
             "partition_group_leases_max <= partition_group_unsettled_max",
+        )
+        _require(
+            self.group_visibility_timeout_ms_min
+            <= self.group_visibility_timeout_ms_default
+            <= self.group_visibility_timeout_ms_max,
+            "group_visibility_timeout_ms_min <= group_visibility_timeout_ms_default "
+            "<= group_visibility_timeout_ms_max",
         )
         return self
 

@@ -1,4 +1,5 @@
-"""RaftQ's client library (``Admin``, ``Producer``, ``Consumer``) and the ``raftq`` CLI.
+"""RaftQ's client library (``Admin``, ``Producer``, ``Consumer``, ``GroupMember``) and the
+``raftq`` CLI.
 
 Talks HTTP to the load balancer, and to the brokers on the direct path (``raftq.direct_path``);
 imports only ``protocol`` of the project, so it stays light.
@@ -15,10 +16,12 @@ from raftq.errors import (
     RaftQClientError,
     UnavailableError,
 )
+from raftq.group import Delivery, GroupMember
 from raftq.producer import Producer
 from raftq.records import (
     BrokerInfo,
     ConsumerLag,
+    GroupInfo,
     KeyInfo,
     NewKey,
     PartitionAssignment,
@@ -39,6 +42,9 @@ __all__ = [
     "ClientLimits",
     "Consumer",
     "ConsumerLag",
+    "Delivery",
+    "GroupInfo",
+    "GroupMember",
     "KeyInfo",
     "NewKey",
     "PartitionAssignment",

@@ -12,6 +12,7 @@ from raftq.errors import ApiError, ProtocolError, RaftQClientError, UnavailableE
 from raftq.http import HttpTransport
 from raftq.records import (
     BrokerInfo,
+    GroupInfo,
     KeyInfo,
     NewKey,
     PartitionAssignment,
@@ -20,6 +21,8 @@ from raftq.records import (
     TopicLag,
     TopicSummary,
     parse_brokers,
+    parse_group,
+    parse_groups,
     parse_keys,
     parse_new_key,
     parse_partition,
@@ -92,6 +95,39 @@ class Admin:
             if exc.code is ErrorCode.TOPIC_EXISTS and exc.after_unknown_outcome:
                 return self._existing_topic(name)
             raise
+
+    def create_group(
+        self,
+        topic: str,
+        group: str,
+        *,
+        visibility_timeout_ms: int | None = None,
+        max_deliveries: int = 0,
+        dead_letter_topic: str | None = None,
+        ordering: str = "none",
+    ) -> GroupInfo:
+        """Create consumer group ``group`` of ``topic`` (leased delivery), or find it with
+        the same settings; ``ApiError`` 409 when it exists with others. A lease lasts
+        ``visibility_timeout_ms`` (default: the managers'); past ``max_deliveries`` (0: no
+        limit) a message goes to ``dead_letter_topic``; ``ordering="key"`` holds a key's
+        next message back while an earlier one is leased."""
+        body: dict[str, object] = {
+            "topic": topic,
+            "group": group,
+            "max_deliveries": max_deliveries,
+            "ordering": ordering,
+        }
+        if visibility_timeout_ms is not None:
+            body["visibility_timeout_ms"] = visibility_timeout_ms
+        if dead_letter_topic is not None:
+            body["dead_letter_topic"] = dead_letter_topic
+        answer = self._http.call("POST", "/groups", body=body, idempotent=True)
+        return parse_group(answer, "POST /groups")
+
+    def groups(self, topic: str | None = None) -> list[GroupInfo]:
+        """The consumer groups of ``topic`` (of every topic without it)."""
+        params = {} if topic is None else {"topic": topic}
+        return parse_groups(self._http.call("GET", "/groups", params=params, idempotent=True))
 
     def consumer_lag(self, topic: str) -> TopicLag:
         """Every consumer's lag on each partition of ``topic``, in messages and in seconds

@@ -46,6 +46,7 @@ from raftq.cluster import ClusterError, ClusterStatus, LocalCluster
 from raftq.cluster_layout import CLUSTER_FILE, LayoutError, admin_key_of
 from raftq.consumer import Consumer
 from raftq.errors import RaftQClientError
+from raftq.group import GroupMember
 from raftq.producer import Producer
 from raftq.records import ConsumerLag, Record
 
@@ -159,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     lag = commands.add_parser("lag", parents=[target], help="how far consumers are behind")
     lag.add_argument("--topic", required=True)
 
+    _add_group_commands(commands, target)
     _add_key_commands(commands, target)
     _add_broker_commands(commands, target)
     _add_manager_commands(commands)
@@ -193,6 +195,52 @@ def _add_key_commands(
     key_commands.add_parser("list", parents=[target], help="list API keys (never the keys)")
     revoke = key_commands.add_parser("revoke", parents=[target], help="revoke an API key")
     revoke.add_argument("key_id")
+
+
+def _add_group_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    target: argparse.ArgumentParser,
+) -> None:
+    group = commands.add_parser("group", help="create and list consumer groups (leased delivery)")
+    actions = group.add_subparsers(dest="group_command", required=True, metavar="ACTION")
+    create = actions.add_parser("create", parents=[target], help="create a consumer group")
+    create.add_argument("name")
+    create.add_argument("--topic", required=True)
+    create.add_argument(
+        "--visibility-timeout-ms",
+        type=_positive,
+        default=None,
+        help="how long a lease lasts unless extended (default: the managers', 30 s)",
+    )
+    create.add_argument(
+        "--max-deliveries",
+        type=int,
+        default=0,
+        help="deliveries after which a message goes to the dead-letter topic (0: no limit)",
+    )
+    create.add_argument("--dead-letter-topic", default=None)
+    create.add_argument(
+        "--ordering",
+        choices=["none", "key"],
+        default="none",
+        help="key: a key's next message waits while an earlier one is leased",
+    )
+    listing = actions.add_parser("list", parents=[target], help="a topic's consumer groups")
+    listing.add_argument("--topic", default=None, help="default: every topic's")
+
+    receive = commands.add_parser(
+        "receive", parents=[target], help="lease messages of a consumer group, print, then ack"
+    )
+    receive.add_argument("--topic", required=True)
+    receive.add_argument("--group", required=True)
+    receive.add_argument("--max-messages", type=_positive, default=10)
+    receive.add_argument(
+        "--ack",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="ack what was printed (default); --no-ack leaves the leases to end, and the "
+        "messages are delivered again",
+    )
 
 
 def _progress_option() -> argparse.ArgumentParser:
@@ -588,6 +636,59 @@ def _consume(
                 return 0
 
 
+def cmd_group(args: argparse.Namespace, context: Context) -> int:
+    target = resolve_target(args, context)
+    with Admin(target.url, api_key=target.api_key, tls_ca=target.tls_ca) as admin:
+        if args.group_command == "create":
+            groups = [
+                admin.create_group(
+                    args.topic,
+                    args.name,
+                    visibility_timeout_ms=args.visibility_timeout_ms,
+                    max_deliveries=args.max_deliveries,
+                    dead_letter_topic=args.dead_letter_topic,
+                    ordering=args.ordering,
+                )
+            ]
+        else:
+            groups = admin.groups(args.topic)
+    if args.output == "json":
+        _print_json_lines((dataclasses.asdict(g) for g in groups), context.stdout)
+        return 0
+    for g in groups:
+        context.stdout.write(
+            f"{g.topic}\t{g.group}\tvisibility {g.visibility_timeout_ms} ms\t"
+            f"max deliveries {g.max_deliveries or '-'}\tdead letters {g.dead_letter_topic or '-'}"
+            f"\tordering {g.ordering}\n"
+        )
+    return 0
+
+
+def cmd_receive(args: argparse.Namespace, context: Context) -> int:
+    target = resolve_target(args, context)
+    with GroupMember(
+        target.url, args.topic, args.group, api_key=target.api_key, tls_ca=target.tls_ca
+    ) as member:
+        deliveries = member.receive(args.max_messages)
+        for d in deliveries:
+            if args.output == "json":
+                body = {
+                    **_record_json(d.record),
+                    "delivery_count": d.delivery_count,
+                    "receipt": d.receipt,
+                }
+                context.stdout.write(json.dumps(body) + "\n")
+            else:
+                r = d.record
+                context.stdout.write(
+                    f"{r.partition_id}\t{r.offset}\t{d.delivery_count}\t{r.key or ''}\t{r.value}\n"
+                )
+        context.stdout.flush()
+        if args.ack and deliveries:
+            member.ack(deliveries)
+    return 0
+
+
 def _record_json(record: Record) -> dict[str, object]:
     return {
         "topic": record.topic,
@@ -931,6 +1032,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Context], int]] = {
     "consume": cmd_consume,
     "key": cmd_key,
     "lag": cmd_lag,
+    "group": cmd_group,
+    "receive": cmd_receive,
     "broker": cmd_broker,
     "manager": cmd_manager,
     "node": cmd_node,

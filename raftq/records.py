@@ -55,6 +55,20 @@ class TopicSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupInfo:
+    """A consumer group with leased delivery, as the managers record it."""
+
+    topic: str
+    group: str
+    visibility_timeout_ms: int
+    max_deliveries: int
+    """0: no limit."""
+    dead_letter_topic: str | None
+    ordering: str
+    """``none``, or ``key``: a key's next message waits while an earlier one is leased."""
+
+
+@dataclass(frozen=True, slots=True)
 class Replica:
     broker_id: int
     address: str | None
@@ -174,6 +188,23 @@ def parse_keys(body: object) -> list[KeyInfo]:
     return [parse_key_info(item, where) for item in _list(_obj(body, where), "keys", where)]
 
 
+def parse_group(body: object, where: str) -> GroupInfo:
+    entry = _obj(body, where)
+    return GroupInfo(
+        topic=_str(entry, "topic", where),
+        group=_str(entry, "group", where),
+        visibility_timeout_ms=_int(entry, "visibility_timeout_ms", where),
+        max_deliveries=_int(entry, "max_deliveries", where),
+        dead_letter_topic=_opt_str(entry, "dead_letter_topic"),
+        ordering=_str(entry, "ordering", where),
+    )
+
+
+def parse_groups(body: object) -> list[GroupInfo]:
+    where = "GET /groups"
+    return [parse_group(item, where) for item in _list(_obj(body, where), "groups", where)]
+
+
 def _obj(value: object, where: str) -> Mapping[str, object]:
     if not isinstance(value, dict):
         raise ProtocolError(f"{where}: expected a JSON object")
@@ -228,21 +259,48 @@ def _count(body: Mapping[str, object], name: str, where: str) -> int:
 
 def parse_records(body: object) -> list[Record]:
     items = _list(_obj(body, "GET /logs"), "messages", "GET /logs")
-    records = []
+    return [
+        _record(_obj(item, f"GET /logs messages[{i}]"), f"GET /logs messages[{i}]")
+        for i, item in enumerate(items)
+    ]
+
+
+def parse_deliveries(body: object, where: str) -> list[tuple[Record, int, str]]:
+    """A receive's messages: each record with its delivery count and receipt."""
+    items = _list(_obj(body, where), "messages", where)
+    found = []
     for index, item in enumerate(items):
-        where = f"GET /logs messages[{index}]"
-        message = _obj(item, where)
-        records.append(
-            Record(
-                topic=_str(message, "topic", where),
-                partition_id=_int(message, "partition_id", where),
-                offset=_int(message, "offset", where),
-                key=_opt_str(message, "key"),
-                value=_str(message, "message", where),
-                timestamp_ms=_int(message, "timestamp_ms", where),
+        at = f"{where} messages[{index}]"
+        message = _obj(item, at)
+        found.append(
+            (
+                _record(message, at),
+                _int(message, "delivery_count", at),
+                _str(message, "receipt", at),
             )
         )
-    return records
+    return found
+
+
+def parse_outcomes(body: object, where: str) -> list[tuple[str, str]]:
+    """An ack's, nack's or extend's ``outcomes``: each receipt with what it did."""
+    items = _list(_obj(body, where), "outcomes", where)
+    found = []
+    for index, item in enumerate(items):
+        outcome = _obj(item, f"{where} outcomes[{index}]")
+        found.append((_str(outcome, "receipt", where), _str(outcome, "outcome", where)))
+    return found
+
+
+def _record(message: Mapping[str, object], where: str) -> Record:
+    return Record(
+        topic=_str(message, "topic", where),
+        partition_id=_int(message, "partition_id", where),
+        offset=_int(message, "offset", where),
+        key=_opt_str(message, "key"),
+        value=_str(message, "message", where),
+        timestamp_ms=_int(message, "timestamp_ms", where),
+    )
 
 
 def parse_offsets(body: object, expected_count: int) -> list[PartitionOffset]:

@@ -9,6 +9,7 @@ becomes ``{"error_code", "message"}`` with its status here, once (Retry-After on
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Mapping
 from typing import TypeVar
@@ -123,8 +124,32 @@ def server_limits(limits: Limits) -> ServerLimits:
     )
 
 
+_PARAM = re.compile(r"^\{([a-z_]+)\}$")
+
+
+def _segments(path: str) -> tuple[str, ...]:
+    return tuple(path.strip("/").split("/"))
+
+
+def _match(pattern: tuple[str, ...], path: tuple[str, ...]) -> dict[str, str] | None:
+    """The ``{name}`` segments of ``path`` when it has ``pattern``'s shape (a parameter
+    matches one non-empty segment), else None."""
+    if len(pattern) != len(path):
+        return None
+    params: dict[str, str] = {}
+    for expected, found in zip(pattern, path, strict=True):
+        name = _PARAM.match(expected)
+        if name is not None and found:
+            params[name.group(1)] = found
+        elif expected != found:
+            return None
+    return params
+
+
 class App:
-    """Routes by exact path and method, hooks around them, and the error mapping.
+    """Routes by path and method, hooks around them, and the error mapping. A route's path
+    is exact, or has ``{name}`` segments (``/groups/{group}/ack``) that the handler reads
+    from ``request.path_params``; an exact route wins over a pattern.
 
     Not thread-safe to build; once built (before serving), ``handle`` is called from every
     connection thread at once.
@@ -142,6 +167,8 @@ class App:
         self._routes: dict[tuple[str, str], Handler] = {}
         self._actions: dict[tuple[str, str], Action] = {}
         self._paths: set[str] = set()
+        self._patterns: list[tuple[tuple[str, ...], str]] = []
+        """The routes with ``{name}`` segments, as (segments, path), in the order added."""
         self._fallback: Handler | None = None
         self._before: list[Callable[[HttpRequest], None]] = []
         self._after: list[Callable[[HttpRequest, HttpResponse, str | None], None]] = []
@@ -155,6 +182,8 @@ class App:
         def add(handler: Handler) -> Handler:
             self._routes[(method, path)] = handler
             self._actions[(method, path)] = action
+            if "{" in path and path not in self._paths:
+                self._patterns.append((_segments(path), path))
             self._paths.add(path)
             return handler
 
@@ -204,23 +233,37 @@ class App:
     def handle(self, request: HttpRequest) -> HttpResponse:
         # HEAD is not routed to GET handlers: a GET /logs with a consumer_id is a pop, and a
         # HEAD would claim messages whose answer nobody reads.
-        handler = self._routes.get((request.method, request.path))
-        route = request.path if handler is not None else None
+        route = self._route_of(request)
+        handler = None if route is None else self._routes.get((request.method, route))
+        label = route if handler is not None else None
         try:
-            if handler is None:
-                handler = self._unrouted(request)
+            if handler is None or route is None:
+                handler = self._unrouted(request, route)
             else:
                 # Hooks first: a manager that does not lead refuses with NOT_LEADER (retry
                 # elsewhere) before its possibly older registry could call a new key unknown.
                 for hook in self._before:
                     hook(request)
-                self._check_access(request, self._actions[(request.method, request.path)])
+                self._check_access(request, self._actions[(request.method, route)])
             response = handler(request)
         except Exception as exc:
             response = self._error_answer(exc)
         for after in self._after:
-            after(request, response, route)
+            after(request, response, label)
         return response
+
+    def _route_of(self, request: HttpRequest) -> str | None:
+        """The routed path ``request`` takes (an exact one first), its ``{name}`` segments
+        set on it; None when no route has its path."""
+        if request.path in self._paths:
+            return request.path
+        segments = _segments(request.path)
+        for pattern, path in self._patterns:
+            params = _match(pattern, segments)
+            if params is not None:
+                request.path_params = params
+                return path
+        return None
 
     def _check_access(self, request: HttpRequest, action: Action) -> None:
         # Also for an open route: it may show a node more (``/raft_status``), and wrong
@@ -229,10 +272,10 @@ class App:
             request.principal = self._authenticate(request)
         require(request.principal, action)
 
-    def _unrouted(self, request: HttpRequest) -> Handler:
+    def _unrouted(self, request: HttpRequest, route: str | None) -> Handler:
         if self._fallback is not None:
             return self._fallback
-        if request.path in self._paths:
+        if route is not None:
             raise RaftQError(
                 ErrorCode.METHOD_NOT_ALLOWED, f"{request.method} is not allowed on {request.path}"
             )

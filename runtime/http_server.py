@@ -75,6 +75,8 @@ class HttpRequest:
     query_string: str = field(init=False)
     principal: Principal | None = field(default=None, init=False)
     """Who sent it, once the app authenticated it (``protocol.access``); ``None``: nobody."""
+    path_params: dict[str, str] = field(default_factory=dict, init=False)
+    """The ``{name}`` segments of the route that matched (``runtime.http_api.App``)."""
     received_s: float = field(default_factory=time.monotonic, init=False)
     """When it had arrived whole (monotonic): its handling time is measured from here."""
 

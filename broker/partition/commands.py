@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeGuard
 
+from protocol.group_requests import SETTLE_ACTIONS
 from protocol.types import Offset, ReplicaId
 
 KeyValue = tuple[str | None, str]
@@ -106,9 +107,6 @@ class Receive:
     visibility_timeout_ms: int
     max_deliveries: int
     ordered_by_key: bool
-
-
-SETTLE_ACTIONS = ("ack", "nack", "extend")
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,8 +32,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from enum import Enum
 
+from protocol.group_requests import Outcome
 from protocol.invariant import check
 from protocol.limits import PartitionLimits
 from protocol.snapshot_fields import ByFieldOrder
@@ -54,22 +54,11 @@ class GroupSettings:
 
 @dataclass(frozen=True, slots=True)
 class Receipt:
+    """One delivery of one message of this partition (on the wire, with the partition:
+    ``protocol.group_requests.DeliveryReceipt``)."""
+
     offset: Offset
     delivery_count: int
-
-    def to_wire(self) -> str:
-        return f"{self.offset}.{self.delivery_count}"
-
-    @classmethod
-    def from_wire(cls, text: str) -> Receipt | None:
-        """``None`` for anything that is not ``"<offset>.<count>"`` with offset >= 0 and
-        count >= 1."""
-        offset, dot, count = text.partition(".")
-        if not dot or not offset.isdigit() or not count.isdigit():
-            return None
-        if int(count) < 1:
-            return None
-        return cls(Offset(int(offset)), int(count))
 
 
 @dataclass(slots=True)
@@ -85,20 +74,6 @@ class Wait(ByFieldOrder):
     """Deliveries so far (0: skipped for ordering, never delivered)."""
     ready_ms: int
     key: str | None
-
-
-class Outcome(Enum):
-    """What an ack, nack or extend did with one receipt."""
-
-    DONE = "done"
-    """It acted on the current lease."""
-    ALREADY = "already"
-    """The message is settled already (a repeat of an ack): nothing to do."""
-    STALE = "stale"
-    """Not the current delivery: the lease ended and the message is waiting or leased to
-    another member; nothing changed (an ack here does not settle it)."""
-    UNKNOWN = "unknown"
-    """The offset was never handed out."""
 
 
 _ZERO = Offset(0)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, fields
 
+from manager.registry.groups import GroupBounds, GroupEntry
 from manager.registry.topics import Assignment
 from protocol.limits import PartitionLimits
 
@@ -194,6 +195,45 @@ class RevokeKey:
     key_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class DefineGroup:
+    """A consumer group of ``topic`` with its settings (issue 20); the same again is
+    ``UNCHANGED``, other settings under the same name ``EXISTS`` (``GroupRegistry``)."""
+
+    topic: str
+    group: str
+    visibility_timeout_ms: int
+    max_deliveries: int
+    dead_letter_topic: str | None
+    ordering: str
+    """A ``protocol.requests.Ordering`` value."""
+    visibility_timeout_ms_min: int
+    visibility_timeout_ms_max: int
+    max_deliveries_max: int
+    groups_max: int
+    """Groups the topic may have: the proposer's ``partition_groups_max``, or the lower
+    bound its topic's partitions apply with."""
+
+    def entry(self, version: int) -> GroupEntry:
+        return GroupEntry(
+            self.topic,
+            self.group,
+            self.visibility_timeout_ms,
+            self.max_deliveries,
+            self.dead_letter_topic,
+            self.ordering,
+            version,
+        )
+
+    def bounds(self) -> GroupBounds:
+        return GroupBounds(
+            self.visibility_timeout_ms_min,
+            self.visibility_timeout_ms_max,
+            self.max_deliveries_max,
+            self.groups_max,
+        )
+
+
 RegistryCommand = (
     BeginTopic
     | BeginPartition
@@ -214,6 +254,7 @@ RegistryCommand = (
     | RemoveManager
     | RetargetMove
     | CancelDrain
+    | DefineGroup
 )
 
 _TAGS: dict[str, type[RegistryCommand]] = {
@@ -236,6 +277,7 @@ _TAGS: dict[str, type[RegistryCommand]] = {
     "remove_manager": RemoveManager,
     "retarget_move": RetargetMove,
     "cancel_drain": CancelDrain,
+    "define_group": DefineGroup,
 }
 """The wire tag of each command: part of the journal format, never renamed."""
 _TAG_OF = {kind: tag for tag, kind in _TAGS.items()}

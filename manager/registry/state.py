@@ -17,6 +17,7 @@ from manager.registry.commands import (
     BeginTopic,
     CancelDrain,
     CreateKey,
+    DefineGroup,
     DrainBroker,
     ExpireIdleClients,
     FinishMove,
@@ -32,6 +33,7 @@ from manager.registry.commands import (
     RollBackPartitions,
     SetBrokerAlive,
 )
+from manager.registry.groups import GroupRegistry
 from manager.registry.keys import KeyRecord, KeyRegistry
 from manager.registry.managers import ManagerRegistry
 from manager.registry.outcome import Outcome
@@ -56,16 +58,19 @@ class ManagerState:
         self.clients = ClientRegistry()
         self.keys = KeyRegistry()
         self.managers = ManagerRegistry()
+        self.groups = GroupRegistry()
         self.revision = 0
         """Revision of the last change; every record's ``version`` is one of these."""
 
     def __setstate__(self, state: dict[str, object]) -> None:
-        """A dump from before API keys (or manager changes) has none."""
+        """A dump from before API keys (or manager changes, or consumer groups) has none."""
         self.__dict__.update(state)
         if "keys" not in state:
             self.keys = KeyRegistry()
         if "managers" not in state:
             self.managers = ManagerRegistry()
+        if "groups" not in state:
+            self.groups = GroupRegistry()
 
     def apply(self, command: RegistryCommand | None) -> Outcome:
         """Run one replicated command (``None``: a malformed one, which changes nothing)."""
@@ -132,6 +137,8 @@ class ManagerState:
                 return self._stamp(
                     self.topics.finish_move(name, partition_id, version=self.revision + 1)
                 )
+            case DefineGroup():
+                return self.define_group(command)
         return Outcome.INVALID
 
     def _stamp(self, outcome: Outcome) -> Outcome:
@@ -340,6 +347,14 @@ class ManagerState:
             return Outcome.INVALID
         record = KeyRecord(key_id, key_hash, parsed, topics, name, created_ms, self.revision + 1)
         return self._stamp(self.keys.add(record, keys_max))
+
+    def define_group(self, command: DefineGroup) -> Outcome:
+        """A consumer group of an existing topic, its dead-letter topic existing too."""
+        dead = command.dead_letter_topic
+        named = (command.topic,) if dead is None else (command.topic, dead)
+        if not all(isinstance(t, str) and self.topics.get(t) is not None for t in named):
+            return Outcome.UNKNOWN_TOPIC
+        return self._stamp(self.groups.define(command.entry(self.revision + 1), command.bounds()))
 
 
 def _positive_int(value: object) -> bool:

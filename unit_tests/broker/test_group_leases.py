@@ -9,7 +9,8 @@ import random
 
 import pytest
 
-from broker.partition.group_leases import GroupLeases, GroupSettings, Outcome, Receipt
+from broker.partition.group_leases import GroupLeases, GroupSettings, Receipt
+from protocol.group_requests import Outcome
 from protocol.types import Offset
 
 PLAIN = GroupSettings(visibility_timeout_ms=1_000, max_deliveries=3)
@@ -136,16 +137,6 @@ def test_retention_below_the_floor_skips_what_was_not_settled() -> None:
     group.skip_below(5)
     assert group.floor == 5 and group.next_offset == 5 and group.in_flight() == 0
     assert _receive(group, 1, now_ms=1) == [(5, 1)]
-
-
-@pytest.mark.parametrize("text", ["", "1", "1.", ".1", "-1.1", "1.0", "a.1", "1.2.3"])
-def test_malformed_receipts_do_not_parse(text: str) -> None:
-    assert Receipt.from_wire(text) is None
-
-
-def test_receipts_round_trip() -> None:
-    receipt = Receipt(Offset(12), 3)
-    assert Receipt.from_wire(receipt.to_wire()) == receipt
 
 
 @pytest.mark.parametrize("seed", range(20))

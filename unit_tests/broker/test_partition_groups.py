@@ -20,11 +20,12 @@ from broker.partition.commands import (
     to_wire,
 )
 from broker.partition.consensus import MemoryConsensus
-from broker.partition.group_leases import Leased, Outcome, Settled
+from broker.partition.group_leases import Leased, Settled
 from broker.partition.log import PartitionLog, Rejected
 from broker.partition.raft import FrozenPartitionLog
 from broker.partition.replica import PartitionReplica
 from protocol.errors import ErrorCode, RaftQError
+from protocol.group_requests import Outcome
 from protocol.limits import Limits, PartitionLimits
 from protocol.types import BrokerId, Offset, PartitionId, ReplicaAddress, ReplicaId, ReplicaSpec
 

@@ -8,9 +8,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from broker.partition.group_leases import GroupSettings, Outcome, Receipt
+from broker.partition.group_leases import GroupSettings, Receipt
 from broker.persistence.store import MemoryMessageStore
 from broker.service import BrokerService, _runs
+from protocol.group_requests import Outcome
 from protocol.types import NewMessage, Offset
 from unit_tests.broker.test_service import P0, WAIT_S, make_service
 

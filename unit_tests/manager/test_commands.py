@@ -27,6 +27,7 @@ EXAMPLES: list[RegistryCommand] = [
     commands.ExpireIdleClients(2_000, 60_000, 10),
     commands.CreateKey("0123456789ab", "f" * 64, "producer", ("t",), "n", 3_000, 10),
     commands.RevokeKey("0123456789ab"),
+    commands.DefineGroup("t", "g", 30_000, 0, None, "key", 100, 43_200_000, 1_000, 100),
     commands.RegisterBroker(2, "http://b2", "127.0.0.2", 100, 199, 10),
     commands.BeginMove("t", 0, 0, 2, "127.0.0.2:100", 1),
     commands.RetargetMove("t", 0, 2, 2, "127.0.0.2:100"),  # already there: unchanged
@@ -61,6 +62,8 @@ def test_applying_them_in_order_builds_the_state() -> None:
     assert outcomes[-6] is Outcome.BUSY and state.brokers.get(BrokerId(2)) is not None
     assert outcomes[-5] is Outcome.UPDATED and outcomes[-4] is Outcome.UPDATED  # undrained
     assert state.managers.changed and state.managers.effective([]) == []
+    group = state.groups.get("t", "g")
+    assert group is not None and group.ordered_by_key and group.dead_letter_topic is None
 
 
 @pytest.mark.parametrize(
@@ -73,6 +76,7 @@ def test_applying_them_in_order_builds_the_state() -> None:
         ("set_broker_alive", 1, True, 3),
         (7,),
         ("begin_topic", "t", (), 10, 10, 1, {"unflushed_messages_max": -1}),
+        ("define_group", "t", "g", 30_000, 0, None, "none", 100, 43_200_000, 1_000),
     ],
 )
 def test_a_malformed_wire_command_changes_nothing(wire: object) -> None:

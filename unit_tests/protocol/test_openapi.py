@@ -12,6 +12,7 @@ import logging
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,14 @@ from manager.broker_client import BrokerClient
 from manager.replicated import LocalRegistry
 from protocol.access import Action
 from protocol.errors import ErrorCode, RaftQError
+from protocol.group_requests import (
+    SETTLE_ACTIONS,
+    BrokerReceive,
+    CreateGroup,
+    GroupReceive,
+    ListGroups,
+    SettleRequest,
+)
 from protocol.limits import Limits
 from protocol.openapi import Node, api_document, operations
 from protocol.requests import (
@@ -250,6 +259,9 @@ class Parsed:
     """Which ``x-raftq-modes`` mode of the query ``valid`` is."""
     items: dict[str, Callable[[int], object]] = field(default_factory=dict)
     """How to build the i-th item of an array field, for probing its size bounds."""
+    fixed: frozenset[str] = frozenset()
+    """Fields of ``valid`` not probed in this variant: a rule ties their bounds to another
+    field set here (another variant, without that field, probes them)."""
 
     def __post_init__(self) -> None:
         if self.method == "GET":  # its fields come from the query string, as text
@@ -313,6 +325,42 @@ SPEC = {
     "replicas": [_replica(i) for i in range(LIMITS.replication_factor)],
     "limits": LIMITS.partition_limits().to_json(),
 }
+RECEIVE: dict[str, object] = {"topic": "orders", "max_messages": "1", "request_id": "r"}
+BROKER_RECEIVE: dict[str, object] = {
+    **RECEIVE,
+    "partition_id": "0",
+    "visibility_timeout_ms": "30000",
+    "max_deliveries": "5",
+    "ordering": "key",
+}
+SETTLE: dict[str, dict[str, object]] = {
+    "ack": {"topic": "orders", "receipts": ["0.1.1"]},
+    "nack": {"topic": "orders", "receipts": ["0.1.1"], "delay_ms": 10},
+    "extend": {"topic": "orders", "receipts": ["0.1.1"], "visibility_timeout_ms": 30_000},
+}
+def _receipt(index: int) -> object:
+    return f"0.{index}.1"
+
+
+RECEIPTS: dict[str, Callable[[int], object]] = {"receipts": _receipt}
+
+
+def _group_receive(params: Mapping[str, object], limits: Limits) -> object:
+    return GroupReceive.parse(params, "g", limits)
+
+
+def _broker_receive(params: Mapping[str, object], limits: Limits) -> object:
+    return BrokerReceive.parse(params, "g", limits)
+
+
+def _settle(action: str, params: Mapping[str, object], limits: Limits) -> object:
+    return SettleRequest.parse(params, "g", action, limits)
+
+
+def _broker_settle(action: str, params: Mapping[str, object], limits: Limits) -> object:
+    return SettleRequest.parse(params, "g", action, limits).of_partition(params, limits)
+
+
 M, B = Node.MANAGER, Node.BROKER
 PARSED = [
     Parsed(
@@ -386,6 +434,28 @@ PARSED = [
         {"role": "admin", "topics": ["orders"], "name": "n"},  # topics: checked, not needed
         items={"topics": lambda i: f"t{i}"},
     ),
+    Parsed(
+        M,
+        "POST",
+        "/groups",
+        CreateGroup.parse,
+        {
+            "topic": "orders",
+            "group": "g",
+            "visibility_timeout_ms": 30_000,
+            "max_deliveries": 5,
+            "ordering": "key",
+        },
+    ),
+    Parsed(  # a dead-letter topic needs max_deliveries >= 1: probed above, without one
+        M,
+        "POST",
+        "/groups",
+        CreateGroup.parse,
+        {"topic": "orders", "group": "g", "dead_letter_topic": "dead", "max_deliveries": 5},
+        fixed=frozenset({"max_deliveries"}),
+    ),
+    Parsed(M, "GET", "/groups", ListGroups.parse, {"topic": "orders"}),
     Parsed(M, "POST", "/keys/revoke", KeyRef.parse, {"key_id": "0123456789ab"}),
     Parsed(M, "POST", "/keys/verify", VerifyKey.parse, {"key_id": "0123456789ab", "key_hash": "a"}),
     Parsed(M, "POST", "/logs", _manager_produce, PRODUCE_ONE, branch=0),
@@ -442,6 +512,25 @@ PARSED = [
         mode="pop",
     ),
     Parsed(B, "GET", "/logs", Fetch.parse, FETCH, mode="fetch"),
+    Parsed(M, "GET", "/groups/{group}/messages", _group_receive, RECEIVE),
+    Parsed(B, "GET", "/groups/{group}/messages", _broker_receive, BROKER_RECEIVE),
+    *(
+        Parsed(
+            node, "POST", f"/groups/{{group}}/{action}", parse, body, items=RECEIPTS, fixed=fixed
+        )
+        for action in SETTLE_ACTIONS
+        for node, parse, body, fixed in (
+            (M, partial(_settle, action), SETTLE[action], frozenset[str]()),
+            # Every receipt must name the partition: its bounds are partition_ref's, probed
+            # with the other broker requests.
+            (
+                B,
+                partial(_broker_settle, action),
+                {**SETTLE[action], "partition_id": 0},
+                frozenset({"partition_id"}),
+            ),
+        )
+    ),
 ]
 
 
@@ -497,7 +586,7 @@ def test_required_fields_are_what_the_parser_requires(parsed: Parsed) -> None:
 @pytest.mark.parametrize("parsed", PARSED, ids=_id)
 def test_bounds_and_types_are_what_the_parser_checks(parsed: Parsed) -> None:
     schemas = _field_schemas(parsed)
-    for name in parsed.valid:
+    for name in [n for n in parsed.valid if n not in parsed.fixed]:
         for value, accepted in _probes(parsed, name, schemas[name]):
             params = {**parsed.valid, name: value}
             if accepted:
@@ -598,7 +687,9 @@ def _in_query(parsed: Parsed) -> bool:
 
 
 def _parameters(parsed: Parsed) -> list[Schema]:
-    return [_object(p) for p in _list(_operation(parsed)["parameters"])]
+    """The query's (a path's ``{name}`` segments are the route's, not the parser's)."""
+    found = [_object(p) for p in _list(_operation(parsed)["parameters"])]
+    return [p for p in found if p["in"] == "query"]
 
 
 def _field_schemas(parsed: Parsed) -> dict[str, Schema]:

@@ -1,0 +1,80 @@
+"""How a consumer group's requests spread over a topic's partitions (issue 20): the one plan
+that the manager's router and the client's direct path both drive, each with its own I/O
+(``ask``). Pure.
+
+- **Receive** visits the partitions in the order a pop does (``routing.pop_order``: from a
+  hash of the request id, so a repeat asks the same partitions in the same order and each
+  hands back the leases it gave the first time), asking each for what is still wanted.
+  A failure after some partitions leased ends the receive with those messages: a lease
+  that never reached the member ends with its visibility timeout and the message is
+  delivered again, so nothing is lost (a pop, which claims for good, must fail instead).
+  A failure before any message was leased is the receive's failure: the caller repeats it
+  with the same request id.
+- **Settle** (ack, nack, extend) sends each partition its receipts in one request and
+  answers the outcomes in the order of the receipts. One partition's failure fails the
+  whole request: every action is idempotent by receipt, so repeating all of it is safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from protocol.errors import ErrorCode, RaftQError
+from protocol.group_requests import DeliveryReceipt
+from protocol.routing import pop_order
+from protocol.types import PartitionId
+
+T = TypeVar("T")
+
+
+def receive_order(
+    partition_count: int, group: str, request_id: str | None, round_robin: int
+) -> list[PartitionId]:
+    """The partitions a receive of ``group`` asks, in order."""
+    partition_ids = [PartitionId(p) for p in range(partition_count)]
+    return pop_order(partition_ids, f"group:{group}", request_id, round_robin)
+
+
+def receive(
+    order: Sequence[PartitionId],
+    max_messages: int,
+    ask: Callable[[PartitionId, int], list[T]],
+) -> list[T]:
+    """Up to ``max_messages`` messages: ``ask(partition_id, wanted)`` of each partition in
+    ``order`` until enough are in hand (it returns at most ``wanted``)."""
+    messages: list[T] = []
+    for partition_id in order:
+        wanted = max_messages - len(messages)
+        if wanted <= 0:
+            break
+        try:
+            found = ask(partition_id, wanted)
+        except Exception:
+            if not messages:
+                raise
+            return messages  # the leases not answered end with their visibility timeout
+        messages.extend(found[:wanted])
+    return messages
+
+
+def settle(
+    receipts: Sequence[DeliveryReceipt],
+    ask: Callable[[PartitionId, tuple[DeliveryReceipt, ...]], Sequence[str]],
+) -> list[tuple[DeliveryReceipt, str]]:
+    """Each receipt with its outcome: ``ask(partition_id, its_receipts)`` of each partition
+    the receipts name (in the order they first appear) returns one outcome per receipt."""
+    by_partition: dict[PartitionId, list[DeliveryReceipt]] = {}
+    for receipt in receipts:
+        by_partition.setdefault(receipt.partition_id, []).append(receipt)
+    outcomes: dict[DeliveryReceipt, str] = {}
+    for partition_id, of_partition in by_partition.items():
+        answered = ask(partition_id, tuple(of_partition))
+        if len(answered) != len(of_partition):
+            raise RaftQError(
+                ErrorCode.INTERNAL,
+                f"partition {partition_id} answered {len(answered)} outcomes "
+                f"for {len(of_partition)} receipts",
+            )
+        outcomes.update(zip(of_partition, answered, strict=True))
+    return [(receipt, outcomes[receipt]) for receipt in receipts]

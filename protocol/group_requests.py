@@ -1,0 +1,338 @@
+"""The requests of consumer groups with leased delivery (issue 20): receive, and ack, nack
+or extend by receipt. Pure: parsing and the receipt's wire form only.
+
+A receipt names one delivery of one message: ``"<partition_id>.<offset>.<delivery_count>"``.
+The partition is in it so that ``POST /groups/{group}/ack`` needs only the receipts (the
+router sends each to its partition), and the delivery count so that the receipt of an
+earlier delivery never settles a later one (its lease ended and the message was handed out
+again: ``stale``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from protocol.errors import ErrorCode, RaftQError
+from protocol.limits import Limits
+from protocol.requests import (
+    Params,
+    get_int,
+    get_str,
+    invalid,
+    partition_ref,
+    topic_name,
+)
+from protocol.types import Offset, PartitionId, RequestId
+
+SETTLE_ACTIONS = ("ack", "nack", "extend")
+"""What a member does with a delivery: its one list (the partition's ``Settle`` takes them)."""
+
+
+class Ordering(Enum):
+    """A consumer group's delivery order: ``key`` holds a key's next message back while an
+    earlier one of that key is unsettled (SQS FIFO message groups, Pulsar Key_Shared)."""
+
+    NONE = "none"
+    KEY = "key"
+
+
+@dataclass(frozen=True, slots=True)
+class CreateGroup:
+    """``POST /groups {"topic", "group", "visibility_timeout_ms"?, "max_deliveries"?,
+    "dead_letter_topic"?, "ordering"?}``: define a consumer group of a topic (admins). Its
+    name follows the rule of topic names. ``max_deliveries`` 0 (the default) is no limit; a
+    ``dead_letter_topic`` must be another topic and needs ``max_deliveries`` of 1 or more:
+    the deliveries after which a message goes there. Absent or null fields take their
+    defaults (``group_visibility_timeout_ms_default``, 0, none, ``none``)."""
+
+    topic: str
+    group: str
+    visibility_timeout_ms: int
+    max_deliveries: int = 0
+    dead_letter_topic: str | None = None
+    ordering: Ordering = Ordering.NONE
+
+    @classmethod
+    def parse(cls, params: Params, limits: Limits) -> CreateGroup:
+        topic = topic_name(params, limits)
+        dead_letter_topic = (
+            None
+            if params.get("dead_letter_topic") is None
+            else topic_name(params, limits, "dead_letter_topic")
+        )
+        max_deliveries = max_deliveries_of(params, limits, default=0)
+        if dead_letter_topic == topic:
+            raise invalid("field 'dead_letter_topic' must name another topic than 'topic'")
+        if dead_letter_topic is not None and max_deliveries < 1:
+            raise invalid(
+                "field 'dead_letter_topic' needs 'max_deliveries' of 1 or more: the deliveries "
+                "after which a message goes to the dead-letter topic"
+            )
+        return cls(
+            topic=topic,
+            group=topic_name(params, limits, "group"),
+            visibility_timeout_ms=visibility_timeout_ms(
+                params,
+                "visibility_timeout_ms",
+                limits,
+                default=limits.group_visibility_timeout_ms_default,
+            ),
+            max_deliveries=max_deliveries,
+            dead_letter_topic=dead_letter_topic,
+            ordering=_ordering(params),
+        )
+
+
+def _ordering(params: Params) -> Ordering:
+    value = params.get("ordering")
+    if value is None:
+        return Ordering.NONE
+    try:
+        return Ordering(value)
+    except ValueError:
+        names = ", ".join(repr(o.value) for o in Ordering)
+        raise invalid(f"field 'ordering' must be one of {names}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ListGroups:
+    """``GET /groups?topic=T``: one topic's consumer groups; without ``topic``, every
+    topic's."""
+
+    topic: str | None
+
+    @classmethod
+    def parse(cls, params: Params, limits: Limits) -> ListGroups:
+        return cls(None if params.get("topic") is None else topic_name(params, limits))
+
+
+def visibility_timeout_ms(
+    params: Params, field: str, limits: Limits, default: int | None = None
+) -> int:
+    return get_int(
+        params,
+        field,
+        minimum=limits.group_visibility_timeout_ms_min,
+        maximum=limits.group_visibility_timeout_ms_max,
+        default=default,
+    )
+
+
+def max_deliveries_of(params: Params, limits: Limits, default: int | None = None) -> int:
+    return get_int(
+        params,
+        "max_deliveries",
+        minimum=0,
+        maximum=limits.group_max_deliveries_max,
+        default=default,
+    )
+
+
+class Outcome(Enum):
+    """What an ack, nack or extend did with one receipt."""
+
+    DONE = "done"
+    """It acted on the current lease."""
+    ALREADY = "already"
+    """The message is settled already (a repeat of an ack): nothing to do."""
+    STALE = "stale"
+    """Not the current delivery: the lease ended and the message is waiting or leased to
+    another member; nothing changed (an ack here does not settle it)."""
+    UNKNOWN = "unknown"
+    """The offset was never handed out."""
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class DeliveryReceipt:
+    partition_id: PartitionId
+    offset: Offset
+    delivery_count: int
+
+    def to_wire(self) -> str:
+        return f"{self.partition_id}.{self.offset}.{self.delivery_count}"
+
+    @classmethod
+    def from_wire(cls, text: str) -> DeliveryReceipt | None:
+        """``None`` for anything but three dot-separated decimal numbers, the last >= 1."""
+        parts = text.split(".")
+        if len(parts) != 3 or not all(p.isdigit() and p.isascii() and len(p) <= 19 for p in parts):
+            return None
+        partition_id, offset, count = (int(p) for p in parts)
+        if count < 1:
+            return None
+        return cls(PartitionId(partition_id), Offset(offset), count)
+
+
+def group_name(group: str, limits: Limits) -> str:
+    """A group's name (from the path): the rule of topic names."""
+    return topic_name({"group": group}, limits, "group")
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSettingsParams:
+    """A group's settings as a broker receives them with every receive (the managers'
+    registry holds them; the router and the client's direct path send them)."""
+
+    visibility_timeout_ms: int
+    max_deliveries: int
+    ordering: Ordering
+
+    @classmethod
+    def parse(cls, params: Params, limits: Limits) -> GroupSettingsParams:
+        return cls(
+            visibility_timeout_ms=visibility_timeout_ms(params, "visibility_timeout_ms", limits),
+            max_deliveries=max_deliveries_of(params, limits),
+            ordering=_ordering(params),
+        )
+
+    def to_params(self) -> dict[str, object]:
+        return {
+            "visibility_timeout_ms": self.visibility_timeout_ms,
+            "max_deliveries": self.max_deliveries,
+            "ordering": self.ordering.value,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class GroupReceive:
+    """``GET /groups/{group}/messages?topic=T&max_messages=N&request_id=R``: lease up to N
+    messages of the topic's partitions to a member (the managers' router, with the group's
+    settings from their registry)."""
+
+    topic: str
+    group: str
+    max_messages: int
+    request_id: RequestId | None
+
+    @classmethod
+    def parse(cls, params: Params, group: str, limits: Limits) -> GroupReceive:
+        request = get_str(params, "request_id", limits.id_chars_max, required=False)
+        return cls(
+            topic=topic_name(params, limits),
+            group=group_name(group, limits),
+            max_messages=_max_messages(params, limits),
+            request_id=None if request is None else RequestId(request),
+        )
+
+
+def _max_messages(params: Params, limits: Limits) -> int:
+    return get_int(params, "max_messages", minimum=1, maximum=limits.fetch_messages_max, default=1)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerReceive:
+    """``GET /groups/{group}/messages?topic=T&partition_id=P&max_messages=N&request_id=R``
+    at a broker, with the group's settings: lease up to N messages of one partition."""
+
+    topic: str
+    partition_id: PartitionId
+    group: str
+    settings: GroupSettingsParams
+    max_messages: int
+    request_id: RequestId | None
+
+    @classmethod
+    def parse(cls, params: Params, group: str, limits: Limits) -> BrokerReceive:
+        topic, partition_id = partition_ref(params, limits)
+        request = get_str(params, "request_id", limits.id_chars_max, required=False)
+        return cls(
+            topic=topic,
+            partition_id=partition_id,
+            group=group_name(group, limits),
+            settings=GroupSettingsParams.parse(params, limits),
+            max_messages=_max_messages(params, limits),
+            request_id=None if request is None else RequestId(request),
+        )
+
+    def to_params(self) -> dict[str, str]:
+        """The query string ``parse`` reads (the router's and the direct path's request)."""
+        params = {
+            "topic": self.topic,
+            "partition_id": str(self.partition_id),
+            "max_messages": str(self.max_messages),
+            **{name: str(value) for name, value in self.settings.to_params().items()},
+        }
+        if self.request_id is not None:
+            params["request_id"] = self.request_id
+        return params
+
+
+@dataclass(frozen=True, slots=True)
+class SettleRequest:
+    """``POST /groups/{group}/{ack|nack|extend} {"topic", "receipts", "delay_ms"?,
+    "visibility_timeout_ms"?}``: ``duration_ms`` is a nack's delay (0: deliverable at
+    once), an extend's new visibility timeout, 0 for an ack. At a broker the body also
+    names ``partition_id``, and every receipt must be of that partition."""
+
+    topic: str
+    group: str
+    action: str
+    receipts: tuple[DeliveryReceipt, ...]
+    duration_ms: int
+
+    @classmethod
+    def parse(cls, params: Params, group: str, action: str, limits: Limits) -> SettleRequest:
+        if action not in SETTLE_ACTIONS:
+            raise RaftQError(ErrorCode.NOT_FOUND, f"no such group action: {action}")
+        if action == "nack":
+            duration_ms = get_int(
+                params,
+                "delay_ms",
+                minimum=0,
+                maximum=limits.group_visibility_timeout_ms_max,
+                default=0,
+            )
+        elif action == "extend":
+            duration_ms = visibility_timeout_ms(params, "visibility_timeout_ms", limits)
+        else:
+            duration_ms = 0
+        return cls(
+            topic=topic_name(params, limits),
+            group=group_name(group, limits),
+            action=action,
+            receipts=receipts(params, limits),
+            duration_ms=duration_ms,
+        )
+
+    def broker_body(
+        self, partition_id: PartitionId, receipts: tuple[DeliveryReceipt, ...]
+    ) -> dict[str, object]:
+        """The body ``parse`` reads at the broker of ``partition_id``, for its receipts."""
+        body: dict[str, object] = {
+            "topic": self.topic,
+            "partition_id": partition_id,
+            "receipts": [receipt.to_wire() for receipt in receipts],
+        }
+        if self.action == "nack":
+            body["delay_ms"] = self.duration_ms
+        elif self.action == "extend":
+            body["visibility_timeout_ms"] = self.duration_ms
+        return body
+
+    def of_partition(self, params: Params, limits: Limits) -> PartitionId:
+        """At a broker: the body's ``partition_id``, which every receipt must name."""
+        _, partition_id = partition_ref(params, limits)
+        others = [r for r in self.receipts if r.partition_id != partition_id]
+        if others:
+            raise invalid(
+                f"receipt {others[0].to_wire()!r} is not of partition {partition_id}: "
+                "send each receipt to its partition"
+            )
+        return partition_id
+
+
+def receipts(params: Params, limits: Limits) -> tuple[DeliveryReceipt, ...]:
+    """``receipts``: 1 to ``fetch_messages_max`` receipt strings, repeats dropped."""
+    value = params.get("receipts")
+    if not isinstance(value, list) or not value:
+        raise invalid("field 'receipts' must be a non-empty list of receipt strings")
+    if len(value) > limits.fetch_messages_max:
+        raise invalid(f"field 'receipts' holds more than {limits.fetch_messages_max}")
+    found: dict[DeliveryReceipt, None] = {}
+    for text in value:
+        receipt = DeliveryReceipt.from_wire(text) if isinstance(text, str) else None
+        if receipt is None:
+            raise invalid(f"receipt {text!r} is not '<partition_id>.<offset>.<delivery_count>'")
+        found[receipt] = None
+    return tuple(found)

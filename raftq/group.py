@@ -1,0 +1,193 @@
+"""``GroupMember``: one member of a consumer group with leased delivery (issue 20).
+
+A receive leases messages to this member for the group's visibility timeout; each comes as
+a ``Delivery`` with its receipt and delivery count. ``ack`` ends a message's life in the
+group, ``nack`` makes it deliverable again (at once, or after ``delay_ms``), ``extend``
+keeps a lease for longer. A member that dies holding leases loses nothing: they end, and
+the messages go to another member. ``working`` runs a block of work on deliveries and
+settles them by how it ended: extended while it runs, acked when it returns, nacked when
+it raises.
+
+Each ``receive`` carries a fresh ``request_id``; its retries carry the same one, so each
+partition hands back the leases it gave the first attempt. A receive whose retries are
+spent keeps its request id for the next one (its leases come back at once, rather than
+after their visibility timeout). Settling is idempotent by receipt and is retried freely.
+
+Through the load balancer only for now (``docs``: ARCHITECTURE.md, "Consumer groups").
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from types import TracebackType
+from urllib.parse import quote
+
+from protocol.errors import ErrorCode
+from raftq.client_limits import ClientLimits
+from raftq.errors import ApiError, ProtocolError, RaftQClientError
+from raftq.http import HttpTransport
+from raftq.records import Record, parse_deliveries, parse_outcomes
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One message leased to this member: settle it by its ``receipt``."""
+
+    record: Record
+    delivery_count: int
+    """1 on its first delivery; more after leases that ended or nacks."""
+    receipt: str
+    member: GroupMember = field(repr=False, compare=False)
+
+    def ack(self) -> str:
+        return self.member.ack([self])[0][1]
+
+    def nack(self, delay_ms: int = 0) -> str:
+        return self.member.nack([self], delay_ms)[0][1]
+
+    def extend(self, visibility_timeout_ms: int) -> str:
+        return self.member.extend([self], visibility_timeout_ms)[0][1]
+
+
+class GroupMember:
+    """A member of ``group`` of ``topic`` (created first with ``Admin.create_group``). Not
+    thread-safe (``working`` extends from a thread of its own, with its own transport)."""
+
+    def __init__(
+        self,
+        url: str,
+        topic: str,
+        group: str,
+        *,
+        limits: ClientLimits | None = None,
+        api_key: str | None = None,
+        tls_ca: str | None = None,
+    ) -> None:
+        """Reads the group's settings once (``ApiError`` 404 when the group or its topic
+        does not exist)."""
+        self.topic = topic
+        self.group = group
+        limits = (limits or ClientLimits()).validate()
+        self._http = HttpTransport(url, limits, api_key=api_key, tls_ca=tls_ca)
+        self._keeper_http = HttpTransport(url, limits, api_key=api_key, tls_ca=tls_ca)
+        """``working``'s thread's own (a transport serves one thread at a time)."""
+        self._keeper_lock = threading.Lock()
+        self._path = f"/groups/{quote(group, safe='')}"
+        self._pending_request: str | None = None
+        try:
+            self.visibility_timeout_ms = self._settings()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        self._http.close()
+        self._keeper_http.close()
+
+    def __enter__(self) -> GroupMember:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def receive(self, max_messages: int = 10) -> list[Delivery]:
+        """Up to ``max_messages`` deliveries (none when nothing is deliverable now)."""
+        request_id = self._pending_request or uuid.uuid4().hex
+        self._pending_request = request_id
+        params: dict[str, str | int] = {
+            "topic": self.topic,
+            "max_messages": max_messages,
+            "request_id": request_id,
+        }
+        body = self._http.call("GET", f"{self._path}/messages", params=params, idempotent=True)
+        found = parse_deliveries(body, f"GET {self._path}/messages")
+        self._pending_request = None
+        return [Delivery(record, count, receipt, self) for record, count, receipt in found]
+
+    def __iter__(self) -> Iterator[Delivery]:
+        """Deliveries for ever, one receive at a time (settle each before the next)."""
+        while True:
+            yield from self.receive()
+
+    def ack(self, deliveries: Iterable[Delivery | str]) -> list[tuple[str, str]]:
+        """Each receipt with its outcome: ``done``, ``already`` (settled before),
+        ``stale`` (its lease ended: the message is another delivery's now) or ``unknown``."""
+        return self._settle("ack", deliveries, {})
+
+    def nack(
+        self, deliveries: Iterable[Delivery | str], delay_ms: int = 0
+    ) -> list[tuple[str, str]]:
+        return self._settle("nack", deliveries, {"delay_ms": delay_ms})
+
+    def extend(
+        self, deliveries: Iterable[Delivery | str], visibility_timeout_ms: int
+    ) -> list[tuple[str, str]]:
+        """The leases last ``visibility_timeout_ms`` from now."""
+        return self._settle("extend", deliveries, {"visibility_timeout_ms": visibility_timeout_ms})
+
+    @contextmanager
+    def working(self, deliveries: list[Delivery]) -> Iterator[list[Delivery]]:
+        """Extend the leases every third of the visibility timeout while the block runs;
+        ack them when it returns, nack them when it raises (the exception goes on)."""
+        stop = threading.Event()
+        keeper = threading.Thread(
+            target=self._keep_extended, args=(deliveries, stop), name="raftq-lease", daemon=True
+        )
+        keeper.start()
+        try:
+            yield deliveries
+        except BaseException:
+            stop.set()
+            keeper.join()
+            self.nack(deliveries)
+            raise
+        stop.set()
+        keeper.join()
+        self.ack(deliveries)
+
+    def _keep_extended(self, deliveries: list[Delivery], stop: threading.Event) -> None:
+        period_s = self.visibility_timeout_ms / 3000
+        extra: dict[str, object] = {"visibility_timeout_ms": self.visibility_timeout_ms}
+        while not stop.wait(period_s):
+            try:
+                with self._keeper_lock:
+                    self._settle("extend", deliveries, extra, self._keeper_http)
+            except RaftQClientError:
+                continue  # the next period tries again; a lease that ends is delivered again
+
+    def _settle(
+        self,
+        action: str,
+        deliveries: Iterable[Delivery | str],
+        extra: dict[str, object],
+        http: HttpTransport | None = None,
+    ) -> list[tuple[str, str]]:
+        receipts = [d.receipt if isinstance(d, Delivery) else d for d in deliveries]
+        if not receipts:
+            return []
+        body = {"topic": self.topic, "receipts": receipts, **extra}
+        path = f"{self._path}/{action}"
+        answer = (http or self._http).call("POST", path, body=body, idempotent=True)
+        return parse_outcomes(answer, f"POST {path}")
+
+    def _settings(self) -> int:
+        body = self._http.call("GET", "/groups", params={"topic": self.topic}, idempotent=True)
+        groups = body.get("groups") if isinstance(body, dict) else None
+        for entry in groups if isinstance(groups, list) else []:
+            if isinstance(entry, dict) and entry.get("group") == self.group:
+                timeout_ms = entry.get("visibility_timeout_ms")
+                if isinstance(timeout_ms, int) and timeout_ms > 0:
+                    return timeout_ms
+                raise ProtocolError("GET /groups: a group without visibility_timeout_ms")
+        raise ApiError(
+            404, ErrorCode.NOT_FOUND.value, f"no group {self.group!r} of topic {self.topic!r}"
+        )

@@ -1,0 +1,72 @@
+"""The broker's own ``create_app`` over in-memory twins: the message store, a
+``MemoryConsensus`` for each replica's Raft group, and registration with the managers not
+started. Everything else (routes, access, the error mapping, metrics) is the production
+wiring. Used by the API fuzzing and the route tests."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import broker.app
+from broker.config import BrokerConfig
+from broker.partition.consensus import MemoryConsensus
+from broker.persistence.store import MemoryMessageStore
+from broker.service import BrokerService
+from protocol.access import NODE_HEADER, node_token
+from protocol.limits import Limits
+from protocol.types import ReplicaSpec
+from runtime.http_api import App
+from unit_tests.manager.in_memory_app import Idle
+
+SECRET = "in-memory-cluster-secret"
+AS_NODE = {NODE_HEADER: node_token(SECRET)}
+
+
+def _twin(spec: ReplicaSpec, _replica_dir: str, _secret: str, limits: Limits) -> MemoryConsensus:
+    partition_limits = spec.limits or limits.partition_limits()
+    return MemoryConsensus(
+        f"{spec.topic}/{spec.partition_id}", len(spec.replicas), partition_limits
+    )
+
+
+@contextmanager
+def broker_app(
+    data_dir: Path, store: MemoryMessageStore, limits: Limits, port: int = 1
+) -> Iterator[tuple[App, BrokerService]]:
+    """The app and its service; the twins stay patched in while it is used (the broker
+    builds a replica's Raft group when ``POST /partitions`` asks, long after ``create_app``)."""
+    services: list[BrokerService] = []
+
+    def keeping(*args: Any) -> BrokerService:
+        services.append(BrokerService(*args))
+        return services[-1]
+
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(broker.app, "SqlMessageStore", lambda _url: store)
+        monkeypatch.setattr(broker.app, "PartitionRaft", _twin)
+        monkeypatch.setattr(broker.app, "Registration", Idle)
+        monkeypatch.setattr(logging, "basicConfig", lambda **_kwargs: None)
+        monkeypatch.setattr(broker.app, "BrokerService", keeping)
+        config = BrokerConfig(
+            broker_id=1,
+            host="127.0.0.1",
+            port=port,
+            raft_port_min=1,  # unused: the twins open no port
+            raft_port_max=2,
+            data_dir=str(data_dir),
+            db_url="unused",
+            managers_url="http://127.0.0.1:1",  # unused: registration is not started
+            secret=SECRET,
+            limits=limits,
+        )
+        app = broker.app.create_app(config)
+        try:
+            yield app, services[0]
+        finally:
+            app.close()

@@ -1,7 +1,8 @@
 """The tiers: ``python -m stress_tests.chaos --tier fast`` (what CI runs, a few minutes),
-``python -m stress_tests.chaos --tier long`` (about 35 minutes: network partitions and mixed
+``python -m stress_tests.chaos --tier long`` (about 40 minutes: network partitions and mixed
 chaos too, several seeds, then the power-loss run of ``power_loss.py`` on a cluster of its own
-on the power-cut file system, then the membership tier) and ``--tier membership`` (the
+on the power-cut file system, then the membership tier, then a 3-minute at-least-once run of
+a consumer group, ``lease_run.py``) and ``--tier membership`` (the
 membership nemesis of ``nemesis.py``, several seeds, a fresh cluster each). One cluster per
 tier (per seed for membership); exits 1 when any run fails."""
 
@@ -11,6 +12,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from stress_tests.lease_run import BASE_PORT as LEASE_BASE_PORT
+from stress_tests.lease_run import LeaseConfig, run_lease
 from stress_tests.membership_plan import MEMBERSHIP_LONG, MEMBERSHIP_LONG_SEEDS
 from stress_tests.membership_run import MembershipConfig, membership_cluster, run_membership
 from stress_tests.power_loss import run_long as run_power_loss
@@ -40,6 +43,8 @@ MEMBERSHIP_BASE_PORT = 12_000
 """The membership tier's clusters (``--membership-base-port``): 12000 .. 12699 by default, room
 for ``MEMBERSHIP_LONG.broker_ids_max`` brokers (broker ids only grow), below the ephemeral
 range, clear of the tests' blocks and of the other tiers'."""
+LEASE_LONG_S = 180.0
+LEASE_LONG_MESSAGES = 50_000
 FAST_MESSAGES_TARGET = 3_000
 """Enough above the 1,000-message validity floor, small enough for the CI time budget."""
 
@@ -82,7 +87,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(line)
         port = args.membership_base_port
         passed = membership_tier(seed, port, directory, args.out / args.tier)
+        passed = lease_tier(seed, directory, args.out / args.tier) and passed
     return 0 if passed and all(r.passed for r in reports) else 1
+
+
+def lease_tier(seed: int, directory: Path, out_dir: Path) -> bool:
+    """The consumer group's at-least-once run (issue 20), long, on a fresh cluster."""
+    config = LeaseConfig(seed, duration_s=LEASE_LONG_S, messages=LEASE_LONG_MESSAGES)
+    cluster_dir = directory.with_name(f"{directory.name}-lease-{seed}")
+    with cluster_session(cluster_dir, LEASE_BASE_PORT) as cluster:
+        report = run_lease(cluster, config, out_dir / f"lease-{seed}")
+    for line in report.lines():
+        print(line)
+    return report.passed
 
 
 def membership_tier(seed: int, base_port: int, directory: Path, out_dir: Path) -> bool:

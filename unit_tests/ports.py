@@ -46,6 +46,7 @@ CLUSTER_BASE_PORTS = {
     "pop_replays": 21800,
     "stopped_node_deadlines": 24400,
     "membership_nemesis": 32000,
+    "lease_run": 16000,
 }
 """Every test module's cluster in one table, so no two blocks overlap (a socket of the
 previous module's cluster may still be in TIME_WAIT), all below the kernel's ephemeral range

@@ -1,0 +1,411 @@
+"""The at-least-once run of a consumer group (issue 20): worker processes
+(``lease_worker``) share a group's messages while a producer fills the topic and a seeded
+nemesis kill -9s workers (wherever they are: between a receive and its ack is the point),
+stops one past the visibility timeout (its late acks come after its messages went to
+another), and kill -9s or pauses partition leaders. Then every node runs again, workers
+drain the group, and ``lease_checker`` judges the ledgers: every acknowledged produce
+finished and acked; a message handed out again only once its lease ended or was nacked;
+an acked one never again; redelivery within the visibility timeout plus one second (p99).
+
+Not covered here: a power cut of the whole cluster (``power_loss`` covers the produce side
+only), dead letters and redrive (not built yet).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from raftq import Admin, GroupMember, Producer
+from raftq.cluster import LocalCluster
+from raftq.errors import RaftQClientError
+from stress_tests import lease_checker as checker
+from stress_tests.cluster_view import partition_leader
+from stress_tests.credentials import node_session, require_admin_key
+from stress_tests.polling import WaitTimeoutError, poll_until
+from stress_tests.session import cluster_session
+
+WORKER_STOP_WAIT_S = 10.0
+BROKER_DOWN_S = 2.0
+LEADER_WAIT_S = 30.0
+DRAIN_WAIT_S = 120.0
+"""After the faults: every acknowledged produce acked by a worker within this."""
+PRODUCE_PAUSE_S = 0.05
+NEMESIS_GAP_S = (1.0, 3.0)
+BROKER_PAUSE_S = 3.0
+RECOVERY_MS = 3_000
+SWEEP_MARGIN_MS = 2_000
+"""How long after a lease's latest possible end the drain's sweep may ack its receipt."""
+BASE_PORT = 14_000
+"""The command's cluster (clear of CI's port blocks and of the other tiers')."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseConfig:
+    seed: int
+    duration_s: float = 40.0
+    """Faults are injected and messages produced for this long."""
+    workers: int = 3
+    partitions: int = 3
+    visibility_timeout_ms: int = 2_000
+    messages: int = 3_000
+    batch_messages: int = 20
+
+    @property
+    def topic(self) -> str:
+        return f"leased-{self.seed}"
+
+    @property
+    def group(self) -> str:
+        return f"workers-{self.seed}"
+
+
+@dataclass
+class LeaseReport:
+    config: LeaseConfig
+    verdict: checker.LeaseVerdict
+    faults: list[str] = field(default_factory=list)
+    produced: int = 0
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict.passed and self.produced > 0
+
+    def lines(self) -> list[str]:
+        head = "PASS" if self.passed else "FAIL"
+        return [
+            f"== {head} lease run seed={self.config.seed}: {self.produced} acked produces, "
+            f"{len(self.faults)} faults",
+            *(f"  {fault}" for fault in self.faults),
+            *self.verdict.lines(),
+        ]
+
+
+class _Workers:
+    """The worker processes; each new one (a replacement after a kill) has its own name
+    and ledger file."""
+
+    def __init__(self, cluster: LocalCluster, config: LeaseConfig, out_dir: Path) -> None:
+        self._cluster, self._config, self._out_dir = cluster, config, out_dir
+        self._random = random.Random(f"workers/{config.seed}")
+        self.running: dict[str, subprocess.Popen[bytes]] = {}
+        self._started = 0
+
+    def start(self) -> str:
+        name = f"w{self._started}"
+        self._started += 1
+        env = {**os.environ, "RAFTQ_API_KEY": require_admin_key(self._cluster)}
+        command = [
+            sys.executable,
+            "-m",
+            "stress_tests.lease_worker",
+            "--url",
+            self._cluster.lb_url,
+            "--topic",
+            self._config.topic,
+            "--group",
+            self._config.group,
+            "--ledger",
+            str(self._out_dir / f"{name}.jsonl"),
+            "--name",
+            name,
+            "--seed",
+            str(self._random.randrange(2**31)),
+        ]
+        self.running[name] = subprocess.Popen(command, env=env)
+        return name
+
+    def keep_running(self) -> None:
+        """Replace the workers that exited (one starts before the cluster answers)."""
+        for name, process in list(self.running.items()):
+            if process.poll() is not None:
+                del self.running[name]
+                self.start()
+
+    def pick(self, rng: random.Random) -> tuple[str, subprocess.Popen[bytes]]:
+        name = rng.choice(sorted(self.running))
+        return name, self.running[name]
+
+    def stop_all(self) -> None:
+        for process in self.running.values():
+            process.send_signal(signal.SIGCONT)
+            process.terminate()
+        for process in self.running.values():
+            try:
+                process.wait(WORKER_STOP_WAIT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+class _Nemesis:
+    def __init__(self, cluster: LocalCluster, config: LeaseConfig, workers: _Workers) -> None:
+        self._cluster, self._config, self._workers = cluster, config, workers
+        self._random = random.Random(f"nemesis/{config.seed}")
+        self._session = node_session(cluster)
+        self.records: list[str] = []
+        self.outages: list[tuple[int, int]] = []
+        """Broker faults, wall-clock ms, each from its start to its end plus
+        ``RECOVERY_MS`` (a new leader's election; receives that waited on a paused one)."""
+
+    def run(self, until_s: float) -> None:
+        faults: list[Callable[[], str]] = [
+            self._kill_worker,
+            self._pause_worker,
+            self._kill_partition_leader,
+            self._pause_partition_leader,
+        ]
+        while time.monotonic() < until_s:
+            time.sleep(self._random.uniform(*NEMESIS_GAP_S))
+            self._workers.keep_running()
+            fault = self._random.choice(faults)
+            started = time.monotonic()
+            started_ms = int(time.time() * 1000)
+            target = fault()
+            if fault in (self._kill_partition_leader, self._pause_partition_leader):
+                self.outages.append((started_ms, int(time.time() * 1000) + RECOVERY_MS))
+            self.records.append(
+                f"{fault.__name__.lstrip('_')} {target} in {time.monotonic() - started:.1f} s"
+            )
+        self._session.close()
+
+    def _kill_worker(self) -> str:
+        name, process = self._workers.pick(self._random)
+        process.kill()
+        process.wait()
+        del self._workers.running[name]
+        return f"{name} (replaced by {self._workers.start()})"
+
+    def _pause_worker(self) -> str:
+        name, process = self._workers.pick(self._random)
+        process.send_signal(signal.SIGSTOP)
+        time.sleep(self._config.visibility_timeout_ms / 1000 + 1.0)
+        process.send_signal(signal.SIGCONT)
+        return name
+
+    def _kill_partition_leader(self) -> str:
+        broker = self._leader()
+        self._cluster.signal_node(broker, signal.SIGKILL)
+        poll_until(lambda: not self._cluster.is_running(broker), WORKER_STOP_WAIT_S, broker)
+        time.sleep(BROKER_DOWN_S)
+        self._cluster.start_node(broker)
+        return broker
+
+    def _pause_partition_leader(self) -> str:
+        broker = self._leader()
+        self._cluster.signal_node(broker, signal.SIGSTOP)
+        time.sleep(BROKER_PAUSE_S)
+        self._cluster.signal_node(broker, signal.SIGCONT)
+        return broker
+
+    def _leader(self) -> str:
+        partition_id = self._random.randrange(self._config.partitions)
+        topic = self._config.topic
+        found = poll_until(
+            lambda: partition_leader(self._cluster, self._session, topic, partition_id),
+            LEADER_WAIT_S,
+            f"a leader of {topic}/{partition_id}",
+        )
+        return str(found)
+
+
+def run_lease(
+    cluster: LocalCluster, config: LeaseConfig, out_dir: Path, log: Callable[[str], None] = print
+) -> LeaseReport:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    api_key = require_admin_key(cluster)
+    with Admin(cluster.lb_url, api_key=api_key) as admin:
+        admin.create_topic(config.topic, config.partitions, 3)
+        admin.create_group(
+            config.topic, config.group, visibility_timeout_ms=config.visibility_timeout_ms
+        )
+    produced: list[checker.Produced] = []
+    workers = _Workers(cluster, config, out_dir)
+    nemesis = _Nemesis(cluster, config, workers)
+    with _producing(cluster, config, api_key, produced):
+        for _ in range(config.workers):
+            workers.start()
+        nemesis.run(time.monotonic() + config.duration_s)
+    log(f"  faults done; {len(produced)} produces acknowledged; draining")
+    try:
+        cluster.up()  # every node that a fault left down
+        workers.keep_running()
+        with GroupMember(cluster.lb_url, config.topic, config.group, api_key=api_key) as sweeper:
+            _wait_drained(out_dir, produced, sweeper)
+    except WaitTimeoutError as exc:
+        log(f"  {exc}")
+    finally:
+        workers.stop_all()
+    ledgers = read_ledgers(out_dir)
+    history = checker.LeaseHistory(
+        produced=tuple(produced),
+        received=ledgers.received,
+        finished=ledgers.finished,
+        settled=ledgers.settled,
+        visibility_timeout_ms=config.visibility_timeout_ms,
+        outages=tuple(nemesis.outages),
+    )
+    report = LeaseReport(config, checker.check(history), nemesis.records, len(produced))
+    (out_dir / "report.txt").write_text("\n".join(report.lines()) + "\n", encoding="utf-8")
+    return report
+
+
+@contextmanager
+def _producing(
+    cluster: LocalCluster, config: LeaseConfig, api_key: str, produced: list[checker.Produced]
+) -> Iterator[None]:
+    """A producer thread through the load balancer until ``config.messages`` are
+    acknowledged or the block ends; only acknowledged batches are recorded (a batch whose
+    outcome stayed open may be stored: the checker does not require it)."""
+    stop = threading.Event()
+
+    def produce() -> None:
+        with Producer(cluster.lb_url, config.topic, api_key=api_key, direct=False) as producer:
+            sent = 0
+            while sent < config.messages and not stop.is_set():
+                values = [f"v{config.seed}-{sent + i}" for i in range(config.batch_messages)]
+                sent += len(values)
+                try:
+                    offsets = producer.produce_batch((value, None) for value in values)
+                except RaftQClientError:
+                    continue
+                produced.extend(
+                    checker.Produced(o.partition_id, o.offset, value)
+                    for o, value in zip(offsets, values, strict=True)
+                )
+                time.sleep(PRODUCE_PAUSE_S)
+
+    thread = threading.Thread(target=produce, name="lease-producer", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _wait_drained(out_dir: Path, produced: list[checker.Produced], sweeper: GroupMember) -> None:
+    """Until every acknowledged produce shows acked in the ledgers; meanwhile ``_sweep``."""
+    wanted = {(p.partition_id, p.offset) for p in produced}
+
+    def drained() -> bool:
+        ledgers = read_ledgers(out_dir)
+        settled = {(s.partition_id, s.offset) for s in ledgers.settled if s.shows_settled}
+        if wanted <= settled:
+            return True
+        _sweep(out_dir, ledgers, wanted - settled, sweeper)
+        return False
+
+    poll_until(drained, DRAIN_WAIT_S, "every acknowledged produce acked by a worker", 1.0)
+
+
+def _sweep(
+    out_dir: Path, ledgers: Ledgers, unsettled: set[tuple[int, int]], sweeper: GroupMember
+) -> None:
+    """A worker killed between sending an ack and writing its answer leaves a settled
+    message that no ledger shows settled. For each unsettled message whose last recorded
+    delivery's lease has surely ended: ack that receipt again, writing the answer to the
+    sweep's own ledger. ``already`` shows the lost ack acted; ``stale`` that the message
+    waits for its next delivery (nothing changed). A lease that has ended cannot be acked
+    ``done`` (it would be an ack of work nobody finished: ``acked_unfinished``)."""
+    last: dict[tuple[int, int], checker.Received] = {}
+    for received in ledgers.received:
+        where = (received.partition_id, received.offset)
+        if where in unsettled and (
+            where not in last or received.delivery_count > last[where].delivery_count
+        ):
+            last[where] = received
+    touched = {
+        (s.partition_id, s.offset, s.delivery_count): s.at_ms
+        for s in sorted(ledgers.settled, key=lambda s: s.at_ms)
+        if s.action == "extend"
+    }
+    ended_ms = int(time.time() * 1000) - sweeper.visibility_timeout_ms - SWEEP_MARGIN_MS
+    due = [
+        r
+        for r in last.values()
+        if max(r.at_ms, touched.get((r.partition_id, r.offset, r.delivery_count), 0)) < ended_ms
+    ]
+    if not due:
+        return
+    sent = int(time.time() * 1000)
+    try:
+        answered = dict(sweeper.ack([r.receipt for r in due]))
+    except RaftQClientError:
+        return
+    at = int(time.time() * 1000)
+    with open(out_dir / "w-sweep.jsonl", "a", encoding="utf-8") as ledger:
+        for r in due:
+            line = {
+                "kind": "settled",
+                "worker": "sweep",
+                "action": "ack",
+                "partition_id": r.partition_id,
+                "offset": r.offset,
+                "delivery_count": r.delivery_count,
+                "outcome": answered.get(r.receipt, "error"),
+                "sent_ms": sent,
+                "at_ms": at,
+                "duration_ms": 0,
+            }
+            ledger.write(json.dumps(line) + "\n")
+
+
+@dataclass(frozen=True, slots=True)
+class Ledgers:
+    received: tuple[checker.Received, ...]
+    finished: tuple[checker.Finished, ...]
+    settled: tuple[checker.Settled, ...]
+
+
+def read_ledgers(out_dir: Path) -> Ledgers:
+    """Every worker's ledger as the checker's events (a torn last line, from a kill -9 in
+    the middle of a write, is skipped)."""
+    received: list[checker.Received] = []
+    finished: list[checker.Finished] = []
+    settled: list[checker.Settled] = []
+    for path in sorted(out_dir.glob("w*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            kind = entry.pop("kind")
+            if kind == "received":
+                received.append(checker.Received(**entry))
+            elif kind == "finished":
+                finished.append(checker.Finished(**entry))
+            elif kind == "settled":
+                settled.append(checker.Settled(**entry))
+    return Ledgers(tuple(received), tuple(finished), tuple(settled))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m stress_tests.lease_run --seed N``: one run on a fresh local cluster."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seed", type=int, default=int(time.time()) % 100_000)
+    parser.add_argument("--duration-s", type=float, default=120.0)
+    parser.add_argument("--dir", type=Path, default=Path("/tmp/raftq-lease-run"))
+    parser.add_argument("--out", type=Path, default=Path("/tmp/raftq-lease-report"))
+    parser.add_argument("--base-port", type=int, default=BASE_PORT)
+    args = parser.parse_args(argv)
+    config = LeaseConfig(args.seed, duration_s=args.duration_s, messages=100_000)
+    with cluster_session(args.dir, args.base_port) as cluster:
+        report = run_lease(cluster, config, args.out)
+    print("\n".join(report.lines()))
+    return 0 if report.passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,534 @@
+"""The lease checker on synthetic histories (issue 20): a realistic run of two workers
+passes, and each kind of broken consumer group (a message never acked, an ack before the
+work, an acked message back, a lease cut short, one delivery to two members, a count that
+went back, a receipt that names another delivery) fails in exactly its kind. Boundaries of
+the early-redelivery bound at the clock tolerance, the redelivery percentiles on a
+hand-computed example, and a verdict independent of the order events were recorded in."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from stress_tests.lease_checker import (
+    EXAMPLES_PER_KIND_MAX,
+    LATE_REDELIVERY,
+    MUST_BE_ZERO,
+    Finished,
+    LeaseHistory,
+    LeaseVerdict,
+    Produced,
+    Received,
+    Settled,
+    check,
+    percentile_ms,
+)
+
+VISIBILITY_MS = 1000
+TOLERANCE_MS = 100
+A, B, C, D, E, F, H = (0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (0, 4), (1, 1)
+"""Messages ``(partition_id, offset)`` of the clean run (see ``clean``)."""
+
+
+def got(worker: str, message: tuple[int, int], count: int, sent_ms: int, at_ms: int) -> Received:
+    partition_id, offset = message
+    receipt = f"{partition_id}.{offset}.{count}"
+    return Received(worker, partition_id, offset, count, receipt, sent_ms, at_ms)
+
+
+def fin(worker: str, message: tuple[int, int], count: int, at_ms: int) -> Finished:
+    return Finished(worker, *message, count, at_ms)
+
+
+def act(
+    worker: str,
+    action: str,
+    message: tuple[int, int],
+    count: int,
+    outcome: str,
+    sent_ms: int,
+    duration_ms: int = 0,
+) -> Settled:
+    """Answered 10 ms after it was sent."""
+    return Settled(worker, action, *message, count, outcome, sent_ms, sent_ms + 10, duration_ms)
+
+
+def clean() -> LeaseHistory:
+    """Two workers, visibility 1,000 ms:
+    A acked; B nacked with a 200 ms delay, then delivered again and acked;
+    C's lease expired (w1 paused), delivered to w2, w1's late ack stale, w2 acked;
+    D extended and acked; E received twice by w1 (a repeat of its request id), its first
+    ack unanswered, the retry answered ``already``; F extended, w1 killed, delivered again
+    after the extended lease; H expired, delivered to w1 and acked, w2's late ack
+    ``already``."""
+    received = (
+        got("w1", A, 1, 0, 10),
+        got("w1", B, 1, 0, 10),
+        got("w2", B, 2, 300, 320),
+        got("w1", C, 1, 0, 10),
+        got("w2", C, 2, 1100, 1150),
+        got("w2", D, 1, 0, 20),
+        got("w1", E, 1, 400, 450),
+        got("w1", E, 1, 400, 480),
+        got("w1", F, 1, 2000, 2010),
+        got("w2", F, 2, 3550, 3600),
+        got("w2", H, 1, 4000, 4010),
+        got("w1", H, 2, 5100, 5120),
+    )
+    finished = (
+        fin("w1", A, 1, 50),
+        fin("w2", B, 2, 350),
+        fin("w1", C, 1, 1160),
+        fin("w2", C, 2, 1200),
+        fin("w2", D, 1, 1500),
+        fin("w1", E, 1, 500),
+        fin("w2", F, 2, 3650),
+        fin("w1", H, 2, 5150),
+        fin("w2", H, 1, 5200),
+    )
+    settled = (
+        act("w1", "ack", A, 1, "done", 60),
+        act("w1", "nack", B, 1, "done", 100, 200),
+        act("w2", "ack", B, 2, "done", 360),
+        act("w1", "ack", C, 1, "stale", 1170),
+        act("w2", "ack", C, 2, "done", 1210),
+        act("w2", "extend", D, 1, "done", 800, 1000),
+        act("w2", "ack", D, 1, "done", 1510),
+        Settled("w1", "ack", *E, 1, "error", 510, 530),
+        act("w1", "ack", E, 1, "already", 540),
+        act("w1", "extend", F, 1, "done", 2500, 1000),
+        act("w2", "ack", F, 2, "done", 3660),
+        act("w1", "ack", H, 2, "done", 5160),
+        act("w2", "ack", H, 1, "already", 5210),
+    )
+    produced = tuple(Produced(*m, f"v{m}") for m in (A, B, C, D, E, F, H))
+    return LeaseHistory(produced, received, finished, settled, VISIBILITY_MS, TOLERANCE_MS)
+
+
+def with_(history: LeaseHistory, **changes: Any) -> LeaseHistory:
+    return dataclasses.replace(history, **changes)
+
+
+def without(records: tuple[Any, ...], unwanted: Any) -> tuple[Any, ...]:
+    assert unwanted in records
+    return tuple(r for r in records if r != unwanted)
+
+
+def replaced(records: tuple[Any, ...], old: Any, new: Any) -> tuple[Any, ...]:
+    assert old in records
+    return tuple(new if r == old else r for r in records)
+
+
+def failing(verdict: LeaseVerdict) -> dict[str, int]:
+    return {name: n for name, n in verdict.counts.items() if n and name in MUST_BE_ZERO}
+
+
+# --- a clean run ------------------------------------------------------------------------------
+
+
+def test_a_clean_run_passes_with_every_must_be_zero_count_at_zero() -> None:
+    verdict = check(clean())
+    assert verdict.ok, verdict.lines()
+    assert {name: verdict.counts[name] for name in MUST_BE_ZERO} == dict.fromkeys(MUST_BE_ZERO, 0)
+    assert verdict.counts[LATE_REDELIVERY] == 0
+    assert verdict.examples == {}
+
+
+def test_a_clean_run_reports_its_figures() -> None:
+    verdict = check(clean())
+    expected = {
+        "produced": 7,
+        "receives": 12,
+        "receive_repeats": 1,
+        "deliveries": 11,
+        "received_not_produced": 0,
+        "finished": 9,
+        "duplicates": 2,  # C and H: finished by both workers
+        "acks": 10,
+        "acks_done": 6,
+        "acks_already": 2,
+        "acks_stale": 1,
+        "acks_error": 1,
+        "acks_unknown": 0,
+        "nacks": 1,
+        "nacks_done": 1,
+        "extends": 2,
+        "extends_done": 2,
+        "expiry_redeliveries": 3,  # C, F and H; B was nacked
+        "redeliveries_unjudged": 0,
+    }
+    assert {name: verdict.info[name] for name in expected} == expected
+    assert verdict.duplicate_rate == pytest.approx(2 / 7)
+
+
+def test_a_clean_run_times_its_expired_leases() -> None:
+    verdict = check(clean())
+    # F: 3600 - (2510 + 1000), from its extend; H: 5120 - (4010 + 1000); C: 1150 - (10 + 1000)
+    assert verdict.redelivery_latencies_ms == [90, 110, 140]
+    assert (verdict.redelivery_p50_ms, verdict.redelivery_p99_ms) == (110, 140)
+    assert verdict.redelivery_max_ms == 140
+    assert verdict.redelivery_on_target
+
+
+def test_the_report_lines_name_every_kind_and_the_target() -> None:
+    lines = check(clean()).lines()
+    for name in MUST_BE_ZERO:
+        assert any(name in line and "(must be 0)" in line for line in lines)
+    assert any("p50/p99/max ms: 110/140/140" in line and "met" in line for line in lines)
+
+
+def test_an_empty_run_passes_with_no_latencies() -> None:
+    verdict = check(LeaseHistory((), (), (), (), VISIBILITY_MS))
+    assert verdict.ok
+    assert verdict.redelivery_p99_ms is None and verdict.redelivery_on_target
+    assert verdict.duplicate_rate == 0.0
+
+
+# --- one broken history per kind ----------------------------------------------------------------
+
+
+def test_a_message_never_acked_is_lost() -> None:
+    history = clean()
+    unacked = with_(history, settled=without(history.settled, act("w2", "ack", D, 1, "done", 1510)))
+    verdict = check(unacked)
+    assert failing(verdict) == {"lost": 1}
+    assert "(0, 3)" in verdict.examples["lost"][0]
+    never_received = with_(history, produced=(*history.produced, Produced(2, 0, "v-never")))
+    assert failing(check(never_received)) == {"lost": 1}
+
+
+def test_an_ack_without_an_answer_does_not_settle_a_message() -> None:
+    history = clean()
+    unanswered = with_(
+        history, settled=without(history.settled, act("w1", "ack", E, 1, "already", 540))
+    )
+    assert failing(check(unanswered)) == {"lost": 1}
+
+
+def test_lost_examples_are_bounded() -> None:
+    produced = tuple(Produced(0, offset, f"v{offset}") for offset in range(8))
+    verdict = check(LeaseHistory(produced, (), (), (), VISIBILITY_MS))
+    assert failing(verdict) == {"lost": 8}
+    assert len(verdict.examples["lost"]) == EXAMPLES_PER_KIND_MAX
+
+
+def test_an_ack_sent_before_the_work_finished_is_acked_unfinished() -> None:
+    history = clean()
+    late_ledger = replaced(history.finished, fin("w1", A, 1, 50), fin("w1", A, 1, 65))
+    assert failing(check(with_(history, finished=late_ledger))) == {"acked_unfinished": 1}
+
+
+def test_an_ack_sent_the_moment_the_work_finished_passes() -> None:
+    history = clean()
+    same_ms = replaced(history.finished, fin("w1", A, 1, 50), fin("w1", A, 1, 60))
+    assert check(with_(history, finished=same_ms)).ok
+
+
+def test_only_the_acking_workers_ledger_of_that_delivery_counts() -> None:
+    history = clean()
+    other_worker = replaced(history.finished, fin("w1", A, 1, 50), fin("w2", A, 1, 50))
+    assert failing(check(with_(history, finished=other_worker))) == {"acked_unfinished": 1}
+    # w1 finished delivery 1 of C; w2 acked delivery 2 without finishing it
+    other_delivery = without(history.finished, fin("w2", C, 2, 1200))
+    assert failing(check(with_(history, finished=other_delivery))) == {"acked_unfinished": 1}
+
+
+def test_a_message_received_after_its_ack_is_redelivered_after_ack() -> None:
+    history = clean()
+    back = with_(history, received=(*history.received, got("w2", A, 2, 2000, 2010)))
+    verdict = check(back)
+    assert failing(verdict) == {"redelivered_after_ack": 1}
+    assert verdict.info["expiry_redeliveries"] == 3  # an acked delivery did not expire
+
+
+def test_a_message_received_after_an_already_answer_is_redelivered_after_ack() -> None:
+    history = clean()  # E: its ack answered ``already`` at 550
+    back = with_(history, received=(*history.received, got("w2", E, 2, 2000, 2010)))
+    assert failing(check(back)) == {"redelivered_after_ack": 1}
+
+
+def test_a_higher_count_than_an_acked_one_is_redelivered_after_ack_whatever_the_times() -> None:
+    history = clean()  # sent before the ack of delivery 1 was answered, returned late
+    back = with_(history, received=(*history.received, got("w2", A, 2, 65, 2000)))
+    assert failing(check(back)) == {"redelivered_after_ack": 1}
+
+
+def test_a_receive_sent_before_the_settle_was_answered_is_not_judged_by_time() -> None:
+    history = clean()  # a repeat of w1's request for E, answered after the retried ack
+    repeat = with_(history, received=(*history.received, got("w1", E, 1, 400, 600)))
+    assert check(repeat).ok
+
+
+SECOND_DELIVERY = {
+    B: got("w2", B, 2, 300, 320),
+    C: got("w2", C, 2, 1100, 1150),
+    F: got("w2", F, 2, 3550, 3600),
+}
+"""The clean run's redeliveries, after a nack (B), an expiry (C) and an extended expiry (F)."""
+
+
+def again_at(history: LeaseHistory, message: tuple[int, int], at_ms: int) -> LeaseHistory:
+    """``message``'s second delivery (to w2) returned at ``at_ms``, sent 10 ms before."""
+    moved = got("w2", message, 2, at_ms - 10, at_ms)
+    return with_(history, received=replaced(history.received, SECOND_DELIVERY[message], moved))
+
+
+def with_settle(history: LeaseHistory, old: Settled, new: Settled) -> LeaseHistory:
+    return with_(history, settled=replaced(history.settled, old, new))
+
+
+def early_if(early: bool) -> dict[str, int]:
+    return {"early_redelivery": 1} if early else {}
+
+
+def test_a_delivery_before_the_lease_could_end_is_early_redelivery() -> None:
+    verdict = check(again_at(clean(), C, 899))  # leased from 0 at the earliest: ends at 1000
+    assert failing(verdict) == {"early_redelivery": 1}
+    assert "could end at 1000" in verdict.examples["early_redelivery"][0]
+
+
+@pytest.mark.parametrize(("at_ms", "early"), [(899, True), (900, False)])
+def test_the_lease_bound_holds_up_to_the_clock_tolerance(at_ms: int, early: bool) -> None:
+    assert failing(check(again_at(clean(), C, at_ms))) == early_if(early)
+
+
+@pytest.mark.parametrize(("at_ms", "early"), [(999, True), (1000, False)])
+def test_with_no_tolerance_the_bound_is_exact(at_ms: int, early: bool) -> None:
+    exact = with_(again_at(clean(), C, at_ms), clock_tolerance_ms=0)
+    assert failing(check(exact)) == early_if(early)
+
+
+@pytest.mark.parametrize(("at_ms", "early"), [(3399, True), (3400, False)])
+def test_an_extend_done_pushes_the_bound(at_ms: int, early: bool) -> None:
+    # F: leased from 2000, extended by 1000 from 2500 at the earliest: ends at 3500
+    assert failing(check(again_at(clean(), F, at_ms))) == early_if(early)
+
+
+@pytest.mark.parametrize("outcome", ["error", "stale", "unknown"])
+@pytest.mark.parametrize(("at_ms", "early"), [(2899, True), (2900, False)])
+def test_an_extend_that_may_not_have_acted_does_not_push_the_bound(
+    outcome: str, at_ms: int, early: bool
+) -> None:
+    extend = act("w1", "extend", F, 1, "done", 2500, 1000)
+    unsure = dataclasses.replace(extend, outcome=outcome)  # F's lease ends at 3000 at the earliest
+    history = with_settle(again_at(clean(), F, at_ms), extend, unsure)
+    assert failing(check(history)) == early_if(early)
+
+
+NACK_B = act("w1", "nack", B, 1, "done", 100, 200)
+
+
+@pytest.mark.parametrize("outcome", ["done", "error"])
+@pytest.mark.parametrize(("at_ms", "early"), [(199, True), (200, False)])
+def test_a_nack_bounds_the_redelivery_by_its_delay(outcome: str, at_ms: int, early: bool) -> None:
+    nack = dataclasses.replace(NACK_B, outcome=outcome)  # sent at 100, 200 ms: from 300 on
+    history = with_settle(again_at(clean(), B, at_ms), NACK_B, nack)
+    assert failing(check(history)) == early_if(early)
+
+
+def b_again_after_nack(at_ms: int, nack: Settled) -> LeaseHistory:
+    """B nacked by ``nack``, delivered again at ``at_ms``, w2's work and ack after that."""
+    history = with_settle(again_at(clean(), B, at_ms), NACK_B, nack)
+    ack = act("w2", "ack", B, 2, "done", 360)
+    history = with_settle(
+        history, ack, dataclasses.replace(ack, sent_ms=at_ms + 20, at_ms=at_ms + 30)
+    )
+    finished = replaced(history.finished, fin("w2", B, 2, 350), fin("w2", B, 2, at_ms + 10))
+    return with_(history, finished=finished)
+
+
+def test_a_nack_done_with_a_delay_past_the_lease_is_judged_by_its_delay() -> None:
+    nack = dataclasses.replace(NACK_B, duration_ms=2000)  # from 2100 on, past the lease's 1000
+    assert failing(check(b_again_after_nack(1999, nack))) == {"early_redelivery": 1}
+    assert check(b_again_after_nack(2000, nack)).ok
+
+
+def test_a_nack_error_with_a_delay_past_the_lease_allows_the_lease_bound() -> None:
+    nack = dataclasses.replace(NACK_B, outcome="error", duration_ms=2000)  # may not have acted
+    assert failing(check(b_again_after_nack(899, nack))) == {"early_redelivery": 1}
+    assert check(b_again_after_nack(900, nack)).ok
+
+
+def test_a_nack_sent_after_the_redelivery_returned_cannot_explain_it() -> None:
+    # B delivered again at 320: counted, a nack at 330 without delay would allow it from 230
+    late = dataclasses.replace(NACK_B, sent_ms=330, at_ms=340, duration_ms=0)
+    assert failing(check(with_settle(clean(), NACK_B, late))) == {"early_redelivery": 1}
+
+
+def test_a_redelivery_whose_previous_delivery_was_never_recorded_is_not_judged() -> None:
+    history = clean()  # w1 killed before it recorded delivery 1 of C
+    unseen = with_(
+        history,
+        received=without(history.received, got("w1", C, 1, 0, 10)),
+        settled=without(history.settled, act("w1", "ack", C, 1, "stale", 1170)),
+        finished=without(history.finished, fin("w1", C, 1, 1160)),
+    )
+    verdict = check(unseen)
+    assert verdict.ok, verdict.lines()
+    assert verdict.info["redeliveries_unjudged"] == 1
+
+
+def test_one_delivery_to_two_workers_is_flagged() -> None:
+    history = clean()
+    twice = with_(history, received=(*history.received, got("w2", A, 1, 0, 12)))
+    verdict = check(twice)
+    assert failing(verdict) == {"one_delivery_two_members": 1}
+    assert verdict.examples["one_delivery_two_members"] == ["(0, 0, 1) to w1, w2"]
+
+
+def test_a_lower_count_sent_after_a_higher_one_was_returned_skipped_back() -> None:
+    history = clean()  # C: delivery 2 returned at 1150; w1 then gets delivery 1 again
+    back = with_(history, received=(*history.received, got("w1", C, 1, 1160, 1165)))
+    verdict = check(back)
+    assert failing(verdict) == {"count_skipped_back": 1}
+    assert "after count 2" in verdict.examples["count_skipped_back"][0]
+
+
+def test_a_lower_count_sent_as_the_higher_one_returned_may_be_a_repeat() -> None:
+    history = clean()  # sent at 1150, the ms delivery 2 was returned: not provably after
+    repeat = with_(history, received=(*history.received, got("w1", C, 1, 1150, 1165)))
+    assert check(repeat).ok
+
+
+def test_a_receipt_naming_another_delivery_is_a_mismatch() -> None:
+    history = clean()
+    wrong = dataclasses.replace(got("w1", A, 1, 0, 10), receipt="0.0.2")
+    verdict = check(
+        with_(history, received=replaced(history.received, got("w1", A, 1, 0, 10), wrong))
+    )
+    assert failing(verdict) == {"receipt_mismatch": 1}
+
+
+# --- redelivery latency -------------------------------------------------------------------------
+
+
+def expired(offset: int, latency_ms: int) -> LeaseHistory:
+    """Message ``(2, offset)``: w1's lease expires unused; w2 gets it ``latency_ms`` after
+    the lease's end as seen from w1's answer (at ``offset * 10_000 + 10``)."""
+    start_ms = offset * 10_000
+    again_ms = start_ms + 10 + VISIBILITY_MS + latency_ms
+    message = (2, offset)
+    return LeaseHistory(
+        (Produced(*message, f"x{offset}"),),
+        (
+            got("w1", message, 1, start_ms, start_ms + 10),
+            got("w2", message, 2, again_ms - 5, again_ms),
+        ),
+        (fin("w2", message, 2, again_ms + 1),),
+        (act("w2", "ack", message, 2, "done", again_ms + 2),),
+        VISIBILITY_MS,
+    )
+
+
+def merged(*histories: LeaseHistory) -> LeaseHistory:
+    def joined(name: str) -> tuple[Any, ...]:
+        return tuple(r for h in histories for r in getattr(h, name))
+
+    names = ("produced", "received", "finished", "settled")
+    return with_(histories[0], **{name: joined(name) for name in names})
+
+
+def test_redelivery_percentiles_on_a_hand_computed_example() -> None:
+    history = merged(*(expired(i, ms) for i, ms in enumerate([100, 300, 200, 1200])))
+    verdict = check(history)
+    assert verdict.ok, verdict.lines()
+    assert verdict.redelivery_latencies_ms == [100, 200, 300, 1200]
+    # nearest rank: p50 the 2nd of 4, p99 the 4th
+    assert (verdict.redelivery_p50_ms, verdict.redelivery_p99_ms) == (200, 1200)
+    assert verdict.redelivery_max_ms == 1200
+    assert verdict.counts[LATE_REDELIVERY] == 1
+    assert not verdict.redelivery_on_target
+    assert any("MISSED" in line for line in verdict.lines())
+    relaxed = check(history, redelivery_slack_ms=1200)
+    assert relaxed.redelivery_on_target and relaxed.counts[LATE_REDELIVERY] == 0
+
+
+def test_a_redelivery_whose_wait_overlaps_an_outage_is_not_timed() -> None:
+    history = merged(*(expired(i, ms) for i, ms in enumerate([100, 300, 200, 1200])))
+    everything = check(replace(history, outages=((0, 10**12),)))
+    assert everything.redelivery_latencies_ms == []
+    assert everything.info["redeliveries_in_outages"] == 4
+    assert everything.passed
+    far = check(replace(history, outages=((10**12, 10**12 + 1),)))
+    assert far.redelivery_latencies_ms == [100, 200, 300, 1200]
+    assert "redeliveries_in_outages" not in far.info
+
+
+def test_late_redelivery_is_reported_not_must_be_zero() -> None:
+    verdict = check(clean(), redelivery_slack_ms=100)  # C was 140 ms late, H 110
+    assert verdict.counts[LATE_REDELIVERY] == 2
+    assert verdict.ok and not verdict.redelivery_on_target
+    assert not verdict.passed  # a run is held to the target
+    assert LATE_REDELIVERY not in MUST_BE_ZERO
+    assert check(clean()).passed
+
+
+def test_percentile_is_the_nearest_rank() -> None:
+    assert percentile_ms([], 50) is None
+    assert [percentile_ms([7], p) for p in (0, 50, 99, 100)] == [7, 7, 7, 7]
+    hundred = list(range(1, 101))
+    assert [percentile_ms(hundred, p) for p in (50, 99, 100)] == [50, 99, 100]
+
+
+# --- determinism and inputs ---------------------------------------------------------------------
+
+
+def broken() -> LeaseHistory:
+    """Several kinds at once, so the examples' order matters too."""
+    history = clean()
+    extra = (
+        got("w2", A, 1, 0, 12),
+        got("w1", C, 1, 1160, 1165),
+        got("w2", E, 2, 2000, 2010),
+        got("w2", A, 2, 2000, 2010),
+    )
+    produced = (*history.produced, *(Produced(3, o, f"n{o}") for o in range(7)))
+    return with_(history, received=(*history.received, *extra), produced=produced)
+
+
+def shuffled(history: LeaseHistory, seed: int) -> LeaseHistory:
+    rng = random.Random(seed)
+
+    def mixed(records: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(rng.sample(records, len(records)))
+
+    names = ("produced", "received", "finished", "settled")
+    return with_(history, **{name: mixed(getattr(history, name)) for name in names})
+
+
+@pytest.mark.parametrize("history", [clean(), broken()], ids=["clean", "broken"])
+def test_the_verdict_is_deterministic_and_ignores_the_order_of_events(
+    history: LeaseHistory,
+) -> None:
+    verdict = check(history)
+    assert check(history) == verdict
+    for seed in range(5):
+        assert check(shuffled(history, seed)) == verdict
+
+
+def test_the_broken_history_fails_in_each_of_its_kinds() -> None:
+    assert failing(check(broken())) == {
+        "lost": 7,
+        "one_delivery_two_members": 1,
+        "count_skipped_back": 1,
+        "redelivered_after_ack": 2,
+    }
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: act("w", "pop", A, 1, "done", 0), "action"),
+        (lambda: act("w", "ack", A, 1, "maybe", 0), "outcome"),
+        (lambda: got("w", A, 0, 0, 1), "delivery_count"),
+        (lambda: LeaseHistory((), (), (), (), 0), "visibility_timeout_ms"),
+        (lambda: LeaseHistory((), (), (), (), VISIBILITY_MS, -1), "clock_tolerance_ms"),
+    ],
+)
+def test_invalid_records_are_refused(make: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make()

@@ -338,6 +338,8 @@ SETTLE: dict[str, dict[str, object]] = {
     "nack": {"topic": "orders", "receipts": ["0.1.1"], "delay_ms": 10},
     "extend": {"topic": "orders", "receipts": ["0.1.1"], "visibility_timeout_ms": 30_000},
 }
+
+
 def _receipt(index: int) -> object:
     return f"0.{index}.1"
 

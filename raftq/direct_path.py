@@ -1,5 +1,6 @@
-"""The direct path: a produce, pop or fetch for one partition goes straight to the broker the
-partition map names as its leader, and falls back to the load balancer (LB) when that fails.
+"""The direct path: a produce, pop or fetch (or a consumer group's receive or settle) for one
+partition goes straight to the broker the partition map names as its leader, and falls back
+to the load balancer (LB) when that fails.
 
 One attempt per request at the broker, then the decision:
 
@@ -39,12 +40,13 @@ _T = TypeVar("_T")
 
 @dataclass(frozen=True, slots=True)
 class PartitionRequest:
-    """A request to ``{leader}/logs`` for one partition."""
+    """A request to ``{leader}{path}`` for one partition."""
 
     partition_id: int
     method: str
     body: object | None = None
     params: Mapping[str, str | int] | None = None
+    path: str = "/logs"
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,9 +111,11 @@ class DirectPath:
         *,
         body: object | None = None,
         params: Mapping[str, str | int] | None = None,
+        path: str = "/logs",
     ) -> object:
-        """``{broker}/logs`` of the partition's leader: the 2xx body, or a ``Fallback``."""
-        (result,) = self.call_many(topic, [PartitionRequest(partition_id, method, body, params)])
+        """``{broker}{path}`` of the partition's leader: the 2xx body, or a ``Fallback``."""
+        request = PartitionRequest(partition_id, method, body, params, path)
+        (result,) = self.call_many(topic, [request])
         if isinstance(result, RaftQClientError):
             raise result
         return result
@@ -122,7 +126,7 @@ class DirectPath:
         raised, so that one group's refusal does not hide another group's offsets)."""
         addresses = [self.maps.leader(topic, r.partition_id) for r in requests]
         sends = [
-            Send(address, r.method, "/logs", r.body, r.params)
+            Send(address, r.method, r.path, r.body, r.params)
             for address, r in zip(addresses, requests, strict=True)
             if address is not None
         ]
@@ -147,7 +151,7 @@ class DirectPath:
         if failure is None:
             answer = reply.body if isinstance(reply, Reply) else None
             if answer is None:
-                return ProtocolError(f"{address}/logs: the answer is not JSON")
+                return ProtocolError(f"{address}: the answer is not JSON")
             self.answers += 1
             return answer
         self.maps.avoid(address)

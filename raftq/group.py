@@ -13,7 +13,11 @@ partition hands back the leases it gave the first attempt. A receive whose retri
 spent keeps its request id for the next one (its leases come back at once, rather than
 after their visibility timeout). Settling is idempotent by receipt and is retried freely.
 
-Through the load balancer only for now (``docs``: ARCHITECTURE.md, "Consumer groups").
+With ``direct=True`` (the default) a receive asks the partitions' leaders itself, in the
+managers' order (``protocol.group_plan``, with the group's settings read at the start), and
+a settle sends each partition's receipts to its leader; the first failure that leaves
+nothing in hand repeats the whole call through the load balancer, with the same request
+id (a receive) or the same receipts (a settle: idempotent).
 """
 
 from __future__ import annotations
@@ -26,11 +30,32 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from urllib.parse import quote
 
+from protocol import group_plan
 from protocol.errors import ErrorCode
+from protocol.group_requests import (
+    BrokerReceive,
+    DeliveryReceipt,
+    GroupSettingsParams,
+    Ordering,
+    SettleRequest,
+)
+from protocol.types import PartitionId, RequestId
 from raftq.client_limits import ClientLimits
+from raftq.direct_path import DirectPath, Fallback
 from raftq.errors import ApiError, ProtocolError, RaftQClientError
 from raftq.http import HttpTransport
-from raftq.records import Record, parse_deliveries, parse_outcomes
+from raftq.records import Record, parse_deliveries, parse_groups, parse_outcomes
+
+Leased = tuple[Record, int, str]
+"""A delivery as answered: the record, its delivery count and its receipt."""
+
+
+class _FellBackError(Exception):
+    """A direct attempt failed at a partition: the call goes through the load balancer."""
+
+    def __init__(self, fallback: Fallback) -> None:
+        super().__init__(fallback.reason)
+        self.fallback = fallback
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +89,7 @@ class GroupMember:
         group: str,
         *,
         limits: ClientLimits | None = None,
+        direct: bool = True,
         api_key: str | None = None,
         tls_ca: str | None = None,
     ) -> None:
@@ -76,15 +102,19 @@ class GroupMember:
         self._keeper_http = HttpTransport(url, limits, api_key=api_key, tls_ca=tls_ca)
         """``working``'s thread's own (a transport serves one thread at a time)."""
         self._keeper_lock = threading.Lock()
+        self.direct_path = DirectPath(self._http, limits) if direct else None
         self._path = f"/groups/{quote(group, safe='')}"
         self._pending_request: str | None = None
         try:
-            self.visibility_timeout_ms = self._settings()
+            self.settings = self._settings()
         except BaseException:
             self.close()
             raise
+        self.visibility_timeout_ms = self.settings.visibility_timeout_ms
 
     def close(self) -> None:
+        if self.direct_path is not None:
+            self.direct_path.close()
         self._http.close()
         self._keeper_http.close()
 
@@ -103,15 +133,50 @@ class GroupMember:
         """Up to ``max_messages`` deliveries (none when nothing is deliverable now)."""
         request_id = self._pending_request or uuid.uuid4().hex
         self._pending_request = request_id
+        found = self._receive_direct(request_id, max_messages)
+        if isinstance(found, Fallback) and self.direct_path is not None:
+            fallback = found
+            found = self.direct_path.via_lb(
+                fallback, lambda: self._receive_via_lb(request_id, max_messages)
+            )
+        elif isinstance(found, Fallback):
+            found = self._receive_via_lb(request_id, max_messages)
+        self._pending_request = None
+        return [Delivery(record, count, receipt, self) for record, count, receipt in found]
+
+    def _receive_via_lb(self, request_id: str, max_messages: int) -> list[Leased]:
         params: dict[str, str | int] = {
             "topic": self.topic,
             "max_messages": max_messages,
             "request_id": request_id,
         }
         body = self._http.call("GET", f"{self._path}/messages", params=params, idempotent=True)
-        found = parse_deliveries(body, f"GET {self._path}/messages")
-        self._pending_request = None
-        return [Delivery(record, count, receipt, self) for record, count, receipt in found]
+        return parse_deliveries(body, f"GET {self._path}/messages")
+
+    def _receive_direct(self, request_id: str, max_messages: int) -> list[Leased] | Fallback:
+        """The partitions' leaders in the managers' order; a ``Fallback`` when the first
+        failure comes before any lease (after one, ``group_plan`` answers those)."""
+        direct = self.direct_path
+        found = None if direct is None else direct.usable_map(self.topic)
+        if direct is None or found is None:
+            return Fallback("no partition map", outcome_unknown=False)
+        order = group_plan.receive_order(found.partition_count, self.group, request_id, 0)
+        path = f"{self._path}/messages"
+
+        def ask(partition_id: PartitionId, wanted: int) -> list[Leased]:
+            request = BrokerReceive(
+                self.topic, partition_id, self.group, self.settings, wanted, RequestId(request_id)
+            )
+            params = request.to_params()
+            answer = direct.call(self.topic, partition_id, "GET", params=params, path=path)
+            if isinstance(answer, Fallback):
+                raise _FellBackError(answer)
+            return parse_deliveries(answer, f"GET {path}")
+
+        try:
+            return group_plan.receive(order, max_messages, ask)
+        except _FellBackError as exc:
+            return exc.fallback
 
     def __iter__(self) -> Iterator[Delivery]:
         """Deliveries for ever, one receive at a time (settle each before the next)."""
@@ -174,20 +239,66 @@ class GroupMember:
         receipts = [d.receipt if isinstance(d, Delivery) else d for d in deliveries]
         if not receipts:
             return []
+        if http is None and self.direct_path is not None:
+            answered = self._settle_direct(self.direct_path, action, receipts, extra)
+            if not isinstance(answered, Fallback):
+                return answered
+            fallback = answered
+            return self.direct_path.via_lb(
+                fallback, lambda: self._settle_via_lb(action, receipts, extra, self._http)
+            )
+        return self._settle_via_lb(action, receipts, extra, http or self._http)
+
+    def _settle_via_lb(
+        self, action: str, receipts: list[str], extra: dict[str, object], http: HttpTransport
+    ) -> list[tuple[str, str]]:
         body = {"topic": self.topic, "receipts": receipts, **extra}
         path = f"{self._path}/{action}"
-        answer = (http or self._http).call("POST", path, body=body, idempotent=True)
+        answer = http.call("POST", path, body=body, idempotent=True)
         return parse_outcomes(answer, f"POST {path}")
 
-    def _settings(self) -> int:
+    def _settle_direct(
+        self, direct: DirectPath, action: str, receipts: list[str], extra: dict[str, object]
+    ) -> list[tuple[str, str]] | Fallback:
+        """Each partition's receipts to its leader; a ``Fallback`` at the first failure
+        (repeating every receipt through the load balancer is safe: idempotent)."""
+        parsed = [DeliveryReceipt.from_wire(r) for r in receipts]
+        if any(p is None for p in parsed) or direct.usable_map(self.topic) is None:
+            return Fallback("receipts the managers must judge, or no partition map", False)
+        duration = extra.get("delay_ms", extra.get("visibility_timeout_ms", 0))
+        request = SettleRequest(
+            self.topic,
+            self.group,
+            action,
+            tuple(p for p in parsed if p is not None),
+            duration if isinstance(duration, int) else 0,
+        )
+        path = f"{self._path}/{action}"
+
+        def ask(partition_id: PartitionId, of: tuple[DeliveryReceipt, ...]) -> list[str]:
+            body = request.broker_body(partition_id, of)
+            answer = direct.call(self.topic, partition_id, "POST", body=body, path=path)
+            if isinstance(answer, Fallback):
+                raise _FellBackError(answer)
+            return [outcome for _, outcome in parse_outcomes(answer, f"POST {path}")]
+
+        try:
+            pairs = group_plan.settle(request.receipts, ask)
+        except _FellBackError as exc:
+            return exc.fallback
+        return [(receipt.to_wire(), outcome) for receipt, outcome in pairs]
+
+    def _settings(self) -> GroupSettingsParams:
         body = self._http.call("GET", "/groups", params={"topic": self.topic}, idempotent=True)
-        groups = body.get("groups") if isinstance(body, dict) else None
-        for entry in groups if isinstance(groups, list) else []:
-            if isinstance(entry, dict) and entry.get("group") == self.group:
-                timeout_ms = entry.get("visibility_timeout_ms")
-                if isinstance(timeout_ms, int) and timeout_ms > 0:
-                    return timeout_ms
-                raise ProtocolError("GET /groups: a group without visibility_timeout_ms")
+        for found in parse_groups(body):
+            if found.group == self.group:
+                try:
+                    ordering = Ordering(found.ordering)
+                except ValueError:
+                    raise ProtocolError(f"GET /groups: ordering {found.ordering!r}") from None
+                return GroupSettingsParams(
+                    found.visibility_timeout_ms, found.max_deliveries, ordering
+                )
         raise ApiError(
             404, ErrorCode.NOT_FOUND.value, f"no group {self.group!r} of topic {self.topic!r}"
         )

@@ -280,7 +280,8 @@ within this, even across the partition leader's failover."""
 
 
 def test_a_group_leases_acks_and_redelivers_across_a_leader_kill(cluster: Cluster) -> None:
-    """Consumer groups with leased delivery (issue 20) through the load balancer: a member
+    """Consumer groups with leased delivery (issue 20), on the direct path with the load
+    balancer to fall back on: a member
     acks some deliveries, nacks some, and holds two whose leases end; the leader of one
     partition is killed; another member then gets every message not acked, none acked
     before, the nacked and expired ones on a later delivery. The first member's late acks
@@ -326,6 +327,7 @@ def test_a_group_leases_acks_and_redelivers_across_a_leader_kill(cluster: Cluste
         assert all(counts[where][0] >= 2 for where in again), counts
         late = {outcome for _, outcome in first.ack(held[8:])}
         assert late <= {"stale", "already"}, late
+        assert second.direct_path is not None and second.direct_path.answers > 0
     cluster.up()  # the killed broker comes back
     listed = cluster.cli("group", "list", "--topic", "leased")
     assert "workers" in listed and f"visibility {GROUP_VISIBILITY_MS} ms" in listed

@@ -129,6 +129,39 @@ def pop(lb: str, api_key: str, topic: str, batch: int) -> MakeStep:
     return make
 
 
+def receive_ack(lb: str, api_key: str, topic: str, group: str, batch: int) -> MakeStep:
+    """A member of a consumer group (issue 20): receive up to ``batch`` messages, then ack
+    them all in one request, through the LB. An empty receive means the topic is drained."""
+
+    def make(opened: contextlib.ExitStack) -> Step:
+        client = opened.enter_context(contextlib.closing(LightClient(bearer(api_key))))
+
+        def step() -> int:
+            params: dict[str, str | int] = {
+                "topic": topic,
+                "max_messages": batch,
+                "request_id": new_id(),
+            }
+            messages = client.get(f"{lb}/groups/{group}/messages", params)["messages"]
+            if not messages:
+                raise Exhausted
+            body = {"topic": topic, "receipts": [m["receipt"] for m in messages]}
+            client.post(f"{lb}/groups/{group}/ack", body, status=200)
+            return len(messages)
+
+        return step
+
+    return make
+
+
+def create_group(lb: str, api_key: str, topic: str, group: str, ordering: str) -> None:
+    with client_session(api_key) as session:
+        body = {"topic": topic, "group": group, "ordering": ordering}
+        with session.post(f"{lb}/groups", json=body, timeout=30) as response:
+            if response.status_code not in (200, 201):
+                raise RuntimeError(f"POST /groups: {response.status_code} {response.text}")
+
+
 def fetch(lb: str, api_key: str, topic: str, batch: int, end: int) -> MakeStep:
     """Fetch by offset through the LB, walking ``[0, end)`` and wrapping around."""
 
@@ -249,6 +282,7 @@ def throughput_rows(
         pop(lb, api_key, topics.three, 1000),
     )
     rows.append(_measure(pop_1000, seconds, log))
+    rows += [_measure(s, seconds, log) for s in group_plan_scenarios(lb, api_key, topics)]
     with client_session(api_key) as session:
         end = end_offset(session, lb, topics.one, 0)
     fetch_1000 = Scenario(
@@ -259,6 +293,22 @@ def throughput_rows(
     )
     rows.append(_measure(fetch_1000, seconds, log))
     return rows
+
+
+def group_plan_scenarios(lb: str, api_key: str, topics: Topics) -> list[Scenario]:
+    """Receive + ack in batches of 100 (a consumer group: its own state, beside the pops'),
+    without and with per-key ordering: their ratio is the cost of ordering (the messages
+    here have no key: the cost of checking for one)."""
+    scenarios = []
+    for ordering in ("none", "key"):
+        group = f"bench-{ordering}-{new_id()[:6]}"
+        create_group(lb, api_key, topics.three, group, ordering)
+        name = "receive 100 + ack via LB, 3 partitions, 1 thread"
+        if ordering == "key":
+            name += ", per-key ordering"
+        key = "receive+ack 100/req, 1 client" if ordering == "none" else None
+        scenarios.append(Scenario(name, key, 1, receive_ack(lb, api_key, topics.three, group, 100)))
+    return scenarios
 
 
 def _measure(scenario: Scenario, seconds: float, log: Callable[[str], None]) -> Row:

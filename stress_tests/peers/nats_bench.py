@@ -7,6 +7,9 @@
 - consume 1000/req: a durable pull consumer (ack policy "all") fetches up to 1,000 messages
   and acknowledges the last one synchronously (one round trip, like a RaftQ pop that commits
   its consumer offset).
+- receive+ack 100/req: a durable pull consumer of its own with explicit acks fetches up to
+  100 messages and acks each, awaiting every ack (``ack_sync``), as a RaftQ group member
+  receives 100 and acks their receipts.
 
 nats-py is imported when a scenario runs (``importlib``), so neither the default install nor
 mypy needs it. The asyncio loop runs on the calling thread; every await has a timeout.
@@ -118,6 +121,43 @@ async def _consumer(servers: list[str], seconds: float) -> Tally:
         await nc.close()
 
 
+def _leased_request(subscription: Any, stored: int, batch: int) -> Callable[[], Awaitable[int]]:
+    """Fetch up to ``batch``, then ack each message (explicit acks, each awaited: the
+    acknowledgement of every message is known, as a RaftQ ack answers per receipt)."""
+    timeout_error = importlib.import_module("nats.errors").TimeoutError
+    remaining = [stored]
+
+    async def request() -> int:
+        if remaining[0] <= 0:
+            raise Exhausted
+        try:
+            messages = await subscription.fetch(min(batch, remaining[0]), timeout=FETCH_TIMEOUT_S)
+        except timeout_error:
+            raise Exhausted from None
+        await asyncio.gather(*(m.ack_sync(timeout=ACK_TIMEOUT_S) for m in messages))
+        remaining[0] -= len(messages)
+        return len(messages)
+
+    return request
+
+
+async def _leased_consumer(servers: list[str], seconds: float) -> Tally:
+    """A durable pull consumer of its own with explicit acks (the stream keeps every
+    message, so it reads from the start whatever the other consumer took)."""
+    api = importlib.import_module("nats.js.api")
+    nc = await _connect(servers)
+    try:
+        config = api.ConsumerConfig(ack_policy=api.AckPolicy.EXPLICIT, max_ack_pending=20_000)
+        js = nc.jetstream(timeout=ACK_TIMEOUT_S)
+        subscription = await js.pull_subscribe(
+            SUBJECT, durable="bench-explicit", stream=STREAM, config=config
+        )
+        stored = int((await js.stream_info(STREAM)).state.messages)
+        return await _closed_loops([_leased_request(subscription, stored, 100)], seconds)
+    finally:
+        await nc.close()
+
+
 async def _closed_loops(requests: list[Callable[[], Awaitable[int]]], seconds: float) -> Tally:
     tally = Tally()
     started_s = time.monotonic()
@@ -151,6 +191,7 @@ PRODUCE = (
 )
 """(scenario, comparable key, publishers, messages per request)."""
 CONSUME = ("pull fetch 1000/req, ack all, 1 consumer", "consume 1000/req, 1 client")
+LEASED = ("pull fetch 100/req, explicit ack each, 1 consumer", "receive+ack 100/req, 1 client")
 
 
 def nats_rows(servers: list[str], seconds: float, log: Callable[[str], None]) -> list[Row]:
@@ -165,6 +206,8 @@ def nats_rows(servers: list[str], seconds: float, log: Callable[[str], None]) ->
         rows.append(_run(name, key, _publishers(servers, clients, batch, seconds), seconds))
     log(f"  {SYSTEM}: {CONSUME[0]} ...")
     rows.append(_run(*CONSUME, _consumer(servers, seconds), seconds))
+    log(f"  {SYSTEM}: {LEASED[0]} ...")
+    rows.append(_run(*LEASED, _leased_consumer(servers, seconds), seconds))
     return rows
 
 

@@ -9,6 +9,8 @@ client threads), driven by pika's ``BlockingConnection``, one connection per thr
 - consume 1000/req: ``basic_consume`` with prefetch 1,000; a request is 1,000 deliveries,
   then one ``basic_ack(multiple=True)`` (like a RaftQ pop that commits its offset); it stops
   at the queue's message count from the start, instead of idling at the end.
+- receive+ack 100/req: the same with prefetch 100 and a manual ``basic_ack(multiple=True)``
+  per 100 deliveries, after 60,000 more messages were published (untimed).
 
 pika is imported when a scenario runs (``importlib``), so neither the default install nor
 mypy needs it.
@@ -170,6 +172,10 @@ PRODUCE = (
 )
 """(scenario, comparable key, threads, messages per request)."""
 CONSUME = ("consume prefetch 1000, ack 1000/req, 1 thread", "consume 1000/req, 1 client")
+LEASED = ("consume prefetch 100, manual ack 100/req, 1 thread", "receive+ack 100/req, 1 client")
+LEASED_FILL = 60_000
+"""Messages published (untimed) before the leased scenario: the one before it may have
+drained the queue."""
 
 
 def rabbitmq_rows(ports: list[int], seconds: float, log: Callable[[str], None]) -> list[Row]:
@@ -184,7 +190,22 @@ def rabbitmq_rows(ports: list[int], seconds: float, log: Callable[[str], None]) 
         rows.append(_run(name, key, threads, seconds, _publisher(ports[0], batch)))
     log(f"  {SYSTEM}: {CONSUME[0]} ...")
     rows.append(_run(*CONSUME, 1, seconds, _consumer(ports[0])))
+    log(f"  {SYSTEM}: {LEASED[0]} ...")
+    try:
+        _fill(ports[0], LEASED_FILL)
+    except Exception as exc:
+        return [*rows, Row(SYSTEM, LEASED[0], key=LEASED[1], error=_why(exc))]
+    rows.append(_run(*LEASED, 1, seconds, _consumer(ports[0], 100)))
     return rows
+
+
+def _fill(port: int, count: int) -> None:
+    publisher = Publisher(port)
+    try:
+        for _ in range(count // 1000):
+            publisher.publish(1000)
+    finally:
+        publisher.close()
 
 
 def _publisher(port: int, batch: int) -> MakeStep:
@@ -196,9 +217,9 @@ def _publisher(port: int, batch: int) -> MakeStep:
     return make
 
 
-def _consumer(port: int) -> MakeStep:
+def _consumer(port: int, batch: int = 1000) -> MakeStep:
     def make(opened: contextlib.ExitStack) -> Step:
-        consumer = QueueConsumer(port, 1000)
+        consumer = QueueConsumer(port, batch)
         opened.callback(consumer.close)
         return consumer.take
 

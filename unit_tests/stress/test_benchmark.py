@@ -202,6 +202,8 @@ EXPECTED_ROWS = (
     "produce 1000/req via LB, 3 partitions, 4 threads",
     "4 producers with sequences, 100/req, 4 threads",
     "pop 1000/req via LB, 3 partitions, 1 thread",
+    "receive 100 + ack via LB, 3 partitions, 1 thread",
+    "receive 100 + ack via LB, 3 partitions, 1 thread, per-key ordering",
     "fetch 1000/req by offset via LB, 1 partition, 2 threads",
     "end-to-end: produce 1 via LB -> seen by offset poll",
     "failover: kill -9 partition leader -> write acked",

@@ -45,7 +45,7 @@ def test_nats_cluster_runs_every_scenario_and_stops(tmp_path: Path) -> None:
     cluster = NatsCluster(tmp_path, base_port=NATS_BASE_PORT)
     try:
         assert cluster.start(), cluster.status
-        assert_every_row_measured(nats_rows(cluster.servers, 0.3, lambda _line: None), 5)
+        assert_every_row_measured(nats_rows(cluster.servers, 0.3, lambda _line: None), 6)
     finally:
         cluster.stop()
     assert not any(port_open(port) for port in cluster.listen_ports)
@@ -57,7 +57,7 @@ def test_rabbitmq_cluster_runs_every_scenario_and_stops(tmp_path: Path) -> None:
     try:
         assert cluster.start(), cluster.status
         assert len(cluster.running_nodes()) == 3
-        assert_every_row_measured(rabbitmq_rows(cluster.amqp_ports, 0.3, lambda _line: None), 5)
+        assert_every_row_measured(rabbitmq_rows(cluster.amqp_ports, 0.3, lambda _line: None), 6)
     finally:
         cluster.stop()
     assert not any(port_open(port) for port in cluster.listen_ports)

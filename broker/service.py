@@ -458,6 +458,57 @@ class BrokerService:
             partitions.append(self._lag_of(replica, None, start, end))
         return consumers, partitions
 
+    def group_figures(self, topic: str) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+        """For each partition of ``topic`` this broker leads: each consumer group's figures
+        there (``GroupFigures``, as of the group's last receive: a lease that ended since
+        still counts in flight), with the age in seconds of its oldest unsettled message;
+        and the partition's own figures, which a group that has not received there yet
+        has (everything from the log start is unsettled)."""
+        with self._lock:
+            replicas = [r for (name, _), r in self._replicas.items() if name == topic]
+        groups: list[dict[str, object]] = []
+        partitions: list[dict[str, object]] = []
+        for replica in replicas:
+            if replica.partition.status().role is not RaftRole.LEADER:
+                continue
+            start, end, figures = replica.partition.read(
+                lambda log: (
+                    log.log_start_offset,
+                    log.end_offset,
+                    log.groups.figures(log.end_offset),
+                )
+            )
+            for group, f in figures:
+                floor = max(f.floor, start)
+                groups.append(
+                    self._group_figure(replica, group, floor, end, f.unsettled, f.in_flight, f.dead)
+                )
+            partitions.append(self._group_figure(replica, None, start, end, end - start, 0, 0))
+        return groups, partitions
+
+    def _group_figure(
+        self,
+        replica: HostedReplica,
+        group: str | None,
+        offset: int,
+        end: int,
+        unsettled: int,
+        in_flight: int,
+        dead: int,
+    ) -> dict[str, object]:
+        lag = self._lag_of(replica, None, offset, end)
+        return {
+            "topic": lag["topic"],
+            "partition_id": lag["partition_id"],
+            "group": group,
+            "offset": offset,
+            "end_offset": end,
+            "lag_messages": unsettled,
+            "lag_s": lag["lag_s"] if unsettled else 0.0,
+            "in_flight": in_flight,
+            "dead_letters_pending": dead,
+        }
+
     def _lag_of(
         self, replica: HostedReplica, consumer_id: str | None, offset: int, end: int
     ) -> dict[str, object]:

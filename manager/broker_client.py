@@ -88,18 +88,22 @@ class BrokerClient:
         """The broker's ``GET /lag``: its consumers' lag on the partitions of ``topic`` it
         leads, and those partitions' own figures. Raises ``RaftQError``."""
         body = self._http.call_ok("GET", f"{address}/lag", params={"topic": topic}, idempotent=True)
-        found = []
-        for name in ("consumers", "partitions"):
-            items = body.get(name) if isinstance(body, dict) else None
-            if not isinstance(items, list):
-                raise RaftQError(ErrorCode.UNAVAILABLE, f"{address}/lag: malformed answer")
-            found.append([item for item in items if isinstance(item, dict)])
-        return found[0], found[1]
+        return _lists(body, f"{address}/lag", "consumers", "partitions")
 
     def produce(
         self, address: str, body: dict[str, object], deadline: Deadline | None = None
     ) -> HttpAnswer:
         return self._http.call("POST", f"{address}/logs", body, deadline=deadline)
+
+    def group_figures(
+        self, address: str, topic: str
+    ) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+        """``GET {broker}/groups``: each group's figures in the partitions it leads, and
+        those partitions' own (a group's that has not received there yet)."""
+        body = self._http.call_ok(
+            "GET", f"{address}/groups", params={"topic": topic}, idempotent=True
+        )
+        return _lists(body, f"{address}/groups", "groups", "partitions")
 
     def receive(
         self, address: str, group: str, params: dict[str, str], deadline: Deadline | None
@@ -133,3 +137,16 @@ class BrokerClient:
         return self._http.call(
             "GET", f"{address}/logs", params=params, idempotent=True, deadline=deadline
         )
+
+
+def _lists(
+    body: object, where: str, first: str, second: str
+) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    """The two lists of objects a broker's figures answer holds."""
+    found = []
+    for name in (first, second):
+        items = body.get(name) if isinstance(body, dict) else None
+        if not isinstance(items, list):
+            raise RaftQError(ErrorCode.UNAVAILABLE, f"{where}: malformed answer")
+        found.append([item for item in items if isinstance(item, dict)])
+    return found[0], found[1]

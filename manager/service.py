@@ -174,16 +174,7 @@ class ManagerService:
         known, does not answer, or no longer leads it is listed in ``unavailable_partitions``
         (the others are still answered)."""
         topic = self._topic(request.topic)
-        brokers = self._raft.read(lambda s: {b.broker_id: b.address for b in s.brokers.all()})
-        leaders: dict[str, list[int]] = {}
-        unavailable: list[int] = []
-        for partition in topic.partitions:
-            leader = self._monitor.leader_of(topic.name, partition.partition_id)
-            address = None if leader is None else brokers.get(leader)
-            if address is None:
-                unavailable.append(partition.partition_id)
-            else:
-                leaders.setdefault(address, []).append(partition.partition_id)
+        leaders, unavailable = self._leading_brokers(topic)
         consumers: list[dict[str, object]] = []
         partitions: dict[object, dict[str, object]] = {}
         for address, partition_ids in leaders.items():
@@ -207,6 +198,21 @@ class ManagerService:
             "consumers": consumers,
             "unavailable_partitions": sorted(unavailable),
         }
+
+    def _leading_brokers(self, topic: TopicRecord) -> tuple[dict[str, list[int]], list[int]]:
+        """The address of each broker that leads partitions of ``topic``, with those
+        partitions; and the partitions whose leader is not known."""
+        brokers = self._raft.read(lambda s: {b.broker_id: b.address for b in s.brokers.all()})
+        leaders: dict[str, list[int]] = {}
+        unavailable: list[int] = []
+        for partition in topic.partitions:
+            leader = self._monitor.leader_of(topic.name, partition.partition_id)
+            address = None if leader is None else brokers.get(leader)
+            if address is None:
+                unavailable.append(partition.partition_id)
+            else:
+                leaders.setdefault(address, []).append(partition.partition_id)
+        return leaders, unavailable
 
     def _not_popped_yet(
         self,
@@ -373,14 +379,43 @@ class ManagerService:
         return entry.to_json(), 201 if outcome is Outcome.CREATED else 200
 
     def groups(self, topic: str | None) -> dict[str, object]:
-        """One topic's consumer groups by name (404 for an unknown topic), or every
-        topic's (``topic`` None) by topic and name."""
+        """One topic's consumer groups by name (404 for an unknown topic), each with its
+        figures summed over the partitions' leaders (``GET {broker}/groups``: lag in
+        messages and the oldest unsettled message's age, in flight, dead letters waiting;
+        a partition that did not answer is in ``unavailable_partitions``); or every
+        topic's groups (``topic`` None), by topic and name, settings only."""
         if topic is None:
             entries = self._raft.read(lambda s: s.groups.all())
-        else:
-            name = self._topic(topic).name
-            entries = self._raft.read(lambda s: s.groups.of_topic(name))
-        return {"groups": [entry.to_json() for entry in entries]}
+            return {"groups": [entry.to_json() for entry in entries]}
+        record = self._topic(topic)
+        entries = self._raft.read(lambda s: s.groups.of_topic(record.name))
+        figures, unavailable = self._group_figures(record, [e.group for e in entries])
+        groups = [{**entry.to_json(), **_summed(figures[entry.group])} for entry in entries]
+        return {"groups": groups, "unavailable_partitions": sorted(unavailable)}
+
+    def _group_figures(
+        self, topic: TopicRecord, names: list[str]
+    ) -> tuple[dict[str, list[dict[str, object]]], list[int]]:
+        """Each of the groups ``names``' figures per partition, from the partitions'
+        leaders; a group that has not received in a partition has that partition's own."""
+        leaders, unavailable = self._leading_brokers(topic)
+        by_group: dict[str, list[dict[str, object]]] = {name: [] for name in names}
+        for address, partition_ids in leaders.items():
+            try:
+                found, partitions = self._brokers.group_figures(address, topic.name)
+            except RaftQError:
+                unavailable.extend(partition_ids)
+                continue
+            # A broker leaves out a partition it no longer leads (see consumer_lag).
+            own = {p.get("partition_id"): p for p in partitions}
+            unavailable.extend(p for p in partition_ids if p not in own)
+            of = {(f.get("group"), f.get("partition_id")): f for f in found}
+            for name in names:
+                for partition_id in partition_ids:
+                    figures = of.get((name, partition_id), own.get(partition_id))
+                    if figures is not None:
+                        by_group[name].append(figures)
+        return by_group, unavailable
 
     def _group_conflict(self, where: str, command: commands.DefineGroup) -> RaftQError:
         """409: the group exists with other settings; the message says which differ."""
@@ -698,3 +733,18 @@ def _broker(brokers: dict[BrokerId, BrokerRecord], broker_id: BrokerId) -> Broke
     if broker is None:  # a broker is removed only once no replica is placed on it
         raise RaftQError(ErrorCode.INTERNAL, f"broker {broker_id} is not registered")
     return broker
+
+
+def _summed(per_partition: list[dict[str, object]]) -> dict[str, object]:
+    """A group's figures over its partitions: counts added, the oldest age kept."""
+
+    def total(name: str) -> int:
+        return sum(int(str(f.get(name, 0))) for f in per_partition)
+
+    ages = [float(str(f.get("lag_s", 0))) for f in per_partition]
+    return {
+        "lag_messages": total("lag_messages"),
+        "lag_s": max(ages, default=0.0),
+        "in_flight": total("in_flight"),
+        "dead_letters_pending": total("dead_letters_pending"),
+    }

@@ -656,10 +656,16 @@ def cmd_group(args: argparse.Namespace, context: Context) -> int:
         _print_json_lines((dataclasses.asdict(g) for g in groups), context.stdout)
         return 0
     for g in groups:
+        figures = ""
+        if g.lag_messages is not None:
+            figures = (
+                f"\tlag {g.lag_messages} ({g.lag_s or 0:.1f} s)\tin flight {g.in_flight}"
+                f"\tdead waiting {g.dead_letters_pending}"
+            )
         context.stdout.write(
             f"{g.topic}\t{g.group}\tvisibility {g.visibility_timeout_ms} ms\t"
             f"max deliveries {g.max_deliveries or '-'}\tdead letters {g.dead_letter_topic or '-'}"
-            f"\tordering {g.ordering}\n"
+            f"\tordering {g.ordering}{figures}\n"
         )
     return 0
 

@@ -66,6 +66,12 @@ class GroupInfo:
     dead_letter_topic: str | None
     ordering: str
     """``none``, or ``key``: a key's next message waits while an earlier one is leased."""
+    lag_messages: int | None = None
+    """Listed for one topic: messages not settled, over the partitions that answered."""
+    lag_s: float | None = None
+    """Listed for one topic: age of the oldest message not settled."""
+    in_flight: int | None = None
+    dead_letters_pending: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +203,10 @@ def parse_group(body: object, where: str) -> GroupInfo:
         max_deliveries=_int(entry, "max_deliveries", where),
         dead_letter_topic=_opt_str(entry, "dead_letter_topic"),
         ordering=_str(entry, "ordering", where),
+        lag_messages=_opt_int(entry, "lag_messages"),
+        lag_s=_opt_float(entry, "lag_s"),
+        in_flight=_opt_int(entry, "in_flight"),
+        dead_letters_pending=_opt_int(entry, "dead_letters_pending"),
     )
 
 
@@ -228,6 +238,13 @@ def _int(body: Mapping[str, object], name: str, where: str) -> int:
 def _opt_int(body: Mapping[str, object], name: str) -> int | None:
     value = body.get(name)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _opt_float(body: Mapping[str, object], name: str) -> float | None:
+    value = body.get(name)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
 
 
 def _str(body: Mapping[str, object], name: str, where: str) -> str:

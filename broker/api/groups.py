@@ -19,6 +19,7 @@ from protocol.group_requests import (
     SettleRequest,
 )
 from protocol.limits import Limits
+from protocol.requests import TopicRef
 from protocol.types import PartitionId, StoredMessage
 from runtime.http_api import App, Handler, json_response, request_deadline, request_params
 from runtime.http_server import HttpRequest, HttpResponse
@@ -26,6 +27,12 @@ from runtime.metrics import Metrics
 
 
 def add_group_routes(api: App, service: BrokerService, limits: Limits, metrics: Metrics) -> None:
+    @api.get("/groups", Action.DESCRIBE)
+    def group_figures(http: HttpRequest) -> HttpResponse:
+        request = TopicRef.parse(request_params(http), limits)
+        groups, partitions = service.group_figures(request.topic)
+        return json_response({"groups": groups, "partitions": partitions})
+
     @api.get("/groups/{group}/messages", Action.CONSUME)
     def receive(http: HttpRequest) -> HttpResponse:
         request = BrokerReceive.parse(request_params(http), http.path_params["group"], limits)

@@ -79,6 +79,20 @@ class Wait(ByFieldOrder):
 _ZERO = Offset(0)
 
 
+@dataclass(frozen=True, slots=True)
+class GroupFigures:
+    """What one group has left to do in one partition (``GET /groups`` at a broker)."""
+
+    floor: int
+    """Everything below is settled: the oldest message not settled, if any, is here."""
+    unsettled: int
+    """Messages of ``[floor, end)`` not settled: never delivered, leased, waiting or dead."""
+    in_flight: int
+    """Leased now."""
+    dead: int
+    """Past ``max_deliveries``, waiting for the dead-letter topic."""
+
+
 @dataclass(slots=True)
 class GroupLeases(ByFieldOrder):
     floor: Offset = _ZERO
@@ -233,6 +247,11 @@ class GroupLeases(ByFieldOrder):
     def _unsettled(self) -> int:
         return len(self.leases) + len(self.waiting) + len(self.dead)
 
+    def figures(self, end_offset: int) -> GroupFigures:
+        above = sum(1 for offset in self.settled if offset < end_offset)
+        unsettled = max(0, end_offset - self.floor - above)
+        return GroupFigures(self.floor, unsettled, len(self.leases), len(self.dead))
+
     def _current(self, receipt: Receipt) -> Outcome:
         lease = self.leases.get(receipt.offset)
         if lease is not None and lease.delivery_count == receipt.delivery_count:
@@ -320,6 +339,12 @@ class ConsumerGroups(ByFieldOrder):
     ``PartitionLog``'s replicated state; pure."""
 
     groups: dict[str, _Group] = field(default_factory=dict)
+
+    def figures(self, end_offset: int) -> list[tuple[str, GroupFigures]]:
+        """Each group's figures, by name (a group appears at its first receive here)."""
+        return [
+            (name, self.groups[name].leases.figures(end_offset)) for name in sorted(self.groups)
+        ]
 
     def receive(
         self,

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from broker.partition.group_leases import GroupLeases, GroupSettings, Receipt
+from broker.partition.group_leases import GroupFigures, GroupLeases, GroupSettings, Receipt
 from protocol.group_requests import Outcome
 from protocol.types import Offset
 
@@ -198,3 +198,13 @@ def test_a_snapshot_restores_the_same_state_and_an_older_one_gets_defaults() -> 
     older = GroupLeases.__new__(GroupLeases)
     older.__setstate__([Offset(2), Offset(4)])  # written before the tables existed
     assert older.leases == {} and older.settled == set() and older.next_offset == 4
+
+
+def test_figures_count_the_unsettled_from_the_floor() -> None:
+    group = GroupLeases()
+    leased = _receive(group, 3, now_ms=0)
+    assert group.figures(5) == GroupFigures(floor=0, unsettled=5, in_flight=3, dead=0)
+    group.ack([Receipt(Offset(o), n) for o, n in leased[1:2]])
+    assert group.figures(5) == GroupFigures(floor=0, unsettled=4, in_flight=2, dead=0)
+    group.ack([Receipt(Offset(o), n) for o, n in leased[:1]])
+    assert group.figures(5) == GroupFigures(floor=2, unsettled=3, in_flight=1, dead=0)

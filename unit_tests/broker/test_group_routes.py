@@ -136,3 +136,27 @@ def _groups(service: BrokerService) -> bytes:
     with service._lock:  # private: the test reads the hosted replica's state
         replica = next(iter(service._replicas.values()))
     return pickle.dumps(replica.partition.read(lambda log: log.groups))
+
+
+def test_a_groups_figures_count_what_it_has_not_settled(
+    broker: tuple[App, BrokerService],
+) -> None:
+    app, _ = broker
+    held = _receive(app, 3)
+    _settle(app, "ack", [held[0][2]])
+    _settle(app, "nack", [held[1][2]])
+    status, body = _call(app, "GET", "/groups?topic=orders")
+    assert status == 200, body
+    groups, partitions = body["groups"], body["partitions"]
+    assert isinstance(groups, list) and isinstance(partitions, list)
+    (group,) = groups
+    assert {k: group[k] for k in ("group", "offset", "end_offset", "lag_messages")} == {
+        "group": "workers",
+        "offset": 1,  # offset 0 is settled
+        "end_offset": 4,
+        "lag_messages": 3,  # 1 waiting again, 1 leased, 1 never delivered
+    }
+    assert (group["in_flight"], group["dead_letters_pending"]) == (1, 0)
+    assert group["lag_s"] >= 0
+    (own,) = partitions
+    assert (own["group"], own["offset"], own["lag_messages"], own["in_flight"]) == (None, 0, 4, 0)

@@ -329,8 +329,17 @@ def test_a_group_leases_acks_and_redelivers_across_a_leader_kill(cluster: Cluste
         assert late <= {"stale", "already"}, late
         assert second.direct_path is not None and second.direct_path.answers > 0
     cluster.up()  # the killed broker comes back
+
+    def settled_everywhere() -> bool:
+        body = cluster.get("/groups", topic="leased").json()
+        (figures,) = body["groups"]
+        answered = body["unavailable_partitions"] == []
+        return answered and (figures["lag_messages"], figures["in_flight"]) == (0, 0)
+
+    wait_until(settled_everywhere, 30, "the group's figures to show nothing left")
     listed = cluster.cli("group", "list", "--topic", "leased")
     assert "workers" in listed and f"visibility {GROUP_VISIBILITY_MS} ms" in listed
+    assert "lag 0 " in listed and "in flight 0" in listed
     assert cluster.cli("receive", "--topic", "leased", "--group", "workers") == ""
 
 

@@ -393,6 +393,7 @@ PARSED = [
     Parsed(M, "DELETE", "/managers", ManagerRef.parse_id, {"manager_id": 4}),
     Parsed(M, "GET", "/lag", TopicRef.parse, {"topic": "orders"}),
     Parsed(B, "GET", "/lag", TopicRef.parse, {"topic": "orders"}),
+    Parsed(B, "GET", "/groups", TopicRef.parse, {"topic": "orders"}),
     Parsed(
         B,
         "POST",

@@ -349,10 +349,17 @@ class BrokerService:
         the receive is applied, a failed read is an unknown outcome (the leases stand and
         end with their visibility timeout; the same request id gets them again)."""
         replica = self._readable_replica(topic, partition_id)
+        now_ms = self._clock_ms()
+        if not replica.partition.read(
+            lambda log: log.groups.may_deliver(
+                group, request_id, max(now_ms, log.clock_ms), log.log_start_offset, log.end_offset
+            )
+        ):
+            return []  # nothing to hand out: no entry proposed (long polls ask again)
         command = Receive(
             group,
             max_messages,
-            self._clock_ms(),
+            now_ms,
             request_id,
             settings.visibility_timeout_ms,
             settings.max_deliveries,

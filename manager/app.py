@@ -54,7 +54,9 @@ def create_app(config: ManagerConfig) -> App:
     request_executor = ThreadPoolExecutor(limits.manager_http_threads_max, "broker-call")
     poll_executor = ThreadPoolExecutor(limits.manager_http_threads_max, "broker-poll")
     service = ManagerService(limits, raft, broker_client, monitor, request_executor)
-    router = LogRouter(raft, broker_client, monitor, request_executor)
+    router = LogRouter(
+        raft, broker_client, monitor, request_executor, group_poll_s=limits.group_receive_poll_s
+    )
     view = ClusterView(config, raft, service, request_executor, link)
     metrics = _metrics(raft)
 

@@ -68,11 +68,15 @@ class LogRouter:
         brokers: BrokerClient,
         monitor: BrokerMonitor,
         executor: Executor,
+        *,
+        group_poll_s: float,
     ) -> None:
+        """``group_poll_s``: a long-polling receive's pause between asks."""
         self._raft = raft
         self._brokers = brokers
         self._monitor = monitor
         self._executor = executor
+        self._group_poll_s = group_poll_s
         self._round_robin = itertools.count()  # next() is atomic under the GIL
 
     # --- produce -----------------------------------------------------------------------------
@@ -299,7 +303,15 @@ class LogRouter:
             )
             return _listed(answer, "messages")
 
-        return {"messages": group_plan.receive(order, max_messages, ask)}
+        wait_until_s = time.monotonic() + receive.wait_ms / 1000
+        while True:
+            messages = group_plan.receive(order, max_messages, ask)
+            now_s = time.monotonic()
+            if messages or now_s >= wait_until_s or (deadline and deadline.expired(now_s)):
+                return {"messages": messages}
+            # Each ask that found nothing was answered without a Raft entry; an empty
+            # answer is not remembered under the request id, so asking again is safe.
+            time.sleep(min(self._group_poll_s, wait_until_s - now_s))
 
     def settle(self, request: SettleRequest, deadline: Deadline | None = None) -> dict[str, object]:
         """Ack, nack or extend: each partition's receipts to its broker; the outcomes in the

@@ -196,14 +196,16 @@ class GroupSettingsParams:
 
 @dataclass(frozen=True, slots=True)
 class GroupReceive:
-    """``GET /groups/{group}/messages?topic=T&max_messages=N&request_id=R``: lease up to N
-    messages of the topic's partitions to a member (the managers' router, with the group's
-    settings from their registry)."""
+    """``GET /groups/{group}/messages?topic=T&max_messages=N&request_id=R&wait_ms=W``: lease
+    up to N messages of the topic's partitions to a member (the managers' router, with the
+    group's settings from their registry), waiting up to W ms for one."""
 
     topic: str
     group: str
     max_messages: int
     request_id: RequestId | None
+    wait_ms: int = 0
+    """Wait up to this long for a message when none is there (a long poll)."""
 
     @classmethod
     def parse(cls, params: Params, group: str, limits: Limits) -> GroupReceive:
@@ -213,6 +215,9 @@ class GroupReceive:
             group=group_name(group, limits),
             max_messages=_max_messages(params, limits),
             request_id=None if request is None else RequestId(request),
+            wait_ms=get_int(
+                params, "wait_ms", minimum=0, maximum=limits.group_receive_wait_ms_max, default=0
+            ),
         )
 
 

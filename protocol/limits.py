@@ -180,6 +180,12 @@ class Limits:
     delays its messages this long at most."""
     group_max_deliveries_max: int = 1_000
     """Highest ``max_deliveries`` a group may have (its default, 0, means no limit)."""
+    group_receive_wait_ms_max: int = 5_000
+    """Longest a receive may wait for messages (``wait_ms``, a long poll): well within
+    every hop's request bound (``http_timeout_s``), so a long poll never times out."""
+    group_receive_poll_s: float = 0.05
+    """A long poll's pause between asks of the partitions (an ask that finds nothing is
+    answered by each partition's leader without a Raft entry)."""
     client_idle_expiry_s: float = 7 * 24 * 3600.0
     """A producer or consumer that no command has named for this long is forgotten: by each
     partition (its dedup window, its offset) and by the managers (its registration). Measured

@@ -23,6 +23,7 @@ id (a receive) or the same receipts (a settle: idempotent).
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -102,6 +103,7 @@ class GroupMember:
         self._keeper_http = HttpTransport(url, limits, api_key=api_key, tls_ca=tls_ca)
         """``working``'s thread's own (a transport serves one thread at a time)."""
         self._keeper_lock = threading.Lock()
+        self._poll_s = limits.group_receive_poll_s
         self.direct_path = DirectPath(self._http, limits) if direct else None
         self._path = f"/groups/{quote(group, safe='')}"
         self._pending_request: str | None = None
@@ -129,26 +131,38 @@ class GroupMember:
     ) -> None:
         self.close()
 
-    def receive(self, max_messages: int = 10) -> list[Delivery]:
-        """Up to ``max_messages`` deliveries (none when nothing is deliverable now)."""
+    def receive(self, max_messages: int = 10, wait_ms: int = 0) -> list[Delivery]:
+        """Up to ``max_messages`` deliveries; when none is deliverable, waits up to
+        ``wait_ms`` (at most the managers' ``group_receive_wait_ms_max``, 5 s) for one."""
         request_id = self._pending_request or uuid.uuid4().hex
         self._pending_request = request_id
+        until_s = time.monotonic() + wait_ms / 1000
         found = self._receive_direct(request_id, max_messages)
-        if isinstance(found, Fallback) and self.direct_path is not None:
-            fallback = found
-            found = self.direct_path.via_lb(
-                fallback, lambda: self._receive_via_lb(request_id, max_messages)
-            )
-        elif isinstance(found, Fallback):
-            found = self._receive_via_lb(request_id, max_messages)
+        while not found and time.monotonic() < until_s:
+            time.sleep(min(self._poll_s, max(0.0, until_s - time.monotonic())))
+            found = self._receive_direct(request_id, max_messages)
+        if isinstance(found, Fallback):
+            left_ms = max(0, int((until_s - time.monotonic()) * 1000))
+            found = self._receive_fallback(found, request_id, max_messages, left_ms)
         self._pending_request = None
         return [Delivery(record, count, receipt, self) for record, count, receipt in found]
 
-    def _receive_via_lb(self, request_id: str, max_messages: int) -> list[Leased]:
+    def _receive_fallback(
+        self, fallback: Fallback, request_id: str, max_messages: int, wait_ms: int
+    ) -> list[Leased]:
+        def via_lb() -> list[Leased]:
+            return self._receive_via_lb(request_id, max_messages, wait_ms)
+
+        if self.direct_path is None:
+            return via_lb()
+        return self.direct_path.via_lb(fallback, via_lb)
+
+    def _receive_via_lb(self, request_id: str, max_messages: int, wait_ms: int) -> list[Leased]:
         params: dict[str, str | int] = {
             "topic": self.topic,
             "max_messages": max_messages,
             "request_id": request_id,
+            "wait_ms": wait_ms,
         }
         body = self._http.call("GET", f"{self._path}/messages", params=params, idempotent=True)
         return parse_deliveries(body, f"GET {self._path}/messages")
@@ -159,7 +173,7 @@ class GroupMember:
         direct = self.direct_path
         found = None if direct is None else direct.usable_map(self.topic)
         if direct is None or found is None:
-            return Fallback("no partition map", outcome_unknown=False)
+            return Fallback("direct=False, or no partition map", outcome_unknown=False)
         order = group_plan.receive_order(found.partition_count, self.group, request_id, 0)
         path = f"{self._path}/messages"
 

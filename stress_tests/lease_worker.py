@@ -28,7 +28,8 @@ from raftq import Delivery, GroupMember
 from raftq.errors import RaftQClientError
 
 RECEIVE_MESSAGES = 10
-IDLE_PAUSE_S = 0.05
+WAIT_MS = 500
+"""A receive's long poll: the run's stop signal is seen within it."""
 ERROR_PAUSE_S = 0.2
 WORK_S_MAX = 0.02
 ACK_ATTEMPTS_MAX = 20
@@ -57,7 +58,7 @@ class Worker:
                 self._first_sent_ms = now_ms()
             sent = self._first_sent_ms
             try:
-                deliveries = self._member.receive(RECEIVE_MESSAGES)
+                deliveries = self._member.receive(RECEIVE_MESSAGES, WAIT_MS)
             except RaftQClientError:
                 time.sleep(ERROR_PAUSE_S)
                 continue
@@ -67,8 +68,6 @@ class Worker:
                 self._write("received", d, sent_ms=sent, at_ms=at, receipt=d.receipt)
             for d in deliveries:
                 self._handle(d)
-            if not deliveries:
-                time.sleep(IDLE_PAUSE_S)
 
     def _handle(self, delivery: Delivery) -> None:
         draw = self._random.random()

@@ -247,6 +247,16 @@ class GroupLeases(ByFieldOrder):
     def _unsettled(self) -> int:
         return len(self.leases) + len(self.waiting) + len(self.dead)
 
+    def may_deliver(self, now_ms: int, end_offset: int) -> bool:
+        """Read only, and never False when a receive at ``now_ms`` would lease something:
+        a message never delivered, one waiting and ready, or a lease that has ended (a
+        receive finding nothing is not proposed: an entry that changes nothing)."""
+        return (
+            self.next_offset < end_offset
+            or any(wait.ready_ms <= now_ms for wait in self.waiting.values())
+            or any(lease.expires_ms <= now_ms for lease in self.leases.values())
+        )
+
     def figures(self, end_offset: int) -> GroupFigures:
         above = sum(1 for offset in self.settled if offset < end_offset)
         unsettled = max(0, end_offset - self.floor - above)
@@ -340,6 +350,19 @@ class ConsumerGroups(ByFieldOrder):
 
     groups: dict[str, _Group] = field(default_factory=dict)
 
+    def may_deliver(
+        self, name: str, request_id: str | None, now_ms: int, start: int, end_offset: int
+    ) -> bool:
+        """Whether a receive of group ``name`` could lease something (``GroupLeases.
+        may_deliver``), or is a repeat whose leases come back; a group not seen here yet
+        starts at the log start."""
+        group = self.groups.get(name)
+        if group is None:
+            return start < end_offset
+        if request_id is not None and request_id in group.receives:
+            return True
+        return group.leases.may_deliver(now_ms, end_offset)
+
     def figures(self, end_offset: int) -> list[tuple[str, GroupFigures]]:
         """Each group's figures, by name (a group appears at its first receive here)."""
         return [
@@ -376,7 +399,9 @@ class ConsumerGroups(ByFieldOrder):
             unsettled_max=limits.group_unsettled_max,
             scan_max=limits.group_scan_max,
         )
-        if request.request_id is not None:
+        # An empty answer is not remembered: its repeat (a long poll asks again with the
+        # same request id) leases whatever has come since, and nothing was handed out.
+        if request.request_id is not None and leased:
             group.receives[request.request_id] = tuple(leased)
             while len(group.receives) > limits.request_ids_remembered:
                 del group.receives[next(iter(group.receives))]

@@ -4,6 +4,7 @@ seeded random walk that checks the delivery rules after every step."""
 
 from __future__ import annotations
 
+import copy
 import pickle
 import random
 
@@ -208,3 +209,19 @@ def test_figures_count_the_unsettled_from_the_floor() -> None:
     assert group.figures(5) == GroupFigures(floor=0, unsettled=4, in_flight=2, dead=0)
     group.ack([Receipt(Offset(o), n) for o, n in leased[:1]])
     assert group.figures(5) == GroupFigures(floor=2, unsettled=3, in_flight=1, dead=0)
+
+
+def test_may_deliver_whenever_a_receive_would_lease_something() -> None:
+    group = GroupLeases()
+    assert group.may_deliver(0, 3)
+    leased = _receive(group, 3, now_ms=0, end=3)
+    timeout_ms = PLAIN.visibility_timeout_ms
+    assert not group.may_deliver(timeout_ms - 1, 3)
+    assert group.may_deliver(1, 4)  # a message never delivered
+    assert group.may_deliver(timeout_ms, 3)  # a lease that ended
+    group.nack(PLAIN, [Receipt(Offset(o), n) for o, n in leased[:1]], 50, now_ms=10)
+    assert not group.may_deliver(59, 3) and group.may_deliver(60, 3)  # waiting, then ready
+    for now_ms in range(0, timeout_ms + 100, 7):  # never False when a receive would lease
+        probe = copy.deepcopy(group)
+        expected = bool(_receive(probe, 3, now_ms=now_ms, end=3))
+        assert group.may_deliver(now_ms, 3) or not expected, now_ms

@@ -99,6 +99,15 @@ def test_a_repeated_request_id_gets_the_same_leases_and_leases_nothing_more() ->
     assert log.groups.groups["g"].leases.in_flight() == 2
 
 
+def test_an_empty_answer_is_not_remembered_so_its_repeat_gets_what_came_since() -> None:
+    """A long poll asks again with the same request id; had the empty answer been
+    remembered, the repeat would answer it for as long as the id is remembered."""
+    log = _log(0)
+    assert log.apply(_receive(request_id="r1")) == Leased(())
+    log.apply(Append(((None, "late"),), 1_100, None, None))
+    assert log.apply(_receive(request_id="r1", now_ms=1_100)) == Leased(((Offset(0), 1),))
+
+
 def test_leases_expire_in_partition_time_which_never_goes_back() -> None:
     log = _log(1)
     log.apply(_receive(n=1, now_ms=1_000))  # leased until 1,500

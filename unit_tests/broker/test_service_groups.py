@@ -76,3 +76,22 @@ def _wait_until(condition: Callable[[], bool]) -> None:
 def test_runs_of_consecutive_offsets() -> None:
     assert _runs([Offset(o) for o in (0, 1, 2, 5, 7, 8)]) == [(0, 3), (5, 6), (7, 9)]
     assert _runs([]) == []
+
+
+def test_a_receive_with_nothing_to_hand_out_proposes_no_entry(service: BrokerService) -> None:
+    """(Issue 20: a long poll asks again and again; each empty receive was one entry.)"""
+    held = service.receive("orders", P0, "workers", SETTINGS, 10, None)
+    assert len(held) == 6
+    before = _entries(service)
+    assert service.receive("orders", P0, "workers", SETTINGS, 10, None) == []
+    assert _entries(service) == before
+    assert _receive(service, 1, "repeat") == []  # a new request id: nothing either
+    assert _entries(service) == before
+    service.settle("orders", P0, "workers", "nack", [Receipt(Offset(3), 1)], 0)
+    assert _receive(service, 1) == [("v3", 2)]  # something again: proposed
+
+
+def _entries(service: BrokerService) -> int:
+    with service._lock:  # private: the test reads the hosted replica's Raft figures
+        replica = next(iter(service._replicas.values()))
+    return replica.partition.status().commit_index

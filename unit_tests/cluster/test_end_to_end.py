@@ -345,3 +345,31 @@ def test_a_group_leases_acks_and_redelivers_across_a_leader_kill(cluster: Cluste
 
 def _where(delivery: Delivery) -> tuple[int, int]:
     return delivery.record.partition_id, delivery.record.offset
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "via-lb"])
+def test_a_long_poll_returns_when_a_message_arrives(cluster: Cluster, direct: bool) -> None:
+    """``wait_ms``: a receive of an empty group waits, and answers as soon as a message
+    is produced (each ask that found nothing cost the partition no Raft entry)."""
+    topic, key = f"polled-{int(direct)}", cluster.admin_key
+    create_topic(cluster, topic, 2)
+    with Admin(cluster.lb_url, api_key=key) as admin:
+        admin.create_group(topic, "waiters")
+    producer = register(cluster, "producer", {"topic": topic})
+    with GroupMember(cluster.lb_url, topic, "waiters", api_key=key, direct=direct) as member:
+        assert member.receive(1) == []
+        started = time.monotonic()
+        assert member.receive(1, wait_ms=300) == []
+        assert time.monotonic() - started >= 0.3
+        timer = threading.Timer(
+            1.0, lambda: produce(cluster, producer, 0, [(None, "late")], topic=topic)
+        )
+        timer.start()
+        try:
+            started = time.monotonic()
+            got = member.receive(1, wait_ms=4_000)
+            waited_s = time.monotonic() - started
+        finally:
+            timer.join()
+        assert [d.record.value for d in got] == ["late"]
+        assert 0.9 <= waited_s < 3.5, waited_s

@@ -325,9 +325,14 @@ SPEC = {
     "replicas": [_replica(i) for i in range(LIMITS.replication_factor)],
     "limits": LIMITS.partition_limits().to_json(),
 }
-RECEIVE: dict[str, object] = {"topic": "orders", "max_messages": "1", "request_id": "r"}
+RECEIVE: dict[str, object] = {
+    "topic": "orders",
+    "max_messages": "1",
+    "request_id": "r",
+    "wait_ms": "10",
+}
 BROKER_RECEIVE: dict[str, object] = {
-    **RECEIVE,
+    **{k: v for k, v in RECEIVE.items() if k != "wait_ms"},
     "partition_id": "0",
     "visibility_timeout_ms": "30000",
     "max_deliveries": "5",

@@ -78,12 +78,18 @@ class PartitionMaps:
         """Broker address -> monotonic time until which it is avoided."""
 
     def get(self, topic: str) -> PartitionMap | None:
-        """The topic's map, fetched first if there is none or it is too old (rate-limited)."""
+        """The topic's map, fetched first if there is none, it is too old or it lacks a
+        leader (rate-limited)."""
         entry = self._entries.get(topic)
         now_s = self._clock()
         if entry is None or entry.map is None:
             return self.refresh(topic)
         if now_s - entry.map.fetched_at_s >= self._limits.partition_map_age_s_max:
+            return self.refresh(topic)
+        if None in entry.map.leaders:
+            # A leader the managers did not know at the fetch (an election, a topic just
+            # created): asked again, rate-limited, rather than going around it until the
+            # map is old.
             return self.refresh(topic)
         self._entries.move_to_end(topic)
         return entry.map

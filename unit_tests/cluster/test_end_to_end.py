@@ -293,7 +293,10 @@ def test_a_group_leases_acks_and_redelivers_across_a_leader_kill(cluster: Cluste
             admin.create_group("leased", "workers", visibility_timeout_ms=GROUP_VISIBILITY_MS)
             == group
         )
-        assert admin.groups("leased") == [group]
+        listed = [
+            (g.group, g.visibility_timeout_ms, g.lag_messages) for g in admin.groups("leased")
+        ]
+        assert listed == [(group.group, GROUP_VISIBILITY_MS, 0)]
     producer = register(cluster, "producer", {"topic": "leased"})
     acks = produce(cluster, producer, 0, [(f"k{i}", f"g{i}") for i in range(40)], topic="leased")
     everything = {(a.partition_id, a.offset) for a in acks}
@@ -337,10 +340,11 @@ def test_a_group_leases_acks_and_redelivers_across_a_leader_kill(cluster: Cluste
         return answered and (figures["lag_messages"], figures["in_flight"]) == (0, 0)
 
     wait_until(settled_everywhere, 30, "the group's figures to show nothing left")
-    listed = cluster.cli("group", "list", "--topic", "leased")
+    where = ("--dir", str(cluster.directory))
+    listed = cluster.cli("group", "list", "--topic", "leased", *where)
     assert "workers" in listed and f"visibility {GROUP_VISIBILITY_MS} ms" in listed
     assert "lag 0 " in listed and "in flight 0" in listed
-    assert cluster.cli("receive", "--topic", "leased", "--group", "workers") == ""
+    assert cluster.cli("receive", "--topic", "leased", "--group", "workers", *where) == ""
 
 
 def _where(delivery: Delivery) -> tuple[int, int]:

@@ -156,7 +156,7 @@ def test_partition_maps_are_bounded_in_age_rate_and_size() -> None:
     assert maps.leader("t", 2) is None and fetched == ["t"]
     assert maps.refresh("t") is not None and fetched == ["t"]  # rate-limited
     clock.now_s += 1.0
-    answers["t"] = [info(0, "http://b2"), info(1, "http://b1"), info(2, None)]
+    answers["t"] = [info(0, "http://b2"), info(1, "http://b1"), info(2, "http://b2")]
     found = maps.refresh("t")
     assert found is not None and found.partition_count == 3 and fetched == ["t", "t"]
     clock.now_s += 5.0
@@ -174,6 +174,28 @@ def test_partition_maps_are_bounded_in_age_rate_and_size() -> None:
     maps.get("u")
     maps.get("v")
     assert maps.get("t") is None  # least recently used dropped; refetch fails now
+
+
+def test_a_map_lacking_a_leader_is_fetched_again_rate_limited() -> None:
+    """Right after a topic is created (or during an election) the managers may not know a
+    leader yet: until the map was old, every request for that partition went around the
+    direct path."""
+    clock, fetched = Clock(), []
+    answers = {"t": [info(0, None)]}
+
+    def fetch(topic: str) -> list[PartitionInfo]:
+        fetched.append(topic)
+        return answers[topic]
+
+    limits = ClientLimits(partition_map_age_s_max=10.0, partition_map_refresh_s_min=1.0)
+    maps = PartitionMaps(fetch, limits, clock)
+    assert maps.leader("t", 0) is None and len(fetched) == 1
+    answers["t"] = [info(0, "http://b1")]
+    assert maps.leader("t", 0) is None and len(fetched) == 1  # rate-limited
+    clock.now_s += 1.0
+    assert maps.leader("t", 0) == "http://b1" and len(fetched) == 2
+    clock.now_s += 5.0
+    assert maps.leader("t", 0) == "http://b1" and len(fetched) == 2  # complete: kept
 
 
 def test_a_map_must_number_partitions_from_zero() -> None:

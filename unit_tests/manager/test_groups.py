@@ -201,7 +201,10 @@ def test_a_snapshot_from_before_groups_loads_with_none_and_snapshots_again() -> 
     assert _apply(restored, _group(ordering="key")) is Outcome.CREATED
     again: ManagerState = pickle.loads(pickle.dumps(restored))
     assert again.groups.all() == restored.groups.all()
-    assert pickle.dumps(again) == pickle.dumps(restored)
+    # Not the pickles' bytes: a set's order after a round trip may differ (CI saw it).
+    thrice: ManagerState = pickle.loads(pickle.dumps(again))
+    assert thrice.groups.all() == restored.groups.all()
+    assert thrice.topics.get("orders") == restored.topics.get("orders")
 
 
 def test_a_group_entry_pickles_by_field_order() -> None:

@@ -293,10 +293,8 @@ def test_a_group_leases_acks_and_redelivers_across_a_leader_kill(cluster: Cluste
             admin.create_group("leased", "workers", visibility_timeout_ms=GROUP_VISIBILITY_MS)
             == group
         )
-        listed = [
-            (g.group, g.visibility_timeout_ms, g.lag_messages) for g in admin.groups("leased")
-        ]
-        assert listed == [(group.group, GROUP_VISIBILITY_MS, 0)]
+        known = [(g.group, g.visibility_timeout_ms, g.lag_messages) for g in admin.groups("leased")]
+        assert known == [(group.group, GROUP_VISIBILITY_MS, 0)]
     producer = register(cluster, "producer", {"topic": "leased"})
     acks = produce(cluster, producer, 0, [(f"k{i}", f"g{i}") for i in range(40)], topic="leased")
     everything = {(a.partition_id, a.offset) for a in acks}

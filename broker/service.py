@@ -356,6 +356,7 @@ class BrokerService:
             )
         ):
             return []  # nothing to hand out: no entry proposed (long polls ask again)
+        keys = self._keys_left_memory(replica, group) if settings.ordered_by_key else ()
         command = Receive(
             group,
             max_messages,
@@ -364,6 +365,7 @@ class BrokerService:
             settings.visibility_timeout_ms,
             settings.max_deliveries,
             settings.ordered_by_key,
+            keys,
         )
         leased = replica.partition.receive(command, deadline)
         counts = dict(leased.leases)
@@ -373,6 +375,19 @@ class BrokerService:
             messages.extend((m, counts[m.offset]) for m in read)
         order = {offset: index for index, (offset, _) in enumerate(leased.leases)}
         return sorted(messages, key=lambda pair: order[pair[0].offset])
+
+    def _keys_left_memory(
+        self, replica: HostedReplica, group: str
+    ) -> tuple[tuple[int, str | None], ...]:
+        """For per-key ordering: the keys of the messages a receive of ``group`` reaches
+        first that left memory (at most ``group_key_window_max``), from the database."""
+        start, evicted = replica.partition.read(
+            lambda log: (log.groups.next_offset(group, log.log_start_offset), log.evicted_offset)
+        )
+        end = min(evicted, start + self._limits.group_key_window_max)
+        if start >= end:
+            return ()
+        return tuple((m.offset, m.key) for m in self._read(replica, start, end))
 
     def settle(
         self,

@@ -11,7 +11,7 @@ as pickled classes, so renaming or moving a class here can never break a journal
     ("truncate", log_start_offset)
     ("reset_replica", replica_id, raft_address)
     ("receive", group, max_messages, timestamp_ms, request_id,
-        visibility_timeout_ms, max_deliveries, ordered_by_key)
+        visibility_timeout_ms, max_deliveries, ordered_by_key[, ((offset, key), ...)])
     ("settle", group, action, ((offset, delivery_count), ...), timestamp_ms, duration_ms)
     ("dead_lettered", group, (offset, ...))
 
@@ -107,6 +107,9 @@ class Receive:
     visibility_timeout_ms: int
     max_deliveries: int
     ordered_by_key: bool
+    keys: tuple[tuple[int, str | None], ...] = ()
+    """For per-key ordering: ``(offset, key)`` of messages that left memory, read from
+    the leader's database (the log keeps keys only of messages in memory)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +148,7 @@ def to_wire(command: Command) -> WireCommand:
             return ("truncate", log_start_offset)
         case ResetReplica(replica_id, raft_address):
             return ("reset_replica", replica_id, raft_address)
-        case Receive(group, max_messages, timestamp_ms, request_id, timeout, most, keyed):
+        case Receive(group, max_messages, timestamp_ms, request_id, timeout, most, keyed, keys):
             return (
                 "receive",
                 group,
@@ -155,6 +158,7 @@ def to_wire(command: Command) -> WireCommand:
                 timeout,
                 most,
                 keyed,
+                keys,
             )
         case Settle(group, action, receipts, timestamp_ms, duration_ms):
             return ("settle", group, action, receipts, timestamp_ms, duration_ms)
@@ -201,8 +205,9 @@ def from_wire(wire: object) -> Command | None:
 
 
 def _consumer_group_command(tag: str, args: tuple[object, ...]) -> Command | None:
-    if tag == "receive" and len(args) == 7:
-        group, max_messages, timestamp_ms, request_id, timeout_ms, most, keyed = args
+    if tag == "receive" and len(args) in (7, 8):
+        group, max_messages, timestamp_ms, request_id, timeout_ms, most, keyed = args[:7]
+        keys = args[7] if len(args) == 8 else ()
         if (
             isinstance(group, str)
             and _int(max_messages)
@@ -211,8 +216,11 @@ def _consumer_group_command(tag: str, args: tuple[object, ...]) -> Command | Non
             and _int(timeout_ms)
             and _int(most)
             and isinstance(keyed, bool)
+            and _keys(keys)
         ):
-            return Receive(group, max_messages, timestamp_ms, request_id, timeout_ms, most, keyed)
+            return Receive(
+                group, max_messages, timestamp_ms, request_id, timeout_ms, most, keyed, keys
+            )
     elif tag == "settle" and len(args) == 5:
         group, action, receipts, timestamp_ms, duration_ms = args
         if (
@@ -229,6 +237,16 @@ def _consumer_group_command(tag: str, args: tuple[object, ...]) -> Command | Non
         if isinstance(group, str) and isinstance(offsets, tuple) and all(_int(o) for o in offsets):
             return DeadLettered(group, offsets)
     return None
+
+
+def _keys(value: object) -> TypeGuard[tuple[tuple[int, str | None], ...]]:
+    return isinstance(value, tuple) and all(
+        isinstance(pair, tuple)
+        and len(pair) == 2
+        and _int(pair[0])
+        and (pair[1] is None or isinstance(pair[1], str))
+        for pair in value
+    )
 
 
 def _pairs(value: object) -> TypeGuard[tuple[tuple[int, int], ...]]:

@@ -79,6 +79,15 @@ class Wait(ByFieldOrder):
 _ZERO = Offset(0)
 
 
+class UnknownKey:
+    """What ``key_of`` answers for a message whose key the partition cannot see (it left
+    memory, and the proposer did not supply it): an ordered group's receive stops there."""
+
+
+KEY_UNKNOWN = UnknownKey()
+KeyOf = Callable[[Offset], str | None | UnknownKey]
+
+
 @dataclass(frozen=True, slots=True)
 class GroupFigures:
     """What one group has left to do in one partition (``GET /groups`` at a broker)."""
@@ -110,7 +119,7 @@ class GroupLeases(ByFieldOrder):
         max_messages: int,
         now_ms: int,
         end_offset: int,
-        key_of: Callable[[Offset], str | None],
+        key_of: KeyOf,
         *,
         leases_max: int,
         unsettled_max: int,
@@ -144,10 +153,15 @@ class GroupLeases(ByFieldOrder):
             and self.next_offset < end_offset
             and self._unsettled() < unsettled_max
         ):
-            scanned += 1
             offset = self.next_offset
+            key = key_of(offset)
+            if isinstance(key, UnknownKey):
+                if ordered:
+                    break  # its key decides whether it may go: wait for a receive that has it
+                key = None
+            scanned += 1
             self.next_offset = Offset(offset + 1)
-            wait = Wait(0, now_ms, key_of(offset))
+            wait = Wait(0, now_ms, key)
             if ordered and wait.key is not None and wait.key in blocked:
                 self.waiting[offset] = wait  # handed out in order once its key is free
                 continue
@@ -363,6 +377,13 @@ class ConsumerGroups(ByFieldOrder):
             return True
         return group.leases.may_deliver(now_ms, end_offset)
 
+    def next_offset(self, name: str, log_start_offset: int) -> int:
+        """The first offset a receive of group ``name`` has never handed out."""
+        group = self.groups.get(name)
+        return (
+            log_start_offset if group is None else max(group.leases.next_offset, log_start_offset)
+        )
+
     def figures(self, end_offset: int) -> list[tuple[str, GroupFigures]]:
         """Each group's figures, by name (a group appears at its first receive here)."""
         return [
@@ -375,7 +396,7 @@ class ConsumerGroups(ByFieldOrder):
         settings: GroupSettings,
         request: GroupRequest,
         end_offset: int,
-        key_of: Callable[[Offset], str | None],
+        key_of: KeyOf,
         limits: PartitionLimits,
     ) -> Leased | None:
         """Lease what ``request`` asks for (``GroupLeases.receive``); a repeat of one of

@@ -30,12 +30,15 @@ from broker.partition.commands import (
     Truncate,
 )
 from broker.partition.group_leases import (
+    KEY_UNKNOWN,
     ConsumerGroups,
     GroupRequest,
     GroupSettings,
+    KeyOf,
     Leased,
     Receipt,
     Settled,
+    UnknownKey,
 )
 from protocol import snapshot_fields
 from protocol.errors import ErrorCode
@@ -209,14 +212,16 @@ class PartitionLog:
     ) -> Leased | Settled | Rejected:
         """A consumer group's command (issue 20); lease times are partition time."""
         match command:
-            case Receive(group, max_messages, timestamp_ms, request_id, timeout_ms, most, keyed):
+            case Receive(
+                group, max_messages, timestamp_ms, request_id, timeout_ms, most, keyed, keys
+            ):
                 self._advance(timestamp_ms)
                 if max_messages < 1 or timeout_ms < 1 or most < 0:
                     return Rejected(ErrorCode.INVALID_FIELD, "not a receive")
                 settings = GroupSettings(timeout_ms, most, keyed)
                 request = GroupRequest(max_messages, self.clock_ms, request_id)
                 leased = self.groups.receive(
-                    group, settings, request, self.end_offset, self._key_of, self.limits
+                    group, settings, request, self.end_offset, self._key_of(keys), self.limits
                 )
                 if leased is None:
                     return Rejected(
@@ -232,11 +237,19 @@ class PartitionLog:
                 self.groups.dead_lettered(group, offsets)
                 return Settled(())
 
-    def _key_of(self, offset: Offset) -> str | None:
-        """A message's key while it is in memory; ``None`` below the evicted offset (per-key
-        ordering does not see keys of messages that left memory: see ARCHITECTURE.md)."""
-        message = self.messages.get(offset)
-        return None if message is None else message[0]
+    def _key_of(self, supplied: tuple[tuple[int, str | None], ...]) -> KeyOf:
+        """A message's key: from memory, else as the receive supplied it (read from the
+        leader's database), else unknown. Deterministic: memory holds the same messages on
+        every replica at an entry (eviction is applied with ``MarkFlushed``)."""
+        given = dict(supplied)
+
+        def key_of(offset: Offset) -> str | None | UnknownKey:
+            message = self.messages.get(offset)
+            if message is not None:
+                return message[0]
+            return given.get(offset, KEY_UNKNOWN)
+
+        return key_of
 
     def append(
         self,

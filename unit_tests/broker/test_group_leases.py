@@ -10,7 +10,14 @@ import random
 
 import pytest
 
-from broker.partition.group_leases import GroupFigures, GroupLeases, GroupSettings, Receipt
+from broker.partition.group_leases import (
+    KEY_UNKNOWN,
+    GroupFigures,
+    GroupLeases,
+    GroupSettings,
+    Receipt,
+    UnknownKey,
+)
 from protocol.group_requests import Outcome
 from protocol.types import Offset
 
@@ -225,3 +232,14 @@ def test_may_deliver_whenever_a_receive_would_lease_something() -> None:
         probe = copy.deepcopy(group)
         expected = bool(_receive(probe, 3, now_ms=now_ms, end=3))
         assert group.may_deliver(now_ms, 3) or not expected, now_ms
+
+
+def test_an_unknown_key_stops_an_ordered_receive_and_not_another() -> None:
+    def key_of(offset: Offset) -> str | None | UnknownKey:
+        return "k" if offset < 2 else KEY_UNKNOWN
+
+    ordered = GroupLeases()
+    leased = ordered.receive(BY_KEY, 10, 0, 5, key_of, **BOUNDS)
+    assert leased == [(0, 1)] and ordered.next_offset == 2  # 1 waits for 0; 2 is unknown
+    plain = GroupLeases()
+    assert len(plain.receive(PLAIN, 10, 0, 5, key_of, **BOUNDS)) == 5

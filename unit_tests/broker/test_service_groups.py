@@ -95,3 +95,27 @@ def _entries(service: BrokerService) -> int:
     with service._lock:  # private: the test reads the hosted replica's Raft figures
         replica = next(iter(service._replicas.values()))
     return replica.partition.status().commit_index
+
+
+def test_per_key_ordering_holds_for_messages_that_left_memory() -> None:
+    """The log keeps keys only in memory: a key's second message was handed out beside
+    its first once both had been flushed and evicted. The leader now supplies the keys it
+    reads from its database with the receive."""
+    service = make_service(MemoryMessageStore(), replicas=1)
+    try:
+        keyed = [("a", "a1"), ("a", "a2"), ("b", "b1"), ("b", "b2"), (None, "n")]
+        service.produce(
+            "orders", P0, tuple(NewMessage(value=v, key=k) for k, v in keyed), None, None
+        )
+        _wait_until(lambda: _evicted(service) == 5)
+        ordered = GroupSettings(visibility_timeout_ms=60_000, max_deliveries=0, ordered_by_key=True)
+        first = service.receive("orders", P0, "ordered", ordered, 10, None)
+        assert [m.value for m, _ in first] == ["a1", "b1", "n"]
+        outcomes = service.settle(
+            "orders", P0, "ordered", "ack", [Receipt(m.offset, 1) for m, _ in first], 0
+        )
+        assert outcomes == [Outcome.DONE] * 3
+        second = service.receive("orders", P0, "ordered", ordered, 10, None)
+        assert [m.value for m, _ in second] == ["a2", "b2"]
+    finally:
+        service.close()

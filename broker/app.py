@@ -139,6 +139,28 @@ def _register_gauges(metrics: Metrics, service: BrokerService) -> None:
     metrics.gauge("consumer_lag_messages", consumer_lag("lag_messages"))
     metrics.gauge("consumer_lag_seconds", consumer_lag("lag_s"))
 
+    def group_figure(field: str) -> Callable[[], dict[Labels, float]]:
+        """Each consumer group's figure in each partition this broker leads (issue 20)."""
+
+        def values() -> dict[Labels, float]:
+            topics = {s.spec.topic for s in service.statuses() if s.is_leader}
+            return {
+                (
+                    ("group", str(g["group"])),
+                    ("partition", str(g["partition_id"])),
+                    ("topic", str(g["topic"])),
+                ): _number(g[field])
+                for topic in sorted(topics)
+                for g in service.group_figures(topic)[0]
+            }
+
+        return values
+
+    metrics.gauge("group_lag_messages", group_figure("lag_messages"))
+    metrics.gauge("group_lag_seconds", group_figure("lag_s"))
+    metrics.gauge("group_in_flight_messages", group_figure("in_flight"))
+    metrics.gauge("group_dead_letters_pending", group_figure("dead_letters_pending"))
+
 
 def _number(value: object) -> float:
     """A figure of the service's JSON-shaped answers (``raft_statuses``, ``consumer_lag``)."""

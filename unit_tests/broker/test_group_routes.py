@@ -160,3 +160,8 @@ def test_a_groups_figures_count_what_it_has_not_settled(
     assert group["lag_s"] >= 0
     (own,) = partitions
     assert (own["group"], own["offset"], own["lag_messages"], own["in_flight"]) == (None, 0, 4, 0)
+    metrics = app.handle(HttpRequest("GET", "/metrics", HEADERS)).body.decode()
+    labels = 'group="workers",partition="0",topic="orders"'
+    assert f"group_lag_messages{{{labels}}} 3.0" in metrics
+    assert f"group_in_flight_messages{{{labels}}} 1.0" in metrics
+    assert f"group_dead_letters_pending{{{labels}}} 0.0" in metrics

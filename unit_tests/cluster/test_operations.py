@@ -23,7 +23,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from raftq import Admin, Consumer, ConsumerLag, Producer
+from raftq import Admin, Consumer, ConsumerLag, GroupMember, Producer
 from stress_tests.cluster_view import replica_status
 from stress_tests.polling import poll_until
 from unit_tests.cluster.browser import ARTIFACTS, browser, dashboard_cells
@@ -189,6 +189,10 @@ def test_the_dashboard_shows_the_cluster(cluster: Cluster) -> None:
     with Consumer(cluster.lb_url, "shown", api_key=cluster.admin_key) as consumer:
         me = consumer.consumer_id
         poll_until(lambda: consumer.poll(5), WAIT_S, "a pop")
+    with Admin(cluster.lb_url, api_key=cluster.admin_key) as admin:
+        admin.create_group("shown", "billing", visibility_timeout_ms=60_000, ordering="key")
+    with GroupMember(cluster.lb_url, "shown", "billing", api_key=cluster.admin_key) as member:
+        poll_until(lambda: member.receive(3), WAIT_S, "a receive")  # held: in flight
     poll_until(lambda: _overview_shows(cluster, "shown", 25), WAIT_S, "the overview")
     page = f"{cluster.lb_url}/ui#key={cluster.admin_key}"
     text = dashboard_cells(page)
@@ -203,6 +207,12 @@ def test_the_dashboard_shows_the_cluster(cluster: Cluster) -> None:
     # The consumer popped 5 of 25 (one pop may claim fewer: its row says how many are left).
     lag = re.search(rf"shown \| {me} \| 0 \| (\d+) \| (\d+) \| ", text)
     assert lag is not None and int(lag[1]) + int(lag[2]) == 25 and int(lag[1]) > 0, text
+    # The group: its settings (no dead-letter topic), 25 not settled (and the oldest's
+    # age), the 3 it holds leased, none dead.
+    group = re.search(
+        r"shown \| billing \| 60000 \| no limit \| [^|]+ \| key \| 25 \| [\d.]+ \| 3 \| 0", text
+    )
+    assert group is not None, text
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "dashboard.png"
     shot.unlink(missing_ok=True)

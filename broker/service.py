@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from broker.partition.commands import Receive, Settle
 from broker.partition.consensus import Entry
-from broker.partition.group_leases import GroupSettings, Receipt
+from broker.partition.group_leases import GroupRequest, GroupSettings, Receipt
 from broker.persistence.store import MessageStore, RangeChecksum
 from broker.replica import HostedReplica
 from protocol.deadline import Deadline
@@ -352,7 +352,12 @@ class BrokerService:
         now_ms = self._clock_ms()
         if not replica.partition.read(
             lambda log: log.groups.may_deliver(
-                group, request_id, max(now_ms, log.clock_ms), log.log_start_offset, log.end_offset
+                group,
+                GroupRequest(max_messages, max(now_ms, log.clock_ms), request_id),
+                settings.ordered_by_key,
+                log.log_start_offset,
+                log.end_offset,
+                log.limits.group_scan_max,
             )
         ):
             return []  # nothing to hand out: no entry proposed (long polls ask again)

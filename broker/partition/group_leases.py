@@ -261,15 +261,23 @@ class GroupLeases(ByFieldOrder):
     def _unsettled(self) -> int:
         return len(self.leases) + len(self.waiting) + len(self.dead)
 
-    def may_deliver(self, now_ms: int, end_offset: int) -> bool:
+    def may_deliver(self, now_ms: int, end_offset: int, ordered: bool, scan_max: int) -> bool:
         """Read only, and never False when a receive at ``now_ms`` would lease something:
-        a message never delivered, one waiting and ready, or a lease that has ended (a
-        receive finding nothing is not proposed: an entry that changes nothing)."""
-        return (
-            self.next_offset < end_offset
-            or any(wait.ready_ms <= now_ms for wait in self.waiting.values())
-            or any(lease.expires_ms <= now_ms for lease in self.leases.values())
-        )
+        a lease that has ended, a message waiting and ready (with per-key ordering: and
+        not held back by an earlier one of its key, looked at as ``receive`` does), or a
+        message never delivered. A receive finding nothing is not proposed: an entry that
+        changes nothing, which a long poll would propose at every ask."""
+        if any(lease.expires_ms <= now_ms for lease in self.leases.values()):
+            return True
+        blocked = self._keys_unsettled() if ordered else set()
+        for offset in sorted(self.waiting)[:scan_max]:
+            wait = self.waiting[offset]
+            held = ordered and wait.key is not None and wait.key in blocked
+            if wait.ready_ms <= now_ms and not held:
+                return True
+            if ordered and wait.key is not None:
+                blocked.add(wait.key)
+        return self.next_offset < end_offset
 
     def figures(self, end_offset: int) -> GroupFigures:
         above = sum(1 for offset in self.settled if offset < end_offset)
@@ -365,7 +373,13 @@ class ConsumerGroups(ByFieldOrder):
     groups: dict[str, _Group] = field(default_factory=dict)
 
     def may_deliver(
-        self, name: str, request_id: str | None, now_ms: int, start: int, end_offset: int
+        self,
+        name: str,
+        request: GroupRequest,
+        ordered: bool,
+        start: int,
+        end_offset: int,
+        scan_max: int,
     ) -> bool:
         """Whether a receive of group ``name`` could lease something (``GroupLeases.
         may_deliver``), or is a repeat whose leases come back; a group not seen here yet
@@ -373,9 +387,9 @@ class ConsumerGroups(ByFieldOrder):
         group = self.groups.get(name)
         if group is None:
             return start < end_offset
-        if request_id is not None and request_id in group.receives:
+        if request.request_id is not None and request.request_id in group.receives:
             return True
-        return group.leases.may_deliver(now_ms, end_offset)
+        return group.leases.may_deliver(request.now_ms, end_offset, ordered, scan_max)
 
     def next_offset(self, name: str, log_start_offset: int) -> int:
         """The first offset a receive of group ``name`` has never handed out."""

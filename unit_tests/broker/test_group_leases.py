@@ -218,20 +218,52 @@ def test_figures_count_the_unsettled_from_the_floor() -> None:
     assert group.figures(5) == GroupFigures(floor=2, unsettled=3, in_flight=1, dead=0)
 
 
+def _may(group: GroupLeases, now_ms: int, end: int, settings: GroupSettings = PLAIN) -> bool:
+    return group.may_deliver(now_ms, end, settings.ordered_by_key, BOUNDS["scan_max"])
+
+
 def test_may_deliver_whenever_a_receive_would_lease_something() -> None:
     group = GroupLeases()
-    assert group.may_deliver(0, 3)
+    assert _may(group, 0, 3)
     leased = _receive(group, 3, now_ms=0, end=3)
     timeout_ms = PLAIN.visibility_timeout_ms
-    assert not group.may_deliver(timeout_ms - 1, 3)
-    assert group.may_deliver(1, 4)  # a message never delivered
-    assert group.may_deliver(timeout_ms, 3)  # a lease that ended
+    assert not _may(group, timeout_ms - 1, 3)
+    assert _may(group, 1, 4)  # a message never delivered
+    assert _may(group, timeout_ms, 3)  # a lease that ended
     group.nack(PLAIN, [Receipt(Offset(o), n) for o, n in leased[:1]], 50, now_ms=10)
-    assert not group.may_deliver(59, 3) and group.may_deliver(60, 3)  # waiting, then ready
-    for now_ms in range(0, timeout_ms + 100, 7):  # never False when a receive would lease
+    assert not _may(group, 59, 3) and _may(group, 60, 3)  # waiting, then ready
+
+
+def test_with_per_key_ordering_a_held_back_message_is_not_deliverable() -> None:
+    """A long poll of an ordered group whose next messages wait for their key asked the
+    partition every 50 ms, and each ask proposed an entry that leased nothing."""
+    keys: dict[int, str | None] = {0: "a", 1: "a", 2: "a"}
+    group = GroupLeases()
+    assert _receive(group, 3, now_ms=0, end=3, settings=BY_KEY, keys=keys) == [(0, 1)]
+    assert not _may(group, 10, 3, BY_KEY)  # 1 and 2 wait for 0, leased
+    assert _may(group, 10, 3)  # unordered, they would go
+
+
+@pytest.mark.parametrize("settings", [PLAIN, BY_KEY], ids=["plain", "by-key"])
+def test_may_deliver_is_never_false_when_a_receive_would_lease(settings: GroupSettings) -> None:
+    rng = random.Random(7)
+    keys: dict[int, str | None] = {o: rng.choice(["a", "b", None]) for o in range(40)}
+    group, end = GroupLeases(), 0
+    for step in range(300):
+        now_ms = step * 37
+        end = min(40, end + rng.randrange(3))
         probe = copy.deepcopy(group)
-        expected = bool(_receive(probe, 3, now_ms=now_ms, end=3))
-        assert group.may_deliver(now_ms, 3) or not expected, now_ms
+        would = bool(_receive(probe, 2, now_ms=now_ms, end=end, settings=settings, keys=keys))
+        assert _may(group, now_ms, end, settings) or not would, step
+        leased = _receive(
+            group, rng.randrange(1, 3), now_ms=now_ms, end=end, settings=settings, keys=keys
+        )
+        for offset, count in leased:
+            action = rng.choice(["ack", "nack", "hold"])
+            if action == "ack":
+                group.ack([Receipt(offset, count)])
+            elif action == "nack":
+                group.nack(settings, [Receipt(offset, count)], rng.randrange(100), now_ms)
 
 
 def test_an_unknown_key_stops_an_ordered_receive_and_not_another() -> None:

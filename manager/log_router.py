@@ -37,10 +37,10 @@ from manager.log_routing import (
 from manager.registry.brokers import BrokerRecord
 from manager.registry.topics import PartitionRecord, TopicRecord
 from manager.replicated import ReplicatedRegistry
-from protocol import group_plan
+from protocol import consume_plan
+from protocol.consume_plan import receive_order
 from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError, proves_nothing_done
-from protocol.group_plan import receive_order
 from protocol.group_requests import (
     BrokerReceive,
     DeliveryReceipt,
@@ -200,11 +200,8 @@ class LogRouter:
             partition_ids, request.consumer_id, request.request_id, next(self._round_robin)
         )
         request_id = request.request_id or uuid.uuid4().hex
-        messages: list[object] = []
-        for partition_id in order:
-            remaining = request.max_messages - len(messages)
-            if remaining <= 0:
-                break
+
+        def ask(partition_id: PartitionId, remaining: int) -> list[object]:
             params = {
                 "topic": topic.name,
                 "partition_id": str(partition_id),
@@ -214,32 +211,30 @@ class LogRouter:
             }
             if request.sequence is not None:
                 params["sequence"] = str(request.sequence)
-            try:
-                found = self._read(topic, partition_id, params, deadline)
-            except (RaftQError, BrokerRefusalError) as exc:
-                if messages and _refused_for_good(exc) and not request.after_unknown_outcome:
-                    # This partition refuses this consumer (a full consumer table, a key
-                    # revoked since): answer what the others claimed. A failure here would
-                    # end the client's poll, and their ranges would never be delivered.
-                    # Stopping here keeps a repeat exact: the partitions before give their
-                    # ranges again, and none after this one was asked. Only a 4xx: a 503
-                    # that proves *this* attempt did nothing (no leader, during an election)
-                    # says nothing of an earlier attempt of the same pop, which may have
-                    # claimed a range there whose answer was lost; answering without it
-                    # would end the poll and skip that range (found by the multi-host
-                    # network-partition tier: 52 messages skipped). Nor after an attempt
-                    # whose outcome was unknown, as the client says.
-                    break
-                # Otherwise the whole pop fails, even with messages in hand: this partition
-                # may have advanced the consumer's offset before its answer was lost (e.g.
-                # its leader was killed). The client repeats the pop with the same sequence
-                # and every partition that served it hands back the same range. (Found by
-                # stress_tests: offset_gap after kill -9.) With nothing in hand, a refusal
-                # proves the pop claimed nothing anywhere, so it may end the poll.
-                if messages:
-                    raise _claimed_before(partition_id, exc) from exc
-                raise
-            messages.extend(found[:remaining])
+            return self._read(topic, partition_id, params, deadline)
+
+        def ends_it(failure: Exception) -> bool:
+            # This partition refuses this consumer (a full consumer table, a key revoked
+            # since): answer what the others claimed. A failure here would end the client's
+            # poll, and their ranges would never be delivered. Stopping here keeps a repeat
+            # exact: the partitions before give their ranges again, and none after this one
+            # was asked. Only a 4xx: a 503 that proves *this* attempt did nothing (no leader,
+            # during an election) says nothing of an earlier attempt of the same pop, which
+            # may have claimed a range there whose answer was lost; answering without it
+            # would end the poll and skip that range (found by the multi-host
+            # network-partition tier: 52 messages skipped). Nor after an attempt whose
+            # outcome was unknown, as the client says. Otherwise the whole pop fails, even
+            # with messages in hand (``_claimed_before``): this partition may have advanced
+            # the consumer's offset before its answer was lost (e.g. its leader was
+            # killed); the client repeats the pop with the same sequence and every
+            # partition that served it hands back the same range (found by stress_tests:
+            # offset_gap after kill -9).
+            return _refused_for_good(failure) and not request.after_unknown_outcome
+
+        judged = (RaftQError, BrokerRefusalError)
+        messages = consume_plan.visit(
+            order, request.max_messages, ask, judged, ends_it, _claimed_before
+        )
         return {"messages": messages}
 
     def fetch(self, request: Fetch, deadline: Deadline | None = None) -> dict[str, object]:
@@ -279,7 +274,7 @@ class LogRouter:
     # --- consumer groups (issue 20) ---------------------------------------------------------
     def receive(self, receive: GroupReceive, deadline: Deadline | None = None) -> dict[str, object]:
         """Lease up to ``max_messages`` messages of the group over the topic's partitions,
-        with the group's settings from the registry (``protocol.group_plan``: a failure
+        with the group's settings from the registry (``protocol.consume_plan``: a failure
         after some leased answers those)."""
         topic = self._active_topic(receive.topic)
         group = receive.group
@@ -305,7 +300,7 @@ class LogRouter:
 
         wait_until_s = time.monotonic() + receive.wait_ms / 1000
         while True:
-            messages = group_plan.receive(order, max_messages, ask)
+            messages = consume_plan.receive(order, max_messages, ask)
             now_s = time.monotonic()
             if messages or now_s >= wait_until_s or (deadline and deadline.expired(now_s)):
                 return {"messages": messages}
@@ -338,7 +333,7 @@ class LogRouter:
                 for o in _listed(answer, "outcomes")
             ]
 
-        pairs = group_plan.settle(request.receipts, ask)
+        pairs = consume_plan.settle(request.receipts, ask)
         return {"outcomes": [{"receipt": r.to_wire(), "outcome": o} for r, o in pairs]}
 
     def _group_settings(self, topic: str, group: str) -> GroupSettingsParams:

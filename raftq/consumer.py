@@ -27,11 +27,12 @@ import uuid
 from dataclasses import dataclass, replace
 from types import TracebackType
 
+from protocol import consume_plan
 from protocol.errors import ErrorCode
 from protocol.routing import pop_order
 from protocol.types import PartitionId
 from raftq.client_limits import ClientLimits
-from raftq.direct_path import DirectPath, Fallback, partition_maps
+from raftq.direct_path import DirectPath, Fallback, FellBackError, partition_maps
 from raftq.errors import ApiError, ProtocolError, RaftQClientError
 from raftq.http import HttpTransport
 from raftq.lease import Lease, repeat_if_forgotten
@@ -193,11 +194,9 @@ class Consumer:
             partition_ids = [PartitionId(self.partition_id)]
         else:
             partition_ids = [PartitionId(p) for p in range(count)]
-        records: list[Record] = []
-        for partition_id in pop_order(partition_ids, self.consumer_id, pending.request_id, 0):
-            remaining = pending.max_messages - len(records)
-            if remaining <= 0:
-                break
+        order = pop_order(partition_ids, self.consumer_id, pending.request_id, 0)
+
+        def ask(partition_id: PartitionId, remaining: int) -> list[Record]:
             params: dict[str, str | int] = {
                 "topic": self.topic,
                 "partition_id": partition_id,
@@ -206,21 +205,24 @@ class Consumer:
                 "request_id": pending.request_id,
                 "sequence": pending.sequence,
             }
-            try:
-                answer = direct.call(self.topic, partition_id, "GET", params=params)
-            except ApiError as exc:
-                if not records:
-                    raise  # nothing claimed before this partition either
-                if exc.proves_nothing_done and not pending.outcome_unknown:
-                    return records
-                # An earlier attempt of this poll may have claimed a range here (its answer
-                # was lost): ending the poll now would skip it. The next poll repeats.
-                exc.after_unknown_outcome = True
-                raise
+            answer = direct.call(self.topic, partition_id, "GET", params=params)
             if isinstance(answer, Fallback):
-                return Fallback(answer.reason, answer.outcome_unknown or bool(records))
-            records.extend(parse_records(answer)[:remaining])
-        return records
+                raise FellBackError(answer)
+            return parse_records(answer)
+
+        def ends_it(failure: Exception) -> bool:
+            return (
+                isinstance(failure, ApiError)
+                and failure.proves_nothing_done
+                and not pending.outcome_unknown
+            )
+
+        try:
+            return consume_plan.visit(
+                order, pending.max_messages, ask, (ApiError, FellBackError), ends_it, _claimed
+            )
+        except FellBackError as fell:
+            return fell.fallback
 
     def _next_sequence(self) -> int:
         """Microseconds since the epoch, kept above the last: increasing across polls, and
@@ -305,3 +307,14 @@ class Consumer:
                 self._register(self.consumer_id)
             except RaftQClientError:
                 self._lease.failed()  # the pop itself may still work (direct path)
+
+
+def _claimed(_partition_id: PartitionId, failure: Exception) -> Exception:
+    """A failure after earlier partitions claimed ranges for this poll: they may have, and
+    this one may have claimed one whose answer was lost, so the outcome is unknown (ending
+    the poll now would skip a range; the next poll repeats)."""
+    if isinstance(failure, FellBackError):
+        return FellBackError(Fallback(failure.fallback.reason, outcome_unknown=True))
+    if isinstance(failure, ApiError):
+        failure.after_unknown_outcome = True
+    return failure

@@ -57,6 +57,15 @@ class Fallback:
     outcome_unknown: bool
 
 
+class FellBackError(Exception):
+    """Raised inside a plan (``protocol.consume_plan``) when a direct attempt at one
+    partition fell back: the caller goes through the load balancer with ``fallback``."""
+
+    def __init__(self, fallback: Fallback) -> None:
+        super().__init__(fallback.reason)
+        self.fallback = fallback
+
+
 def classify_broker_reply(reply: Reply | Failure) -> Failure | None:
     """``None`` for a 2xx answer, the ``Failure`` to fall back on, or raises ``ApiError``
     for a final answer. Pure. Differs from the LB's classification in one place: a 404

@@ -14,7 +14,7 @@ spent keeps its request id for the next one (its leases come back at once, rathe
 after their visibility timeout). Settling is idempotent by receipt and is retried freely.
 
 With ``direct=True`` (the default) a receive asks the partitions' leaders itself, in the
-managers' order (``protocol.group_plan``, with the group's settings read at the start), and
+managers' order (``protocol.consume_plan``, with the group's settings read at the start), and
 a settle sends each partition's receipts to its leader; the first failure that leaves
 nothing in hand repeats the whole call through the load balancer, with the same request
 id (a receive) or the same receipts (a settle: idempotent).
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from urllib.parse import quote
 
-from protocol import group_plan
+from protocol import consume_plan
 from protocol.errors import ErrorCode
 from protocol.group_requests import (
     BrokerReceive,
@@ -42,21 +42,13 @@ from protocol.group_requests import (
 )
 from protocol.types import PartitionId, RequestId
 from raftq.client_limits import ClientLimits
-from raftq.direct_path import DirectPath, Fallback
+from raftq.direct_path import DirectPath, Fallback, FellBackError
 from raftq.errors import ApiError, ProtocolError, RaftQClientError
 from raftq.http import HttpTransport
 from raftq.records import Record, parse_deliveries, parse_groups, parse_outcomes
 
 Leased = tuple[Record, int, str]
 """A delivery as answered: the record, its delivery count and its receipt."""
-
-
-class _FellBackError(Exception):
-    """A direct attempt failed at a partition: the call goes through the load balancer."""
-
-    def __init__(self, fallback: Fallback) -> None:
-        super().__init__(fallback.reason)
-        self.fallback = fallback
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,12 +161,12 @@ class GroupMember:
 
     def _receive_direct(self, request_id: str, max_messages: int) -> list[Leased] | Fallback:
         """The partitions' leaders in the managers' order; a ``Fallback`` when the first
-        failure comes before any lease (after one, ``group_plan`` answers those)."""
+        failure comes before any lease (after one, ``consume_plan`` answers those)."""
         direct = self.direct_path
         found = None if direct is None else direct.usable_map(self.topic)
         if direct is None or found is None:
             return Fallback("direct=False, or no partition map", outcome_unknown=False)
-        order = group_plan.receive_order(found.partition_count, self.group, request_id, 0)
+        order = consume_plan.receive_order(found.partition_count, self.group, request_id, 0)
         path = f"{self._path}/messages"
 
         def ask(partition_id: PartitionId, wanted: int) -> list[Leased]:
@@ -184,12 +176,12 @@ class GroupMember:
             params = request.to_params()
             answer = direct.call(self.topic, partition_id, "GET", params=params, path=path)
             if isinstance(answer, Fallback):
-                raise _FellBackError(answer)
+                raise FellBackError(answer)
             return parse_deliveries(answer, f"GET {path}")
 
         try:
-            return group_plan.receive(order, max_messages, ask)
-        except _FellBackError as exc:
+            return consume_plan.receive(order, max_messages, ask)
+        except FellBackError as exc:
             return exc.fallback
 
     def __iter__(self) -> Iterator[Delivery]:
@@ -293,12 +285,12 @@ class GroupMember:
             body = request.broker_body(partition_id, of)
             answer = direct.call(self.topic, partition_id, "POST", body=body, path=path)
             if isinstance(answer, Fallback):
-                raise _FellBackError(answer)
+                raise FellBackError(answer)
             return [outcome for _, outcome in parse_outcomes(answer, f"POST {path}")]
 
         try:
-            pairs = group_plan.settle(request.receipts, ask)
-        except _FellBackError as exc:
+            pairs = consume_plan.settle(request.receipts, ask)
+        except FellBackError as exc:
             return exc.fallback
         return [(receipt.to_wire(), outcome) for receipt, outcome in pairs]
 

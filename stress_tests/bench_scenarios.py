@@ -282,7 +282,7 @@ def throughput_rows(
         pop(lb, api_key, topics.three, 1000),
     )
     rows.append(_measure(pop_1000, seconds, log))
-    rows += [_measure(s, seconds, log) for s in group_plan_scenarios(lb, api_key, topics)]
+    rows += [_measure(s, seconds, log) for s in group_scenarios(lb, api_key, topics)]
     with client_session(api_key) as session:
         end = end_offset(session, lb, topics.one, 0)
     fetch_1000 = Scenario(
@@ -295,7 +295,7 @@ def throughput_rows(
     return rows
 
 
-def group_plan_scenarios(lb: str, api_key: str, topics: Topics) -> list[Scenario]:
+def group_scenarios(lb: str, api_key: str, topics: Topics) -> list[Scenario]:
     """Receive + ack in batches of 100 (a consumer group: its own state, beside the pops'),
     without and with per-key ordering: their ratio is the cost of ordering (the messages
     here have no key: the cost of checking for one)."""

@@ -1,11 +1,11 @@
-"""The consumer-group request plan both paths drive (``protocol.group_plan``)."""
+"""The consumer-group request plan both paths drive (``protocol.consume_plan``)."""
 
 from __future__ import annotations
 
 import pytest
 
+from protocol.consume_plan import receive, receive_order, settle, visit
 from protocol.errors import ErrorCode, RaftQError
-from protocol.group_plan import receive, receive_order, settle
 from protocol.group_requests import DeliveryReceipt
 from protocol.types import Offset, PartitionId
 
@@ -85,3 +85,30 @@ def test_a_receipt_reads_back_only_from_its_own_form(
     assert DeliveryReceipt.from_wire(text) == expected
     if expected is not None:
         assert expected.to_wire() == text
+
+
+class RefusedError(Exception):
+    pass
+
+
+def _visit(fails_at: PartitionId, failure: Exception, ends: bool) -> list[str]:
+    def ask(partition_id: PartitionId, wanted: int) -> list[str]:
+        if partition_id == fails_at:
+            raise failure
+        return ["m"] * min(wanted, 1)
+
+    def claimed(partition_id: PartitionId, error: Exception) -> Exception:
+        return RaftQError(ErrorCode.UNAVAILABLE, f"claimed before {partition_id}: {error}")
+
+    return visit([P0, P1, P2], 5, ask, (RefusedError,), lambda _e: ends, claimed)
+
+
+def test_a_visit_fails_alone_ends_or_fails_as_unknown_by_the_callers_rule() -> None:
+    with pytest.raises(RefusedError):
+        _visit(P0, RefusedError(), ends=True)  # nothing in hand: the failure is the request's
+    assert _visit(P1, RefusedError(), ends=True) == ["m"]  # a refusal that ends it
+    with pytest.raises(RaftQError) as raised:
+        _visit(P1, RefusedError(), ends=False)  # claimed before: an unknown outcome
+    assert raised.value.code is ErrorCode.UNAVAILABLE
+    with pytest.raises(ValueError):
+        _visit(P1, ValueError("a bug"), ends=True)  # not judged: untouched

@@ -1,10 +1,21 @@
-"""How a consumer group's requests spread over a topic's partitions (issue 20): the one plan
-that the manager's router and the client's direct path both drive, each with its own I/O
-(``ask``). Pure.
+"""How a consume spreads over a topic's partitions: the one plan that the manager's router
+and the client's direct path both drive, each with its own I/O (``ask``). Pure.
 
-- **Receive** visits the partitions in the order a pop does (``routing.pop_order``: from a
-  hash of the request id, so a repeat asks the same partitions in the same order and each
-  hands back the leases it gave the first time), asking each for what is still wanted.
+- **Visit** (``visit``): the partitions in order (``routing.pop_order``), each asked for
+  what is still wanted, until enough are in hand; a failure with nothing in hand is the
+  request's; after some partitions answered, the caller's rule says whether the failure
+  ends the request with what is in hand or fails it as an unknown outcome.
+- **Pop** drives ``visit`` with the pop's rule: only a refusal that proves this partition
+  claimed nothing, with no earlier attempt of the pop whose outcome was unknown, ends the
+  pop with the ranges claimed before; any other failure fails it, since the failing
+  partition may have claimed a range whose answer was lost (the client repeats the pop with
+  the same sequence, and every partition gives the same range back). The manager's router
+  takes only a 4xx as such a refusal (a caller may not say that an earlier attempt was
+  unknown; a 503's "nothing done" speaks of this attempt alone), the client's direct path
+  any answer that proves nothing done (it knows its attempts).
+- **Receive** (consumer groups, issue 20) visits the partitions in the order a pop does
+  (``routing.pop_order``: from a hash of the request id, so a repeat asks the same
+  partitions in the same order and each hands back the leases it gave the first time).
   A failure after some partitions leased ends the receive with those messages: a lease
   that never reached the member ends with its visibility timeout and the message is
   delivered again, so nothing is lost (a pop, which claims for good, must fail instead).
@@ -36,13 +47,19 @@ def receive_order(
     return pop_order(partition_ids, f"group:{group}", request_id, round_robin)
 
 
-def receive(
+def visit(
     order: Sequence[PartitionId],
     max_messages: int,
     ask: Callable[[PartitionId, int], list[T]],
+    judged: tuple[type[Exception], ...],
+    ends_it: Callable[[Exception], bool],
+    after_claims: Callable[[PartitionId, Exception], Exception],
 ) -> list[T]:
     """Up to ``max_messages`` messages: ``ask(partition_id, wanted)`` of each partition in
-    ``order`` until enough are in hand (it returns at most ``wanted``)."""
+    ``order`` until enough are in hand (it returns at most ``wanted``). A failure of a kind
+    in ``judged`` with nothing in hand propagates; after others answered, it ends the
+    visit with what is in hand when ``ends_it`` says so, else ``after_claims`` gives the
+    error to raise (an unknown outcome). Other exceptions propagate untouched."""
     messages: list[T] = []
     for partition_id in order:
         wanted = max_messages - len(messages)
@@ -50,12 +67,31 @@ def receive(
             break
         try:
             found = ask(partition_id, wanted)
-        except Exception:
+        except judged as failure:
             if not messages:
                 raise
-            return messages  # the leases not answered end with their visibility timeout
+            if ends_it(failure):
+                return messages
+            error = after_claims(partition_id, failure)
+            if error is failure:
+                raise
+            raise error from failure
         messages.extend(found[:wanted])
     return messages
+
+
+def receive(
+    order: Sequence[PartitionId],
+    max_messages: int,
+    ask: Callable[[PartitionId, int], list[T]],
+) -> list[T]:
+    """``visit`` with the receive's rule: any failure after some partitions leased ends it
+    with those (the leases not answered end with their visibility timeout)."""
+    return visit(order, max_messages, ask, (Exception,), lambda _failure: True, _unused)
+
+
+def _unused(_partition_id: PartitionId, failure: Exception) -> Exception:
+    return failure  # never called: every failure ends a receive
 
 
 def settle(

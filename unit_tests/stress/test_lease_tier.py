@@ -26,7 +26,7 @@ SEED = int(os.environ.get("RAFTQ_STRESS_SEED", int(time.time()) % 100_000))
 
 
 def test_a_group_processes_every_message_at_least_once_under_faults(tmp_path: Path) -> None:
-    config = LeaseConfig(SEED, duration_s=30.0, messages=3_000)
+    config = LeaseConfig(SEED, duration_s=20.0, messages=3_000)
     with cluster_session(tmp_path / "cluster", BASE_PORT) as cluster:
         report = run_lease(cluster, config, tmp_path / "ledgers")
     assert report.passed, "\n".join([f"replay with RAFTQ_STRESS_SEED={SEED}", *report.lines()])

@@ -361,7 +361,9 @@ class BrokerService:
             )
         ):
             return []  # nothing to hand out: no entry proposed (long polls ask again)
-        keys = self._keys_left_memory(replica, group) if settings.ordered_by_key else ()
+        keys = (
+            self._keys_left_memory(replica, group, max_messages) if settings.ordered_by_key else ()
+        )
         command = Receive(
             group,
             max_messages,
@@ -382,14 +384,18 @@ class BrokerService:
         return sorted(messages, key=lambda pair: order[pair[0].offset])
 
     def _keys_left_memory(
-        self, replica: HostedReplica, group: str
+        self, replica: HostedReplica, group: str, max_messages: int
     ) -> tuple[tuple[int, str | None], ...]:
         """For per-key ordering: the keys of the messages a receive of ``group`` reaches
-        first that left memory (at most ``group_key_window_max``), from the database."""
+        first that left memory, from the database: twice what it asks for (messages held
+        back by their key are looked at too), at most ``group_key_window_max``. (Reading
+        the whole window for every receive of 100 is the likely cause of the benchmark's
+        ordered row at 40 % of the unordered one; not measured again since.)"""
         start, evicted = replica.partition.read(
             lambda log: (log.groups.next_offset(group, log.log_start_offset), log.evicted_offset)
         )
-        end = min(evicted, start + self._limits.group_key_window_max)
+        window = min(self._limits.group_key_window_max, 2 * max_messages)
+        end = min(evicted, start + window)
         if start >= end:
             return ()
         return tuple((m.offset, m.key) for m in self._read(replica, start, end))

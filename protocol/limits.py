@@ -182,8 +182,8 @@ class Limits:
     """Highest ``max_deliveries`` a group may have (its default, 0, means no limit)."""
     group_key_window_max: int = 2_000
     """A receive of a group with per-key ordering that reaches messages which left memory
-    reads at most this many keys from the database for the partition (the log keeps keys
-    only in memory); the receive leases no further than the keys it has."""
+    reads their keys from the database (the log keeps keys only in memory): twice the
+    messages it asks for, at most this many; it leases no further than the keys it has."""
     group_receive_wait_ms_max: int = 5_000
     """Longest a receive may wait for messages (``wait_ms``, a long poll): well within
     every hop's request bound (``http_timeout_s``), so a long poll never times out."""

@@ -76,9 +76,13 @@ def _publish_request(js: Any, batch: int) -> Callable[[], Awaitable[int]]:
     return request
 
 
-def _fetch_request(subscription: Any, stored: int) -> Callable[[], Awaitable[int]]:
-    """Fetches until ``stored`` (the stream's count at the start) are read, so the last
-    fetch does not wait out its timeout on an empty stream."""
+def _fetch_request(
+    subscription: Any, stored: int, batch: int, ack_each: bool
+) -> Callable[[], Awaitable[int]]:
+    """Fetches up to ``batch`` until ``stored`` (the stream's count at the start) are read,
+    so the last fetch does not wait out its timeout on an empty stream; then acks the last
+    message (ack policy "all": the whole batch) or, ``ack_each``, every message, awaiting
+    each ack (explicit acks, as a RaftQ group member acks its receipts)."""
     timeout_error = importlib.import_module("nats.errors").TimeoutError
     remaining = [stored]
 
@@ -86,10 +90,11 @@ def _fetch_request(subscription: Any, stored: int) -> Callable[[], Awaitable[int
         if remaining[0] <= 0:
             raise Exhausted
         try:
-            messages = await subscription.fetch(min(1000, remaining[0]), timeout=FETCH_TIMEOUT_S)
+            messages = await subscription.fetch(min(batch, remaining[0]), timeout=FETCH_TIMEOUT_S)
         except timeout_error:
             raise Exhausted from None  # fewer messages than counted
-        await messages[-1].ack_sync(timeout=ACK_TIMEOUT_S)  # "all": acks the whole batch
+        acked = messages if ack_each else messages[-1:]
+        await asyncio.gather(*(m.ack_sync(timeout=ACK_TIMEOUT_S) for m in acked))
         remaining[0] -= len(messages)
         return len(messages)
 
@@ -106,54 +111,23 @@ async def _publishers(servers: list[str], clients: int, batch: int, seconds: flo
             await nc.close()
 
 
-async def _consumer(servers: list[str], seconds: float) -> Tally:
+async def _consumer(
+    servers: list[str], seconds: float, durable: str, batch: int, ack_each: bool
+) -> Tally:
+    """A durable pull consumer of its own (the stream keeps every message, so each reads
+    from the start whatever another consumer took)."""
     api = importlib.import_module("nats.js.api")
     nc = await _connect(servers)
     try:
-        config = api.ConsumerConfig(ack_policy=api.AckPolicy.ALL, max_ack_pending=20_000)
+        policy = api.AckPolicy.EXPLICIT if ack_each else api.AckPolicy.ALL
+        config = api.ConsumerConfig(ack_policy=policy, max_ack_pending=20_000)
         js = nc.jetstream(timeout=ACK_TIMEOUT_S)
         subscription = await js.pull_subscribe(
-            SUBJECT, durable="bench", stream=STREAM, config=config
+            SUBJECT, durable=durable, stream=STREAM, config=config
         )
         stored = int((await js.stream_info(STREAM)).state.messages)
-        return await _closed_loops([_fetch_request(subscription, stored)], seconds)
-    finally:
-        await nc.close()
-
-
-def _leased_request(subscription: Any, stored: int, batch: int) -> Callable[[], Awaitable[int]]:
-    """Fetch up to ``batch``, then ack each message (explicit acks, each awaited: the
-    acknowledgement of every message is known, as a RaftQ ack answers per receipt)."""
-    timeout_error = importlib.import_module("nats.errors").TimeoutError
-    remaining = [stored]
-
-    async def request() -> int:
-        if remaining[0] <= 0:
-            raise Exhausted
-        try:
-            messages = await subscription.fetch(min(batch, remaining[0]), timeout=FETCH_TIMEOUT_S)
-        except timeout_error:
-            raise Exhausted from None
-        await asyncio.gather(*(m.ack_sync(timeout=ACK_TIMEOUT_S) for m in messages))
-        remaining[0] -= len(messages)
-        return len(messages)
-
-    return request
-
-
-async def _leased_consumer(servers: list[str], seconds: float) -> Tally:
-    """A durable pull consumer of its own with explicit acks (the stream keeps every
-    message, so it reads from the start whatever the other consumer took)."""
-    api = importlib.import_module("nats.js.api")
-    nc = await _connect(servers)
-    try:
-        config = api.ConsumerConfig(ack_policy=api.AckPolicy.EXPLICIT, max_ack_pending=20_000)
-        js = nc.jetstream(timeout=ACK_TIMEOUT_S)
-        subscription = await js.pull_subscribe(
-            SUBJECT, durable="bench-explicit", stream=STREAM, config=config
-        )
-        stored = int((await js.stream_info(STREAM)).state.messages)
-        return await _closed_loops([_leased_request(subscription, stored, 100)], seconds)
+        request = _fetch_request(subscription, stored, batch, ack_each)
+        return await _closed_loops([request], seconds)
     finally:
         await nc.close()
 
@@ -205,9 +179,10 @@ def nats_rows(servers: list[str], seconds: float, log: Callable[[str], None]) ->
         log(f"  {SYSTEM}: {name} ...")
         rows.append(_run(name, key, _publishers(servers, clients, batch, seconds), seconds))
     log(f"  {SYSTEM}: {CONSUME[0]} ...")
-    rows.append(_run(*CONSUME, _consumer(servers, seconds), seconds))
+    rows.append(_run(*CONSUME, _consumer(servers, seconds, "bench", 1000, False), seconds))
     log(f"  {SYSTEM}: {LEASED[0]} ...")
-    rows.append(_run(*LEASED, _leased_consumer(servers, seconds), seconds))
+    leased = _consumer(servers, seconds, "bench-explicit", 100, True)
+    rows.append(_run(*LEASED, leased, seconds))
     return rows
 
 

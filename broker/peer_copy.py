@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
-from protocol.types import Offset, ReplicaSpec, StoredMessage
+from protocol.types import Offset, ReplicaSpec, StoredMessage, headers_of
 from runtime.http_client import JsonHttpClient, PeerLink
 
 
@@ -58,6 +58,7 @@ class PeerCopy:
                 value=str(item["message"]),
                 key=None if item.get("key") is None else str(item["key"]),
                 timestamp_ms=int(item["timestamp_ms"]),
+                headers=headers_of({str(k): str(v) for k, v in item.get("headers", {}).items()}),
             )
             for item in items
         ]

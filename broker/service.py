@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from broker.partition.commands import Receive, Settle
+from broker.partition.commands import KeyValue, Receive, Settle
 from broker.partition.consensus import Entry
 from broker.partition.group_leases import GroupRequest, GroupSettings, Receipt
 from broker.persistence.store import MessageStore, RangeChecksum
@@ -192,7 +192,9 @@ class BrokerService:
         replica = self._replica(topic, partition_id)
         if not _stored(replica, producer_id, sequence):  # a repeat is answered, not refused
             self._check_in_sync(replica)
-        batch = [(m.key, m.value) for m in messages]
+        batch: list[KeyValue] = [
+            (m.key, m.value, m.headers) if m.headers else (m.key, m.value) for m in messages
+        ]
         appended, entry = replica.partition.append(
             batch,
             self._clock_ms(),
@@ -613,8 +615,14 @@ class BrokerService:
                 spec.topic, spec.partition_id, start, min(evicted, end)
             )
         messages.extend(
-            StoredMessage(offset=Offset(offset), value=value, key=key, timestamp_ms=timestamp_ms)
-            for offset, (key, value, timestamp_ms) in in_memory
+            StoredMessage(
+                offset=Offset(offset),
+                value=value,
+                key=key,
+                timestamp_ms=timestamp_ms,
+                headers=headers,
+            )
+            for offset, (key, value, timestamp_ms, headers) in in_memory
         )
         if len(messages) != end - start or (messages and messages[0].offset != start):
             if claimed:

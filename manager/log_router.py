@@ -159,10 +159,7 @@ class LogRouter:
         body = {
             "topic": topic.name,
             "partition_id": group.partition_id,
-            "messages": [
-                {"message": request.messages[i].value, "key": request.messages[i].key}
-                for i in group.indexes
-            ],
+            "messages": [request.messages[i].to_json() for i in group.indexes],
             "producer_id": request.producer_id,
             "sequence": request.sequence,
             "durability": request.durability.value,

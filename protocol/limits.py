@@ -122,9 +122,13 @@ _LATER_FIELDS = _RETENTION_FIELDS | {
 class Limits:
     # --- messages and requests -------------------------------------------------------------
     message_bytes_max: int = 1024 * 1024
-    """Largest message value plus key, in UTF-8 bytes."""
+    """Largest message value plus key plus header names and values, in UTF-8 bytes."""
     key_bytes_max: int = 1024
     """Largest message key, in UTF-8 bytes."""
+    message_headers_max: int = 32
+    """Most headers on one message."""
+    header_name_bytes_max: int = 256
+    """Longest header name, in UTF-8 bytes."""
     topic_name_chars_max: int = 200
     """Longest topic name."""
     id_chars_max: int = 200

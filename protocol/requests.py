@@ -15,9 +15,11 @@ from protocol.access import KEY_ID_CHARS, Role, check_topic_patterns
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits, PartitionLimits
 from protocol.types import (
+    NO_HEADERS,
     BrokerId,
     ConsumerId,
     Durability,
+    Headers,
     NewMessage,
     Offset,
     PartitionId,
@@ -26,6 +28,7 @@ from protocol.types import (
     ReplicaId,
     ReplicaSpec,
     RequestId,
+    headers_of,
 )
 
 Params = Mapping[str, object]
@@ -237,13 +240,50 @@ def _parse_message(item: Params, limits: Limits, index: int | None) -> NewMessag
             raise RaftQError(
                 ErrorCode.TOO_LARGE, f"{_where(index)}: key exceeds {limits.key_bytes_max} bytes"
             )
+    raw_headers = item.get("headers")
+    headers = NO_HEADERS
+    if raw_headers is not None:
+        headers, header_bytes = _parse_headers(raw_headers, limits, index)
+        key_bytes += header_bytes
     value_bytes_max = limits.message_bytes_max - key_bytes
-    if _utf8_bytes_over(value, value_bytes_max) > value_bytes_max:
+    if value_bytes_max < 0 or _utf8_bytes_over(value, value_bytes_max) > value_bytes_max:
         raise RaftQError(
             ErrorCode.TOO_LARGE,
             f"{_where(index)}: message exceeds {limits.message_bytes_max} bytes",
         )
-    return NewMessage(value=value, key=key)
+    return NewMessage(value=value, key=key, headers=headers)
+
+
+RESERVED_HEADER_PREFIX = "raftq-"
+"""Header names RaftQ itself sets (a dead letter's origin): a producer may not send them, so
+a consumer can trust them."""
+
+
+def _parse_headers(raw: object, limits: Limits, index: int | None) -> tuple[Headers, int]:
+    """A message's ``headers`` object: the canonical tuple and its size in UTF-8 bytes."""
+    if not isinstance(raw, dict):
+        raise invalid(f"{_where(index)}: field 'headers' must be an object of strings")
+    if len(raw) > limits.message_headers_max:
+        raise RaftQError(
+            ErrorCode.TOO_LARGE,
+            f"{_where(index)}: at most {limits.message_headers_max} headers per message",
+        )
+    size_bytes = 0
+    for name, header_value in raw.items():
+        if not isinstance(header_value, str):
+            raise invalid(f"{_where(index)}: header {name!r} must be a string")
+        name_bytes = len(name.encode("utf-8"))
+        if not name or name_bytes > limits.header_name_bytes_max:
+            raise invalid(
+                f"{_where(index)}: a header name is 1 to {limits.header_name_bytes_max} bytes"
+            )
+        if name.lower().startswith(RESERVED_HEADER_PREFIX):
+            raise invalid(
+                f"{_where(index)}: header names starting {RESERVED_HEADER_PREFIX!r} are set "
+                "by RaftQ only"
+            )
+        size_bytes += name_bytes + len(header_value.encode("utf-8"))
+    return headers_of(raw), size_bytes
 
 
 def _where(index: int | None) -> str:
@@ -324,7 +364,7 @@ class Produce:
     def to_json(self) -> dict[str, object]:
         body: dict[str, object] = {
             "topic": self.topic,
-            "messages": [{"message": m.value, "key": m.key} for m in self.messages],
+            "messages": [m.to_json() for m in self.messages],
         }
         if self.partition_id is not None:
             body["partition_id"] = self.partition_id

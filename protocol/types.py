@@ -43,16 +43,39 @@ class RaftRole(Enum):
     CANDIDATE = "candidate"
 
 
+Headers = tuple[tuple[str, str], ...]
+"""A message's headers: ``(name, value)`` pairs, sorted by name, each name once; ``()``
+when it has none. A tuple, not a dict: messages are frozen, hashable and small in the Raft
+log and in snapshots. On the wire (HTTP, Spark) they are a JSON object of strings."""
+
+NO_HEADERS: Headers = ()
+
+
+def headers_of(names_to_values: dict[str, str]) -> Headers:
+    """The canonical form of a header map (sorted, so equal maps are equal tuples)."""
+    return tuple(sorted(names_to_values.items())) if names_to_values else NO_HEADERS
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NewMessage:
     """A message as a producer sends it, before it has an offset.
 
     Keyword-only, like ``StoredMessage``: key and value are both strings, so a positional
     call could swap them silently. Everywhere below the HTTP layer the order is key, then
-    value (the broker's ``(key, value)`` tuples, its ``msg_dict``, its table rows)."""
+    value, then headers (the broker's tuples, its ``msg_dict``, its table rows)."""
 
     key: str | None = None
     value: str
+    headers: Headers = NO_HEADERS
+
+    def to_json(self) -> dict[str, object]:
+        """The message in a produce request's ``messages`` (fields left out when empty)."""
+        body: dict[str, object] = {"message": self.value}
+        if self.key is not None:
+            body["key"] = self.key
+        if self.headers:
+            body["headers"] = dict(self.headers)
+        return body
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,6 +86,7 @@ class StoredMessage:
     key: str | None
     value: str
     timestamp_ms: int
+    headers: Headers = NO_HEADERS
 
     def to_json(self, topic: str, partition_id: PartitionId) -> dict[str, object]:
         return {
@@ -71,6 +95,7 @@ class StoredMessage:
             "offset": self.offset,
             "key": self.key,
             "message": self.value,
+            "headers": dict(self.headers),
             "timestamp_ms": self.timestamp_ms,
         }
 

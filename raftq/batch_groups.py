@@ -55,14 +55,8 @@ def group_body(
         "partition_id": group.partition_id,
         "producer_id": producer_id,
         "sequence": sequence,
-        "messages": [wire_message(messages[i]) for i in group.indexes],
+        "messages": [messages[i].to_json() for i in group.indexes],
     }
-
-
-def wire_message(message: NewMessage) -> dict[str, str]:
-    if message.key is None:
-        return {"message": message.value}
-    return {"message": message.value, "key": message.key}
 
 
 def merge_offsets(

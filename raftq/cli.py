@@ -40,6 +40,7 @@ from tqdm import tqdm
 
 from protocol.access import node_token
 from protocol.node_config import NodeConfigError, NodeFile, check_deployment, parse_node_file
+from protocol.types import NewMessage, headers_of
 from raftq.admin import Admin
 from raftq.client_limits import ClientLimits
 from raftq.cluster import ClusterError, ClusterStatus, LocalCluster
@@ -84,6 +85,13 @@ def _positive(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {value}")
     return value
+
+
+def _header(text: str) -> tuple[str, str]:
+    name, equals, value = text.partition("=")
+    if not equals or not name:
+        raise argparse.ArgumentTypeError(f"a header is NAME=VALUE, got {text!r}")
+    return name, value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -146,6 +154,14 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("--topic", required=True)
     produce.add_argument("--key", help="key of every message (routes them to one partition)")
     produce.add_argument("--partition", type=int, help="send to this partition")
+    produce.add_argument(
+        "--header",
+        type=_header,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a header on every message (repeat for more)",
+    )
     produce.add_argument("messages", nargs="*", metavar="MESSAGE", help="else stdin lines")
 
     consume = commands.add_parser("consume", parents=[target, data], help="pop messages")
@@ -534,6 +550,7 @@ def cmd_produce(args: argparse.Namespace, context: Context) -> int:
     target = resolve_target(args, context)
     limits = ClientLimits()
     source = iter(args.messages) if args.messages else _stdin_messages(context.stdin)
+    headers = headers_of(dict(args.header))
     with Producer(
         target.url,
         args.topic,
@@ -547,7 +564,9 @@ def cmd_produce(args: argparse.Namespace, context: Context) -> int:
         with _progress_bar(args, context, "produced", total) as bar:
             # Bounded chunks: stdin may be endless, and each chunk's offsets print as it lands.
             while chunk := list(islice(source, limits.batch_messages_max)):
-                offsets = producer.produce_batch((value, args.key) for value in chunk)
+                offsets = producer.produce_batch(
+                    NewMessage(value=value, key=args.key, headers=headers) for value in chunk
+                )
                 _print_json_lines(
                     ({"partition_id": o.partition_id, "offset": o.offset} for o in offsets),
                     context.stdout,
@@ -702,6 +721,7 @@ def _record_json(record: Record) -> dict[str, object]:
         "offset": record.offset,
         "key": record.key,
         "message": record.value,
+        "headers": dict(record.headers),
         "timestamp_ms": record.timestamp_ms,
     }
 

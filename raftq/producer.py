@@ -18,20 +18,19 @@ so the manager cuts every resend the same way even after partitions were added.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from types import TracebackType
 
 from protocol.errors import ErrorCode
 from protocol.routing import PartitionGroup
-from protocol.types import Durability, NewMessage
+from protocol.types import Durability, NewMessage, headers_of
 from raftq.batch_groups import (
     GroupResult,
     acked_offsets,
     cut_batch,
     group_body,
     merge_offsets,
-    wire_message,
     with_earlier_acks,
 )
 from raftq.client_limits import ClientLimits
@@ -73,7 +72,8 @@ class Batch:
 
 def message_bytes(message: NewMessage) -> int:
     key_bytes = 0 if message.key is None else len(message.key.encode("utf-8"))
-    return len(message.value.encode("utf-8")) + key_bytes
+    header_bytes = sum(len(n.encode("utf-8")) + len(v.encode("utf-8")) for n, v in message.headers)
+    return len(message.value.encode("utf-8")) + key_bytes + header_bytes
 
 
 def take_batch(buffer: deque[NewMessage], messages_max: int, bytes_max: int) -> list[NewMessage]:
@@ -186,13 +186,17 @@ class Producer:
         in_flight = 0 if self._in_flight is None else len(self._in_flight.messages)
         return len(self._buffer) + in_flight
 
-    def send(self, value: str, key: str | None = None) -> None:
+    def send(
+        self, value: str, key: str | None = None, headers: Mapping[str, str] | None = None
+    ) -> None:
         """Buffer one message; ``flush`` sends it."""
         if self.pending_messages >= self._buffer_messages_max:
             raise BufferFullError(
                 f"{self.pending_messages} messages are unsent (buffer_messages_max): flush first"
             )
-        self._buffer.append(NewMessage(value=value, key=key))
+        self._buffer.append(
+            NewMessage(value=value, key=key, headers=headers_of(dict(headers or {})))
+        )
 
     def produce_batch(self, messages: Iterable[MessageLike]) -> list[PartitionOffset]:
         """Send these messages (after any buffered ones) and return the offsets of all, in
@@ -359,7 +363,7 @@ class Producer:
             "producer_id": self.producer_id,
             "topic": self.topic,
             "sequence": batch.sequence,
-            "messages": [wire_message(m) for m in batch.messages],
+            "messages": [m.to_json() for m in batch.messages],
         }
         if self.partition_id is not None:
             body["partition_id"] = self.partition_id

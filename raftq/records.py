@@ -6,7 +6,7 @@ A field the service must send and did not raises ``ProtocolError`` naming the fi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from raftq.errors import ProtocolError
 
@@ -21,6 +21,8 @@ class Record:
     key: str | None
     value: str
     timestamp_ms: int
+    headers: Mapping[str, str] = field(default_factory=dict)
+    """The producer's headers (a dead letter's also name where it came from: ``raftq-*``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,7 +319,16 @@ def _record(message: Mapping[str, object], where: str) -> Record:
         key=_opt_str(message, "key"),
         value=_str(message, "message", where),
         timestamp_ms=_int(message, "timestamp_ms", where),
+        headers=_headers(message, where),
     )
+
+
+def _headers(message: Mapping[str, object], where: str) -> dict[str, str]:
+    """A message's ``headers`` (absent from services older than headers: none)."""
+    value = message.get("headers", {})
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise ProtocolError(f"{where}: field 'headers' must be an object of strings")
+    return value
 
 
 def parse_offsets(body: object, expected_count: int) -> list[PartitionOffset]:

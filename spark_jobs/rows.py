@@ -11,17 +11,21 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from protocol.types import NewMessage
+from protocol.types import NO_HEADERS, Headers, NewMessage, headers_of
 from raftq.producer import take_batch
 from raftq.records import Record
 
-READ_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
+READ_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "headers")
 READ_SCHEMA_DDL = (
-    "key STRING, value STRING, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP"
+    "key STRING, value STRING, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, "
+    "headers MAP<STRING, STRING>"
 )
 """Spark's Kafka source schema, with ``key``/``value`` as strings (and no
-``timestampType``: RaftQ stamps every message when it is appended)."""
-WRITE_VALUE, WRITE_KEY, WRITE_TOPIC = "value", "key", "topic"
+``timestampType``: RaftQ stamps every message when it is appended). ``headers`` is always
+there (an empty map for a message without), as a map: RaftQ's header names are unique,
+where Kafka's ``includeHeaders`` gives an array of pairs."""
+WRITE_VALUE, WRITE_KEY, WRITE_TOPIC, WRITE_HEADERS = "value", "key", "topic", "headers"
+WRITE_COLUMNS = (WRITE_VALUE, WRITE_KEY, WRITE_TOPIC, WRITE_HEADERS)
 
 
 class RowError(ValueError):
@@ -38,6 +42,7 @@ def records_to_columns(records: Sequence[Record]) -> dict[str, list[object]]:
         "partition": [r.partition_id for r in records],
         "offset": [r.offset for r in records],
         "timestamp": [r.timestamp_ms * 1000 for r in records],
+        "headers": [list(r.headers.items()) for r in records],
     }
 
 
@@ -53,6 +58,8 @@ def check_write_columns(names: Sequence[str], types: Mapping[str, str], topic: s
             raise RowError(f"column {column!r} must be string or binary, not {types[column]}")
     if topic is None and types.get(WRITE_TOPIC) != "string":
         raise RowError("column 'topic' must be a string")
+    if WRITE_HEADERS in types and types[WRITE_HEADERS] != "map<string,string>":
+        raise RowError(f"column 'headers' must be map<string,string>, not {types[WRITE_HEADERS]}")
 
 
 def messages_from_columns(
@@ -63,14 +70,23 @@ def messages_from_columns(
     values = columns[WRITE_VALUE]
     keys = columns.get(WRITE_KEY) or [None] * len(values)
     topics = columns.get(WRITE_TOPIC) or [None] * len(values)
-    for index, (value, key, row_topic) in enumerate(zip(values, keys, topics, strict=True)):
+    headers = columns.get(WRITE_HEADERS) or [None] * len(values)
+    rows = zip(values, keys, topics, headers, strict=True)
+    for index, (value, key, row_topic, row_headers) in enumerate(rows):
         where = f"row {first_row + index}"
         name = topic if topic is not None else row_topic
         if not isinstance(name, str) or not name:
             raise RowError(f"{where}: no topic (null 'topic' column and no 'topic' option)")
         if value is None:
             raise RowError(f"{where}: 'value' is null; RaftQ messages are strings")
-        yield name, NewMessage(value=_text(value, where, "value"), key=_opt_text(key, where))
+        yield (
+            name,
+            NewMessage(
+                value=_text(value, where, "value"),
+                key=_opt_text(key, where),
+                headers=_headers(row_headers, where),
+            ),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +132,20 @@ def _text(value: object, where: str, column: str) -> str:
     raise RowError(
         f"{where}: {column!r} must be a string or UTF-8 bytes, not {type(value).__name__}"
     )
+
+
+def _headers(value: object, where: str) -> Headers:
+    """A ``headers`` cell: Arrow gives a map as ``(name, value)`` pairs (null: none)."""
+    if value is None:
+        return NO_HEADERS
+    pairs = list(value.items()) if isinstance(value, dict) else value
+    found: dict[str, str] = {}
+    for pair in pairs if isinstance(pairs, list) else ():
+        name, header_value = pair
+        if not isinstance(name, str) or not isinstance(header_value, str):
+            raise RowError(f"{where}: header {name!r} must map a string to a string, not null")
+        found[name] = header_value
+    return headers_of(found)
 
 
 def _opt_text(value: object, where: str) -> str | None:

@@ -56,9 +56,7 @@ from spark_jobs.options import (
 from spark_jobs.planning import OffsetRange, offset_ranges, plan
 from spark_jobs.rows import (
     READ_SCHEMA_DDL,
-    WRITE_KEY,
-    WRITE_TOPIC,
-    WRITE_VALUE,
+    WRITE_COLUMNS,
     check_write_columns,
     cut_batches,
     messages_from_columns,
@@ -75,6 +73,7 @@ ARROW_SCHEMA = pa.schema(
         ("partition", pa.int32()),
         ("offset", pa.int64()),
         ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("headers", pa.map_(pa.string(), pa.string())),
     ]
 )
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
@@ -274,11 +273,7 @@ def write_task(
         first_row = 0
         for batch in batches:
             names = batch.schema.names
-            columns = {
-                c: batch.column(c).to_pylist()
-                for c in (WRITE_VALUE, WRITE_KEY, WRITE_TOPIC)
-                if c in names
-            }
+            columns = {c: batch.column(c).to_pylist() for c in WRITE_COLUMNS if c in names}
             yield from messages_from_columns(columns, options.topic, first_row)
             first_row += batch.num_rows
 

@@ -5,7 +5,7 @@ concurrent produce, pop and flush requests share one entry, one journal sync and
 trip to the followers). In the entry they travel as plain tuples of strings and ints, never
 as pickled classes, so renaming or moving a class here can never break a journal on disk:
 
-    ("append", ((key, value), ...), timestamp_ms, producer_id, sequence)
+    ("append", ((key, value[, headers]), ...), timestamp_ms, producer_id, sequence)
     ("consume", consumer_id, max_messages, request_id, timestamp_ms)
     ("mark_flushed", replica_id, flushed_offset, start, raft_address)
     ("truncate", log_start_offset)
@@ -29,11 +29,13 @@ from dataclasses import dataclass
 from typing import TypeGuard
 
 from protocol.group_requests import SETTLE_ACTIONS
-from protocol.types import Offset, ReplicaId
+from protocol.types import Headers, Offset, ReplicaId
 
-KeyValue = tuple[str | None, str]
-"""One message as the log stores it: key first, then value (the order everywhere below
-the HTTP layer)."""
+KeyValue = tuple[str | None, str] | tuple[str | None, str, Headers]
+"""One message as an append carries it: key first, then value (the order everywhere below
+the HTTP layer), then its headers when it has any. A message without headers travels as
+the pair alone: appends written before headers existed hold only pairs, and the journal
+stays as small as it was."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,6 +267,16 @@ def _opt(value: object, kind: type) -> bool:
 
 def _messages(value: object) -> bool:
     return isinstance(value, tuple | list) and all(
-        isinstance(m, tuple) and len(m) == 2 and _opt(m[0], str) and isinstance(m[1], str)
+        isinstance(m, tuple)
+        and (len(m) == 2 or (len(m) == 3 and _headers(m[2])))
+        and _opt(m[0], str)
+        and isinstance(m[1], str)
         for m in value
+    )
+
+
+def _headers(value: object) -> bool:
+    return isinstance(value, tuple) and all(
+        isinstance(h, tuple) and len(h) == 2 and isinstance(h[0], str) and isinstance(h[1], str)
+        for h in value
     )

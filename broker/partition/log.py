@@ -46,7 +46,7 @@ from protocol.invariant import check
 
 # Also reached by this module's name: full dumps written before it moved to protocol.
 from protocol.limits import PartitionLimits
-from protocol.types import Offset, ReplicaId
+from protocol.types import NO_HEADERS, Headers, Offset, ReplicaId
 
 _EXPIRED_PER_COMMAND_MAX = 8
 """Idle clients one command forgets at most, so no apply scans every client. A command names
@@ -118,8 +118,8 @@ class _Consumer:
         snapshot_fields.restore(self, state)
 
 
-# (key, value, timestamp_ms); a tuple keeps snapshots and memory small.
-MessageTuple = tuple[str | None, str, int]
+# (key, value, timestamp_ms, headers); a tuple keeps snapshots and memory small.
+MessageTuple = tuple[str | None, str, int, Headers]
 
 Result = Appended | Consumed | Flushed | Truncated | Leased | Settled | Rejected
 
@@ -175,6 +175,8 @@ class PartitionLog:
             self.holders = [None] * len(self.flushed_offsets)
         if "groups" not in state:  # no consumer group had leases before
             self.groups = ConsumerGroups()
+        if any(len(m) == 3 for m in self.messages.values()):  # kept before headers existed
+            self.messages = {o: (*m[:3], NO_HEADERS) for o, m in self.messages.items()}
         self.limits = self.limits.with_every_field()
         if "last_seen_ms" not in state:
             self.clock_ms = 0
@@ -268,7 +270,7 @@ class PartitionLog:
                 return seen
         if not messages:
             return Rejected(ErrorCode.INVALID_FIELD, "an append needs at least one message")
-        size_bytes = sum(_size_bytes(key, value) for key, value in messages)
+        size_bytes = sum(_size_bytes(m[0], m[1], _headers(m)) for m in messages)
         full = self._backpressure(len(messages), size_bytes)
         if full is not None:
             return full
@@ -544,8 +546,8 @@ class PartitionLog:
     def _evict(self, new_evicted_offset: Offset) -> None:
         messages = cast(dict[int, MessageTuple], self.messages)
         for offset in range(self.evicted_offset, new_evicted_offset):
-            key, value, _ = messages.pop(offset)
-            self.unflushed_bytes -= _size_bytes(key, value)
+            key, value, _, headers = messages.pop(offset)
+            self.unflushed_bytes -= _size_bytes(key, value, headers)
         self.evicted_offset = max(self.evicted_offset, new_evicted_offset)
 
     def _check_invariants(self) -> None:
@@ -567,10 +569,17 @@ class PartitionLog:
 
 
 def _stamped(messages: Sequence[KeyValue], timestamp_ms: int) -> Iterator[MessageTuple]:
-    return ((key, value, timestamp_ms) for key, value in messages)
+    return ((m[0], m[1], timestamp_ms, _headers(m)) for m in messages)
 
 
-def _size_bytes(key: str | None, value: str) -> int:
+def _headers(message: KeyValue) -> Headers:
+    return message[2] if len(message) == 3 else NO_HEADERS
+
+
+def _size_bytes(key: str | None, value: str, headers: Headers) -> int:
     # len() of str counts code points; close enough for a memory bound and far cheaper
     # than encoding every message in apply.
-    return len(value) + (0 if key is None else len(key))
+    size = len(value) + (0 if key is None else len(key))
+    for name, header_value in headers:
+        size += len(name) + len(header_value)
+    return size

@@ -22,6 +22,8 @@ class Log(Base):
     msg: Mapped[str] = mapped_column(Text)
     msg_key: Mapped[str | None] = mapped_column(Text, nullable=True)
     timestamp_ms: Mapped[int] = mapped_column(BigInteger)
+    msg_headers: Mapped[str | None] = mapped_column(Text, nullable=True)
+    """The message's headers as a JSON object of strings; NULL when it has none."""
     msg_replicated_bitmask: Mapped[int] = mapped_column(Integer)
     """Bit r set: replica r had not yet flushed this message when this replica flushed it."""
 

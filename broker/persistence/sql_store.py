@@ -27,7 +27,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from broker.persistence.models import Base, Log, PartitionRaft
-from broker.persistence.store import FlushBatch, RangeChecksum, range_checksum
+from broker.persistence.store import FlushBatch, RangeChecksum, headers_from_text, range_checksum
 from protocol.durable_files import fsync_directory
 from protocol.limits import PartitionLimits
 from protocol.types import (
@@ -72,15 +72,21 @@ class SqlMessageStore:
         self, topic: str, partition_id: int, start: int, end: int
     ) -> list[StoredMessage]:
         query = (
-            select(Log.msg_offset, Log.msg, Log.msg_key, Log.timestamp_ms)
+            select(Log.msg_offset, Log.msg, Log.msg_key, Log.timestamp_ms, Log.msg_headers)
             .where(Log.topic_name == topic, Log.partition_id == partition_id)
             .where(Log.msg_offset >= start, Log.msg_offset < end)
             .order_by(Log.msg_offset)
         )
         with Session(self._engine) as session:
             return [
-                StoredMessage(offset=Offset(offset), value=msg, key=key, timestamp_ms=timestamp_ms)
-                for offset, msg, key, timestamp_ms in session.execute(query)
+                StoredMessage(
+                    offset=Offset(offset),
+                    value=msg,
+                    key=key,
+                    timestamp_ms=timestamp_ms,
+                    headers=headers_from_text(headers),
+                )
+                for offset, msg, key, timestamp_ms, headers in session.execute(query)
             ]
 
     def checksum(self, topic: str, partition_id: int, start: int, end: int) -> RangeChecksum:
@@ -142,7 +148,11 @@ class SqlMessageStore:
     def _size_start(self, session: Session, rows: tuple[object, ...], bytes_max: int) -> int:
         """One past the newest row at which the rows from the end outgrow ``bytes_max``
         (a running sum from the newest row down: one scan of the partition's index)."""
-        size = func.length(Log.msg) + func.coalesce(func.length(Log.msg_key), 0)
+        size = (
+            func.length(Log.msg)
+            + func.coalesce(func.length(Log.msg_key), 0)
+            + func.coalesce(func.length(Log.msg_headers), 0)
+        )
         tail = func.sum(size).over(order_by=Log.msg_offset.desc()).label("tail")
         sized = select(Log.msg_offset, tail).where(*rows).subquery()  # type: ignore[arg-type]
         over = (
@@ -179,7 +189,8 @@ class SqlMessageStore:
 
 
 _LOG_COLUMNS = (
-    "topic_name, partition_id, msg_offset, msg, msg_key, timestamp_ms, msg_replicated_bitmask"
+    "topic_name, partition_id, msg_offset, msg, msg_key, timestamp_ms, msg_headers, "
+    "msg_replicated_bitmask"
 )
 _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 
@@ -191,10 +202,10 @@ def _insert_rows_sqlite(
     idempotent through ``OR IGNORE`` on the primary key; 3x SQLAlchemy Core's insert here."""
     cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
     cursor.executemany(
-        f"INSERT OR IGNORE INTO log ({_LOG_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        f"INSERT OR IGNORE INTO log ({_LOG_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         [
-            (topic, partition_id, offset, value, key, timestamp_ms, mask)
-            for offset, key, value, timestamp_ms, mask in batch.rows()
+            (topic, partition_id, offset, value, key, timestamp_ms, headers, mask)
+            for offset, key, value, timestamp_ms, headers, mask in batch.rows()
         ],
     )
 
@@ -205,8 +216,9 @@ def _copy_rows(connection: Connection, topic: str, partition_id: int, batch: Flu
     here 3x the rows per second of a multi-row INSERT)."""
     prefix = f"{_copy_text(topic)}\t{partition_id}\t"
     lines = [
-        f"{prefix}{offset}\t{_copy_text(value)}\t{_copy_text(key)}\t{timestamp_ms}\t{mask}\n"
-        for offset, key, value, timestamp_ms, mask in batch.rows()
+        f"{prefix}{offset}\t{_copy_text(value)}\t{_copy_text(key)}\t{timestamp_ms}\t"
+        f"{_copy_text(headers)}\t{mask}\n"
+        for offset, key, value, timestamp_ms, headers, mask in batch.rows()
     ]
     cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
     cursor.execute(
@@ -250,15 +262,21 @@ def _spec_from_row(row: PartitionRaft) -> ReplicaSpec:
     )
 
 
+_LATER_COLUMNS = (
+    (PartitionRaft.__tablename__, "partition_limits"),
+    (Log.__tablename__, "msg_headers"),
+)
+"""Nullable text columns added after the first release: ``(table, column)``."""
+
+
 def _add_missing_columns(engine: Engine) -> None:
-    """Databases made before ``partition_raft.partition_limits`` existed get the column
-    (``create_all`` creates missing tables only). Idempotent."""
-    present = {c["name"] for c in inspect(engine).get_columns(PartitionRaft.__tablename__)}
-    if "partition_limits" not in present:
-        with engine.begin() as connection:
-            connection.execute(
-                text(f"ALTER TABLE {PartitionRaft.__tablename__} ADD COLUMN partition_limits TEXT")
-            )
+    """Databases made before a column of ``_LATER_COLUMNS`` existed get it (``create_all``
+    creates missing tables only). Idempotent."""
+    inspector = inspect(engine)
+    for table, column in _LATER_COLUMNS:
+        if column not in {c["name"] for c in inspector.get_columns(table)}:
+            with engine.begin() as connection:
+                connection.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} TEXT"))
 
 
 def _engine(url: str) -> Engine:

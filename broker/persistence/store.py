@@ -7,6 +7,7 @@ here is its in-memory twin for tests.
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -14,14 +15,14 @@ from typing import Protocol
 
 from broker.partition.log import MessageTuple
 from protocol.invariant import check
-from protocol.types import Offset, ReplicaSpec, StoredMessage
+from protocol.types import NO_HEADERS, Headers, Offset, ReplicaSpec, StoredMessage, headers_of
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FlushBatch:
     """Messages on their way into the database: ``messages`` as the partition's memory holds
-    them, ``(offset, (key, value, timestamp_ms))`` (key before value, like every message
-    shape below the HTTP layer), and the seed's ``msg_replicated_bitmask`` of each. One
+    them, ``(offset, (key, value, timestamp_ms, headers))`` (key before value, like every
+    message shape below the HTTP layer), and the seed's ``msg_replicated_bitmask`` of each. One
     object per batch, not one per message: it is built under the partition's lock."""
 
     messages: Sequence[tuple[int, MessageTuple]]
@@ -37,16 +38,31 @@ class FlushBatch:
     def of_stored(cls, messages: Sequence[StoredMessage]) -> FlushBatch:
         """Messages copied from a peer: no replica's flush state comes with them (mask 0)."""
         return cls(
-            messages=[(m.offset, (m.key, m.value, m.timestamp_ms)) for m in messages],
+            messages=[(m.offset, (m.key, m.value, m.timestamp_ms, m.headers)) for m in messages],
             bitmasks=[0] * len(messages),
         )
 
-    def rows(self) -> Iterator[tuple[int, str | None, str, int, int]]:
-        """``(offset, key, value, timestamp_ms, bitmask)``, the table's column order."""
-        for (offset, (key, value, timestamp_ms)), mask in zip(
+    def rows(self) -> Iterator[tuple[int, str | None, str, int, str | None, int]]:
+        """``(offset, key, value, timestamp_ms, headers as text, bitmask)``, the table's
+        column order."""
+        for (offset, (key, value, timestamp_ms, headers)), mask in zip(
             self.messages, self.bitmasks, strict=True
         ):
-            yield offset, key, value, timestamp_ms, mask
+            yield offset, key, value, timestamp_ms, headers_text(headers), mask
+
+
+def headers_text(headers: Headers) -> str | None:
+    """Headers as the database keeps them: a JSON object, NULL when there are none."""
+    return json.dumps(dict(headers), ensure_ascii=False) if headers else None
+
+
+def headers_from_text(text: str | None) -> Headers:
+    return NO_HEADERS if text is None else headers_of(json.loads(text))
+
+
+def stored_size(key: str | None, value: str, headers: str | None) -> int:
+    """A row's size as retention by bytes counts it: characters of key, value and headers."""
+    return len(value) + len(key or "") + len(headers or "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +99,7 @@ class MessageStore(Protocol):
     ) -> int:
         """Retention over the stored rows below ``end``: the first offset to keep, so that
         no row kept is older than ``cutoff_ms`` (its timestamp) and the rows kept hold at
-        most ``bytes_max`` (key and value, in characters: as the in-memory bound counts)."""
+        most ``bytes_max`` (key, value and headers, in characters: ``stored_size``)."""
 
     def delete_below(self, topic: str, partition_id: int, offset: int) -> int:
         """Delete the rows below ``offset``; how many went."""
@@ -100,6 +116,8 @@ def range_checksum(start: int, end: int, messages: Iterable[StoredMessage]) -> R
     for message in messages:
         key = "\x01" if message.key is None else "\x02" + message.key
         digest.update(f"{message.offset}\x00{key}\x00{message.timestamp_ms}\x00".encode())
+        if message.headers:  # absent from the sum of a message without: sums stay as before
+            digest.update(f"\x03{headers_text(message.headers)}\x00".encode())
         digest.update(message.value.encode("utf-8"))
         digest.update(b"\n")
         count += 1
@@ -120,11 +138,15 @@ class MemoryMessageStore:
     ) -> None:
         with self._lock:
             stored = self._messages.setdefault((topic, partition_id), {})
-            for offset, key, value, timestamp_ms, _ in batch.rows():
+            for offset, key, value, timestamp_ms, headers, _ in batch.rows():
                 stored.setdefault(
                     offset,
                     StoredMessage(
-                        offset=Offset(offset), key=key, value=value, timestamp_ms=timestamp_ms
+                        offset=Offset(offset),
+                        key=key,
+                        value=value,
+                        timestamp_ms=timestamp_ms,
+                        headers=headers_from_text(headers),
                     ),
                 )
             self.flushed_offsets[(topic, partition_id)] = flushed_offset
@@ -163,7 +185,7 @@ class MemoryMessageStore:
         if bytes_max is not None:
             kept = 0
             for message in reversed(rows):
-                kept += len(message.value) + len(message.key or "")
+                kept += stored_size(message.key, message.value, headers_text(message.headers))
                 if kept > bytes_max:
                     start = max(start, message.offset + 1)
                     break

@@ -289,7 +289,7 @@ def test_messages_are_stamped_with_partition_time_which_never_goes_back() -> Non
     log = PartitionLog(3, LIMITS)
     log.append([(None, "a")], 5_000, None, None)
     log.append([(None, "b")], 2_000, None, None)  # a proposer 3 s behind
-    assert [stamp for _, (_, _, stamp) in log.read(0, 2)] == [5_000, 5_000]
+    assert [stamp for _, (_, _, stamp, _) in log.read(0, 2)] == [5_000, 5_000]
     assert log.clock_ms == 5_000
 
 

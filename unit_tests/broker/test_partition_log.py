@@ -56,7 +56,7 @@ def test_offsets_are_contiguous_from_zero() -> None:
     )
     assert log.append(batch("c"), 2, None, None) == Appended(Offset(2), Offset(3), duplicate=False)
     assert [o for o, _ in log.read(0, 10)] == [0, 1, 2]
-    assert log.read(1, 2) == [(1, (None, "b", 1))]
+    assert log.read(1, 2) == [(1, (None, "b", 1, ()))]
 
 
 def test_empty_append_is_rejected_and_changes_nothing() -> None:
@@ -132,7 +132,7 @@ def test_messages_leave_memory_only_when_every_replica_flushed_them() -> None:
     assert log.mark_flushed(ReplicaId(2), 2) == Flushed(Offset(2), Offset(2))
     assert log.replicated_bitmask(0) == 0
     assert sorted(log.messages) == [2]
-    assert log.read(0, 3) == [(2, (None, "c", 1))]
+    assert log.read(0, 3) == [(2, (None, "c", 1, ()))]
 
 
 def test_a_replica_lagging_too_far_no_longer_holds_memory_but_a_majority_does() -> None:
@@ -362,3 +362,39 @@ def test_old_two_field_flush_marks_still_decode() -> None:
     assert from_wire(("mark_flushed", 1, 9)) == MarkFlushed(ReplicaId(1), Offset(9), None)
     assert from_wire(("reset_replica", True)) is None
     assert from_wire(("reset_replica", 1, 2)) is None
+
+
+def test_headers_travel_with_their_message_and_count_towards_the_bytes() -> None:
+    log = new_log()
+    tagged = ("k", "v", (("trace", "t1"),))
+    assert log.apply(from_wire(to_wire(Append((tagged, (None, "w")), 7, None, None))))
+    assert log.read(0, 2) == [(0, ("k", "v", 7, (("trace", "t1"),))), (1, (None, "w", 7, ()))]
+    assert log.unflushed_bytes == len("kv") + len("tracet1") + len("w")
+    log.mark_flushed(ReplicaId(0), 2)
+    log.mark_flushed(ReplicaId(1), 2)
+    log.mark_flushed(ReplicaId(2), 2)
+    assert log.unflushed_bytes == 0  # eviction gives the headers' bytes back too
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        (("k", "v", (("h",),)),),  # a header without its value
+        (("k", "v", (("h", 1),)),),  # a value that is not a string
+        (("k", "v", ["h", "x"]),),  # headers not a tuple of pairs
+        (("k", "v", (), "extra"),),  # a fourth field
+    ],
+)
+def test_malformed_headers_decode_to_nothing(messages: object) -> None:
+    assert from_wire(("append", messages, 1, None, None)) is None
+
+
+def test_a_log_from_before_headers_gives_its_messages_none() -> None:
+    """A snapshot taken before headers existed holds ``(key, value, timestamp_ms)``."""
+    log = new_log()
+    log.append(batch("x"), 3, None, None)
+    state = dict(vars(log))
+    state["messages"] = {0: (None, "x", 3)}
+    restored = PartitionLog.__new__(PartitionLog)
+    restored.__setstate__(state)
+    assert restored.read(0, 1) == [(0, (None, "x", 3, ()))]

@@ -15,7 +15,7 @@ from sqlalchemy.engine import make_url
 from broker.persistence.sql_store import SqlMessageStore
 from broker.persistence.store import FlushBatch, MemoryMessageStore, MessageStore
 from protocol.limits import Limits
-from protocol.types import BrokerId, PartitionId, ReplicaAddress, ReplicaId, ReplicaSpec
+from protocol.types import BrokerId, Headers, PartitionId, ReplicaAddress, ReplicaId, ReplicaSpec
 
 SPEC = ReplicaSpec(
     topic="orders",
@@ -61,9 +61,17 @@ def store(
     _drop_postgres_database(url)
 
 
-def rows(start: int, end: int) -> FlushBatch:
+def _headers(offset: int) -> Headers:
+    """Every third message has headers, with characters JSON and COPY both escape."""
+    return (("a\tb", "x\ny"), ("trace", f"t{offset}")) if offset % 3 == 0 else ()
+
+
+def rows(start: int, end: int, *, headers: bool = True) -> FlushBatch:
     return FlushBatch(
-        messages=[(o, (None if o % 2 else f"k{o}", f"v{o}", 1000 + o)) for o in range(start, end)],
+        messages=[
+            (o, (None if o % 2 else f"k{o}", f"v{o}", 1000 + o, _headers(o) if headers else ()))
+            for o in range(start, end)
+        ],
         bitmasks=[0b100] * (end - start),
     )
 
@@ -73,11 +81,11 @@ def test_flush_is_idempotent_and_reads_ranges_in_order(store: MessageStore) -> N
     store.insert_messages("orders", 2, rows(0, 5), 5)
     store.insert_messages("orders", 2, rows(3, 8), 8)  # overlaps: a repeated flush
     got = store.read_messages("orders", 2, 2, 6)
-    assert [(m.offset, m.key, m.value, m.timestamp_ms) for m in got] == [
-        (2, "k2", "v2", 1002),
-        (3, None, "v3", 1003),
-        (4, "k4", "v4", 1004),
-        (5, None, "v5", 1005),
+    assert [(m.offset, m.key, m.value, m.timestamp_ms, m.headers) for m in got] == [
+        (2, "k2", "v2", 1002, ()),
+        (3, None, "v3", 1003, _headers(3)),
+        (4, "k4", "v4", 1004, ()),
+        (5, None, "v5", 1005, ()),
     ]
     assert store.read_messages("orders", 1, 0, 10) == []
     assert len(store.read_messages("orders", 2, 0, 100)) == 8
@@ -92,6 +100,39 @@ def test_checksum_is_equal_for_equal_content_and_differs_otherwise(
     assert store.checksum("orders", 2, 0, 10) == twin.checksum("orders", 2, 0, 10)
     assert store.checksum("orders", 2, 0, 10).count == 10
     assert store.checksum("orders", 2, 0, 9) != twin.checksum("orders", 2, 0, 10)
+
+
+def test_a_header_counts_in_the_checksum(store: MessageStore) -> None:
+    """A replica whose database lost or changed a header must not compare equal."""
+    plain = FlushBatch(messages=[(0, ("k", "v", 5, ()))], bitmasks=[0])
+    tagged = FlushBatch(messages=[(0, ("k", "v", 5, (("h", "1"),)))], bitmasks=[0])
+    twin = MemoryMessageStore()
+    store.insert_messages("orders", 2, plain, 1)
+    twin.insert_messages("orders", 2, tagged, 1)
+    assert store.checksum("orders", 2, 0, 1) != twin.checksum("orders", 2, 0, 1)
+
+
+def test_a_database_from_before_headers_gets_the_column(tmp_path: Path) -> None:
+    """An upgrade: the ``log`` table of an older broker has no ``msg_headers``; opening it
+    adds the column, keeps the rows (no headers), and new rows keep theirs."""
+    url = f"sqlite:///{tmp_path}/old.sqlite3"
+    engine = create_engine(url)
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "CREATE TABLE log (topic_name VARCHAR(200), partition_id INTEGER, "
+                "msg_offset BIGINT, msg TEXT, msg_key TEXT, timestamp_ms BIGINT, "
+                "msg_replicated_bitmask INTEGER, "
+                "PRIMARY KEY (topic_name, partition_id, msg_offset))"
+            )
+        )
+        connection.execute(text("INSERT INTO log VALUES ('orders', 2, 0, 'old', NULL, 9, 0)"))
+    engine.dispose()
+    store = SqlMessageStore(url)
+    store.insert_messages("orders", 2, rows(3, 4), 4)
+    got = store.read_messages("orders", 2, 0, 10)
+    store.close()
+    assert [(m.offset, m.value, m.headers) for m in got] == [(0, "old", ()), (3, "v3", _headers(3))]
 
 
 def test_replicas_are_recorded_once_and_rebuilt(store: MessageStore) -> None:
@@ -110,13 +151,19 @@ def test_any_text_round_trips_unchanged(store: MessageStore) -> None:
     """PostgreSQL flushes through COPY's text format: its escapes must not leak."""
     odd = ["tab\there", "new\nline", "back\\slash", "\\N", "cr\rlf\r\n", "ünï €", "", " "]
     batch = FlushBatch(
-        messages=[(i, (text if i % 2 else None, text, 7)) for i, text in enumerate(odd)],
+        messages=[
+            (i, (text if i % 2 else None, text, 7, (("h", text),) if text else ()))
+            for i, text in enumerate(odd)
+        ],
         bitmasks=[0] * len(odd),
     )
     store.insert_messages("or\tders\\", 2, batch, len(odd))
     got = store.read_messages("or\tders\\", 2, 0, len(odd))
-    expected = [(i, text if i % 2 else None, text) for i, text in enumerate(odd)]
-    assert [(m.offset, m.key, m.value) for m in got] == expected
+    expected = [
+        (i, text if i % 2 else None, text, (("h", text),) if text else ())
+        for i, text in enumerate(odd)
+    ]
+    assert [(m.offset, m.key, m.value, m.headers) for m in got] == expected
 
 
 def test_a_database_from_before_partition_limits_gets_the_column(tmp_path: Path) -> None:
@@ -150,7 +197,7 @@ def test_a_database_from_before_partition_limits_gets_the_column(tmp_path: Path)
 
 def test_retention_start_by_age_and_size_and_delete_below(store: MessageStore) -> None:
     store.save_replica(SPEC)
-    store.insert_messages("orders", 2, rows(0, 10), 10)  # offset o: timestamp 1000 + o
+    store.insert_messages("orders", 2, rows(0, 10, headers=False), 10)  # timestamp 1000 + o
     assert store.retention_start("orders", 2, 10, None, None) == 0
     assert store.retention_start("orders", 2, 10, 1004, None) == 4  # the first one as young
     assert store.retention_start("orders", 2, 10, 2000, None) == 10  # all older: all leave
@@ -163,3 +210,8 @@ def test_retention_start_by_age_and_size_and_delete_below(store: MessageStore) -
     assert store.delete_below("orders", 2, 6) == 0  # idempotent
     assert [m.offset for m in store.read_messages("orders", 2, 0, 10)] == [6, 7, 8, 9]
     assert store.retention_start("orders", 2, 10, None, None) == 6
+    # Headers count as their stored JSON: '{"h": "1"}' is 10 characters, "v" 1 more.
+    tagged = FlushBatch(messages=[(10, (None, "v", 1010, (("h", "1"),)))], bitmasks=[0])
+    store.insert_messages("orders", 2, tagged, 11)
+    assert store.retention_start("orders", 2, 11, None, 11) == 10
+    assert store.retention_start("orders", 2, 11, None, 10) == 11

@@ -37,13 +37,18 @@ def produce(
     partition_id: int | None = None,
     deadline_s: float = 30.0,
     durability: str | None = None,
+    headers: Callable[[int], dict[str, str]] | None = None,
 ) -> list[Ack]:
-    """Send one batch, retrying the same ``(producer_id, sequence)`` until it is acked."""
+    """Send one batch, retrying the same ``(producer_id, sequence)`` until it is acked;
+    ``headers`` gives the i-th message's headers."""
     body: dict[str, Any] = {
         "producer_id": producer_id,
         "topic": topic,
         "sequence": sequence,
-        "messages": [{"message": value, "key": key} for key, value in messages],
+        "messages": [
+            {"message": value, "key": key, "headers": {} if headers is None else headers(i)}
+            for i, (key, value) in enumerate(messages)
+        ],
     }
     if partition_id is not None:
         body["partition_id"] = partition_id

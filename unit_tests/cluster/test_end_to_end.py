@@ -253,10 +253,17 @@ def test_kill_manager_leader_and_the_load_balancer_follows(cluster: Cluster) -> 
     wait_until(lambda: cluster.status(), 30, "status")
 
 
+def headers_of_index(index: int) -> dict[str, str]:
+    """Every third message has headers, one with characters JSON and the database escape."""
+    return {"n": str(index), "odd\tname": "line\nbreak"} if index % 3 == 0 else {}
+
+
 def test_cluster_down_and_up_keeps_messages_and_consumer_offsets(cluster: Cluster) -> None:
+    """Also message headers: kept in the Raft log, the database and the journal replay."""
     create_topic(cluster, "durable", 2)
     producer = register(cluster, "producer", {"topic": "durable"})
-    acks = produce(cluster, producer, 0, [(f"k{i}", f"d{i}") for i in range(300)], topic="durable")
+    batch = [(f"k{i}", f"d{i}") for i in range(300)]
+    acks = produce(cluster, producer, 0, batch, topic="durable", headers=headers_of_index)
     consumer = register(cluster, "consumer", {"topic": "durable"})
     first = pop(cluster, consumer, 100, "before-restart")
     assert len(first) == 100
@@ -268,8 +275,11 @@ def test_cluster_down_and_up_keeps_messages_and_consumer_offsets(cluster: Cluste
         lambda: pop_all(cluster, consumer) or None, 60, "pops after restart"
     )
     assert sorted(m["message"] for m in first + rest) == sorted(a.value for a in acks)
+    assert {m["message"]: m["headers"] for m in first + rest} == {
+        value: headers_of_index(i) for i, (_, value) in enumerate(batch)
+    }
     # The producer's sequence survived too: a retry of batch 0 is still recognised.
-    again = produce(cluster, producer, 0, [(f"k{i}", f"d{i}") for i in range(300)], topic="durable")
+    again = produce(cluster, producer, 0, batch, topic="durable", headers=headers_of_index)
     assert again == acks
 
 

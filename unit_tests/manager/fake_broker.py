@@ -41,8 +41,9 @@ class SharedLogs:
                         "topic": key[0],
                         "partition_id": key[1],
                         "offset": offset,
-                        "key": item["key"],
+                        "key": item.get("key"),
                         "message": item["message"],
+                        "headers": item.get("headers", {}),
                         "timestamp_ms": 1,
                     }
                 )

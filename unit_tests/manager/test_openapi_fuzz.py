@@ -33,7 +33,7 @@ from protocol.deadline import Deadline
 from protocol.errors import ErrorCode
 from protocol.limits import Limits
 from protocol.openapi import Node
-from protocol.types import ReplicaSpec
+from protocol.types import Offset, PartitionId, ReplicaSpec, StoredMessage
 from runtime.http_api import server_limits
 from runtime.http_client import HttpAnswer, PeerLink
 from runtime.http_server import HttpServer
@@ -106,14 +106,9 @@ class StubBrokers(BrokerClient):
             else:
                 start = int(params["offset"])
             found = [
-                {
-                    "topic": topic,
-                    "partition_id": partition_id,
-                    "offset": offset,
-                    "key": None,
-                    "message": log[offset],
-                    "timestamp_ms": 1,
-                }
+                StoredMessage(
+                    offset=Offset(offset), key=None, value=log[offset], timestamp_ms=1
+                ).to_json(topic, PartitionId(partition_id))
                 for offset in range(start, min(start + count, len(log)))
             ]
         return HttpAnswer(200, {"messages": found}, {})

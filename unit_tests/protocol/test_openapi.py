@@ -300,10 +300,11 @@ PRODUCE_ONE = {
     "durability": "fsync",
     "message": "m",
     "key": None,  # null: so the message may take every byte (message_bytes_max counts both)
+    "headers": {},  # none, for the same reason
 }
 PRODUCE_MANY = {
-    **{k: v for k, v in PRODUCE_ONE.items() if k not in ("message", "key")},
-    "messages": [{"message": "m", "key": "k"}],
+    **{k: v for k, v in PRODUCE_ONE.items() if k not in ("message", "key", "headers")},
+    "messages": [{"message": "m", "key": "k", "headers": {"h": "v"}}],
 }
 POP: dict[str, object] = {
     "after_unknown_outcome": "true",

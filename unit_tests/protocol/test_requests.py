@@ -161,3 +161,36 @@ def test_min_insync_replicas_defaults_to_a_majority_and_never_exceeds_the_replic
         )
     assert refused.value.code is ErrorCode.INVALID_FIELD
     assert "must not exceed the replication factor (2)" in refused.value.message
+
+
+def test_headers_are_parsed_sorted_and_counted_in_the_message_size() -> None:
+    limits = Limits(message_bytes_max=12, key_bytes_max=4, message_headers_max=2)
+    one = Produce.parse({"topic": "t", "message": "v", "headers": {"b": "2", "a": "1"}}, limits)
+    assert one.messages[0].headers == (("a", "1"), ("b", "2"))
+    assert Produce.parse(one.to_json(), limits).messages == one.messages
+    at_bound = {"topic": "t", "message": "vvvvvv", "key": "kk", "headers": {"h": "xyz"}}
+    assert Produce.parse(at_bound, limits).messages[0].headers == (("h", "xyz"),)  # 6+2+4
+    with pytest.raises(RaftQError) as over:
+        Produce.parse({**at_bound, "message": "vvvvvvv"}, limits)
+    assert over.value.code == ErrorCode.TOO_LARGE
+
+
+@pytest.mark.parametrize(
+    ("headers", "code"),
+    [
+        ({"h": 1}, ErrorCode.INVALID_FIELD),
+        ({"h": None}, ErrorCode.INVALID_FIELD),
+        (["h", "x"], ErrorCode.INVALID_FIELD),
+        ({"": "x"}, ErrorCode.INVALID_FIELD),
+        ({"n" * 257: "x"}, ErrorCode.INVALID_FIELD),
+        ({"raftq-origin-topic": "forged"}, ErrorCode.INVALID_FIELD),
+        ({"RaftQ-Group": "forged"}, ErrorCode.INVALID_FIELD),
+        ({f"h{i}": "" for i in range(33)}, ErrorCode.TOO_LARGE),
+    ],
+)
+def test_bad_headers_are_refused(headers: object, code: ErrorCode) -> None:
+    limits = Limits()
+    with pytest.raises(RaftQError) as info:
+        Produce.parse({"topic": "t", "messages": [{"message": "v", "headers": headers}]}, limits)
+    assert info.value.code == code
+    assert "messages[0]" in info.value.message

@@ -87,11 +87,17 @@ def _run(argv: list[str], stdin: str = "") -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+def _offsets(messages: object) -> list[dict[str, int]]:
+    """A produce answer: one offset in partition 0 for each message sent."""
+    assert isinstance(messages, list)
+    return [{"partition_id": 0, "offset": i} for i in range(len(messages))]
+
+
 def test_produce_from_arguments_and_stdin(service: FakeService) -> None:
     service.default(
         "POST",
         "/logs",
-        lambda p: (201, {"offsets": [{"partition_id": 0, "offset": i} for i in range(2)]}),
+        lambda p: (201, {"offsets": _offsets(p["messages"])}),
     )
     code, out, _ = _run(["produce", "--url", service.url, "--topic", "t", "--key", "k", "a", "b"])
     assert code == 0
@@ -106,10 +112,18 @@ def test_produce_from_arguments_and_stdin(service: FakeService) -> None:
     code, out, _ = _run(["produce", "--url", service.url, "--topic", "t"], stdin="x\ny\n")
     assert code == 0 and len(out.splitlines()) == 2
     assert service.calls("POST", "/logs")[1]["messages"] == [{"message": "x"}, {"message": "y"}]
+    headed = ["produce", "--url", service.url, "--topic", "t", "--header", "a=1=2", "z"]
+    assert _run([*headed, "--header", "b="])[0] == 0
+    assert service.calls("POST", "/logs")[2]["messages"] == [
+        {"message": "z", "headers": {"a": "1=2", "b": ""}}
+    ]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["produce", "--topic", "t", "--header", "novalue"])
 
 
 def test_consume_prints_json_lines(service: FakeService) -> None:
     message = {"topic": "t", "partition_id": 0, "offset": 3, "key": None, "message": "m"}
+    message["headers"] = {"trace": "t1"}
     message["timestamp_ms"] = 9
     service.default("GET", "/logs", lambda _p: (200, {"messages": [message]}))
     code, out, err = _run(["consume", "--url", service.url, "--topic", "t", "--partition", "0"])

@@ -18,6 +18,8 @@ from raftq import (
     Producer,
     UnavailableError,
 )
+from raftq.errors import ProtocolError
+from raftq.records import parse_records
 from unit_tests.raftq.fake_service import FakeService, Reply
 
 FAST = ClientLimits(
@@ -115,6 +117,22 @@ def test_produce_batch_flushes_a_full_buffer_as_it_goes(service: FakeService) ->
     assert len(service.calls("POST", "/logs")) == 4
 
 
+def test_headers_are_sent_with_their_message_and_bad_ones_named(service: FakeService) -> None:
+    service.default("POST", "/logs", offsets_for)
+    with Producer(service.url, "t", limits=ClientLimits(batch_messages_max=2)) as producer:
+        producer.send("v", "k", headers={"b": "2", "a": "1"})
+        producer.send("w")
+        producer.flush()
+    (sent,) = service.calls("POST", "/logs")
+    assert sent["messages"] == [
+        {"message": "v", "key": "k", "headers": {"a": "1", "b": "2"}},
+        {"message": "w"},
+    ]
+    broken = {"topic": "t", "partition_id": 0, "offset": 0, "key": None, "message": "m"}
+    with pytest.raises(ProtocolError, match="'headers' must be an object of strings"):
+        parse_records({"messages": [{**broken, "timestamp_ms": 1, "headers": {"h": 1}}]})
+
+
 def test_poll_retries_with_the_same_request_id(service: FakeService) -> None:
     message = {
         "topic": "t",
@@ -122,14 +140,15 @@ def test_poll_retries_with_the_same_request_id(service: FakeService) -> None:
         "offset": 5,
         "key": None,
         "message": "hello",
+        "headers": {"trace": "t1"},
         "timestamp_ms": 123,
     }
     service.script("GET", "/logs", Reply(503, {"error_code": 50303, "message": "commit timeout"}))
     service.default("GET", "/logs", lambda _p: (200, {"messages": [message]}))
     with Consumer(service.url, "t", 1, limits=FAST) as consumer:
         records = consumer.poll(max_messages=5)
-        assert [(r.partition_id, r.offset, r.value, r.key) for r in records] == [
-            (1, 5, "hello", None)
+        assert [(r.partition_id, r.offset, r.value, r.key, r.headers) for r in records] == [
+            (1, 5, "hello", None, {"trace": "t1"})
         ]
         consumer.poll()
     polls = service.calls("GET", "/logs")

@@ -38,14 +38,17 @@ FAST = ClientLimits(
 
 
 def test_records_become_columns_in_the_kafka_schema_order() -> None:
-    columns = records_to_columns([Record("t", 1, 7, None, "v", 1_500)])
+    columns = records_to_columns(
+        [Record("t", 1, 7, None, "v", 1_500), Record("t", 1, 8, "k", "w", 1_600, {"h": "x"})]
+    )
     assert columns == {
-        "key": [None],
-        "value": ["v"],
-        "topic": ["t"],
-        "partition": [1],
-        "offset": [7],
-        "timestamp": [1_500_000],
+        "key": [None, "k"],
+        "value": ["v", "w"],
+        "topic": ["t", "t"],
+        "partition": [1, 1],
+        "offset": [7, 8],
+        "timestamp": [1_500_000, 1_600_000],
+        "headers": [[], [("h", "x")]],
     }
 
 
@@ -60,6 +63,17 @@ def test_rows_become_messages_and_bad_rows_are_named() -> None:
         ("y", NewMessage(value="b", key="k")),
     ]
     assert [t for t, _ in messages_from_columns(columns, "forced")] == ["forced", "forced"]
+    # Arrow gives a map cell as (name, value) pairs; a null cell is no headers.
+    tagged: dict[str, list[object]] = {
+        "value": ["a", "b"],
+        "headers": [[("z", "1"), ("a", "2")], None],
+    }
+    assert [m.headers for _, m in messages_from_columns(tagged, "t")] == [
+        (("a", "2"), ("z", "1")),
+        (),
+    ]
+    with pytest.raises(RowError, match="row 0: header 'h'"):
+        list(messages_from_columns({"value": ["a"], "headers": [[("h", None)]]}, "t"))
     with pytest.raises(RowError, match="row 12: 'value' is null"):
         list(messages_from_columns({"value": [None]}, "t", first_row=12))
     with pytest.raises(RowError, match="not UTF-8"):
@@ -76,6 +90,9 @@ def test_write_schema_checks() -> None:
         check_write_columns(["value"], {"value": "string"}, None)
     with pytest.raises(RowError, match="string or binary"):
         check_write_columns(["value"], {"value": "int"}, "t")
+    check_write_columns(["value", "headers"], {"headers": "map<string,string>"}, "t")
+    with pytest.raises(RowError, match="map<string,string>"):
+        check_write_columns(["value", "headers"], {"headers": "map<string,int>"}, "t")
 
 
 def test_batches_are_cut_per_topic_deterministically() -> None:

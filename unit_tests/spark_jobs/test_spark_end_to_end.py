@@ -63,15 +63,17 @@ def rows(spark: SparkSession, count: int) -> DataFrame:
 
 def test_write_100k_rows_and_read_the_same_rows_back(spark: SparkSession, cluster: Cluster) -> None:
     create_topic(cluster, "rows", 3)
-    written = rows(spark, 100_000)
+    # Headers ride along: a map column written, the same map read back.
+    trace = (sf.col("id") % 5).cast("string")
+    written = rows(spark, 100_000).withColumn("headers", sf.create_map(sf.lit("n"), trace))
     written.write.format("raftq").options(**on(cluster)).option("topic", "rows").option(
         "raftq.batchMessagesMax", "5000"
     ).mode("append").save()
     assert total_messages(cluster, "rows") == 100_000
     back = read(spark, cluster, "rows", minPartitions="4").cache()
     assert back.rdd.getNumPartitions() >= 4
-    # Same rows: equal counts, distinct values, sums and a checksum of (key, value) pairs.
-    assert fingerprint(back) == fingerprint(written)
+    # Same rows: equal counts, distinct values, sums and a checksum of (key, value, header).
+    assert fingerprint(back, headers=True) == fingerprint(written, headers=True)
     # Offsets are contiguous from 0 in every partition, and a key always maps to one partition.
     per_partition = back.groupBy("partition").agg(
         sf.count("*").alias("n"), sf.max("offset").alias("last")
@@ -92,12 +94,15 @@ def test_write_100k_rows_and_read_the_same_rows_back(spark: SparkSession, cluste
     assert sorted(r["offset"] for r in some.collect()) == list(range(10, 20))
 
 
-def fingerprint(frame: DataFrame) -> tuple[object, ...]:
+def fingerprint(frame: DataFrame, *, headers: bool = False) -> tuple[object, ...]:
+    parts = [sf.col("key"), sf.col("value")]
+    if headers:
+        parts.append(sf.col("headers")["n"])
     row = frame.agg(
         sf.count("*"),
         sf.countDistinct("value"),
         sf.sum(sf.col("value").cast("long")),
-        sf.sum(sf.crc32(sf.concat_ws("|", "key", "value"))),
+        sf.sum(sf.crc32(sf.concat_ws("|", *parts))),
     ).collect()[0]
     return tuple(row)
 

@@ -7,16 +7,26 @@ threads call it concurrently; Raft calls block until the command is applied loca
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
-from broker.partition.commands import KeyValue, Receive, Settle
+from broker.partition.commands import DeadLettered, KeyValue, Receive, Settle
 from broker.partition.consensus import Entry
-from broker.partition.group_leases import GroupRequest, GroupSettings, Receipt
+from broker.partition.group_leases import (
+    DeadLetter,
+    GroupFigures,
+    GroupRequest,
+    GroupSettings,
+    Receipt,
+)
+from broker.partition.log import PartitionLog
 from broker.persistence.store import MessageStore, RangeChecksum
 from broker.replica import HostedReplica
+from protocol.dead_letters import PendingDeadLetter
 from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
 from protocol.group_requests import Outcome
@@ -32,6 +42,12 @@ from protocol.types import (
     ReplicaSpec,
     StoredMessage,
 )
+
+_log = logging.getLogger(__name__)
+
+
+def _pending_dead(log: PartitionLog, most: int) -> list[tuple[str, DeadLetter]]:
+    return log.groups.pending_dead(most)
 
 
 @dataclass(frozen=True, slots=True)
@@ -419,6 +435,50 @@ class BrokerService:
         command = Settle(group, action, pairs, self._clock_ms(), duration_ms)
         return list(replica.partition.settle(command, deadline).outcomes)
 
+    def dead_letters(self, most: int) -> list[PendingDeadLetter]:
+        """Up to ``most`` messages past their group's ``max_deliveries`` in the partitions
+        this broker leads with current state, each group's in the order they died
+        (``protocol.dead_letters``: the managers' dead-letter step reads them here). A
+        partition whose messages cannot be read now is left for the next round."""
+        with self._lock:
+            replicas = list(self._replicas.values())
+        found: list[PendingDeadLetter] = []
+        for replica in replicas:
+            left = most - len(found)
+            if left <= 0:
+                break
+            if replica.partition.status().role is not RaftRole.LEADER:
+                continue
+            if not replica.partition.caught_up():
+                continue
+            pending = replica.partition.read(partial(_pending_dead, most=left))
+            try:
+                found.extend(self._dead_letter(replica, group, d) for group, d in pending)
+            except RaftQError as exc:
+                _log.warning("%s: dead letters not read: %s", replica.partition.name, exc.message)
+        return found
+
+    def _dead_letter(
+        self, replica: HostedReplica, group: str, dead: DeadLetter
+    ) -> PendingDeadLetter:
+        (message,) = self._read(replica, dead.offset, dead.offset + 1)
+        spec = replica.spec
+        return PendingDeadLetter(
+            spec.topic, spec.partition_id, group, dead.delivery_count, dead.sequence, message
+        )
+
+    def mark_dead_lettered(
+        self,
+        topic: str,
+        partition_id: PartitionId,
+        group: str,
+        offsets: tuple[Offset, ...],
+        deadline: Deadline | None = None,
+    ) -> None:
+        """The dead-letter topic holds copies of these messages of ``group``: settled."""
+        replica = self._replica(topic, partition_id)
+        replica.partition.settle(DeadLettered(group, offsets), deadline)
+
     def fetch(
         self, topic: str, partition_id: PartitionId, offset: int, max_messages: int
     ) -> list[StoredMessage]:
@@ -514,41 +574,36 @@ class BrokerService:
                 )
             )
             for group, f in figures:
-                floor = max(f.floor, start)
-                groups.append(
-                    self._group_figure(replica, group, floor, end, f.unsettled, f.in_flight, f.dead)
-                )
-            partitions.append(self._group_figure(replica, None, start, end, end - start, 0, 0))
+                groups.append(self._group_figure(replica, group, start, end, f))
+            own = GroupFigures(start, end - start, 0, 0)
+            partitions.append(self._group_figure(replica, None, start, end, own))
         return groups, partitions
 
     def _group_figure(
-        self,
-        replica: HostedReplica,
-        group: str | None,
-        offset: int,
-        end: int,
-        unsettled: int,
-        in_flight: int,
-        dead: int,
+        self, replica: HostedReplica, group: str | None, start: int, end: int, f: GroupFigures
     ) -> dict[str, object]:
-        lag = self._lag_of(replica, None, offset, end)
+        floor = max(f.floor, start)
         return {
-            "topic": lag["topic"],
-            "partition_id": lag["partition_id"],
+            "topic": replica.spec.topic,
+            "partition_id": replica.spec.partition_id,
             "group": group,
-            "offset": offset,
+            "offset": floor,
             "end_offset": end,
-            "lag_messages": unsettled,
-            "lag_s": lag["lag_s"] if unsettled else 0.0,
-            "in_flight": in_flight,
-            "dead_letters_pending": dead,
+            "lag_messages": f.unsettled,
+            "lag_s": self._oldest_age_s(replica, floor, end) if f.unsettled else 0.0,
+            "in_flight": f.in_flight,
+            "dead_letters_pending": f.dead,
+            "dead_lettered": f.dead_lettered,
         }
+
+    def _oldest_age_s(self, replica: HostedReplica, offset: int, end: int) -> float:
+        """Age of the message at ``offset`` (0 when there is none below ``end``)."""
+        oldest = self._read(replica, offset, offset + 1) if offset < end else []
+        return max(0, self._clock_ms() - oldest[0].timestamp_ms) / 1000 if oldest else 0.0
 
     def _lag_of(
         self, replica: HostedReplica, consumer_id: str | None, offset: int, end: int
     ) -> dict[str, object]:
-        oldest = self._read(replica, offset, offset + 1) if offset < end else []
-        age_ms = max(0, self._clock_ms() - oldest[0].timestamp_ms) if oldest else 0
         return {
             "topic": replica.spec.topic,
             "partition_id": replica.spec.partition_id,
@@ -556,7 +611,7 @@ class BrokerService:
             "offset": offset,
             "end_offset": end,
             "lag_messages": end - offset,
-            "lag_s": age_ms / 1000,
+            "lag_s": self._oldest_age_s(replica, offset, end),
         }
 
     def checksum(

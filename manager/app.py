@@ -20,6 +20,7 @@ from manager.broker_client import BrokerClient, BrokerRefusalError
 from manager.broker_monitor import BrokerMonitor
 from manager.cluster import ClusterView
 from manager.config import ManagerConfig
+from manager.dead_letter_mover import DeadLetterMover
 from manager.leader_duties import LeaderDuties
 from manager.log_router import LogRouter
 from manager.raft import ManagerRaft
@@ -77,7 +78,10 @@ def create_app(config: ManagerConfig) -> App:
     logs.add_routes(app, router, limits)
 
     mover = ReplicaMover(limits, raft, broker_client, monitor)
-    LeaderDuties(limits, raft, service, broker_client, monitor, poll_executor, mover).start()
+    dead_letters = DeadLetterMover(limits, raft, broker_client, router)
+    LeaderDuties(
+        limits, raft, service, broker_client, monitor, poll_executor, mover, dead_letters
+    ).start()
     return app
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 from urllib.parse import quote
 
+from protocol.dead_letters import PendingDeadLetter
 from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
+from protocol.group_requests import MarkDeadLettered
 from protocol.limits import Limits
 from protocol.types import ReplicaSpec
 from runtime.http_client import HttpAnswer, JsonHttpClient, PeerLink
@@ -129,6 +131,22 @@ class BrokerClient:
         """An ack, nack or extend of one partition's receipts: idempotent by receipt."""
         path = f"{address}/groups/{quote(group, safe='')}/{action}"
         return self._http.call("POST", path, body, idempotent=True, deadline=deadline)
+
+    def dead_letters(self, address: str, most: int) -> list[PendingDeadLetter]:
+        """``GET {broker}/dead-letters``: messages past their group's ``max_deliveries`` in
+        the partitions it leads; raises ``RaftQError``."""
+        body = self._http.call_ok(
+            "GET", f"{address}/dead-letters", params={"max_messages": str(most)}, idempotent=True
+        )
+        items = body.get("dead_letters") if isinstance(body, dict) else None
+        if not isinstance(items, list):
+            raise RaftQError(ErrorCode.INTERNAL, f"{address}/dead-letters: malformed answer")
+        return [PendingDeadLetter.from_json(item) for item in items]
+
+    def mark_dead_lettered(self, address: str, request: MarkDeadLettered) -> None:
+        """The dead-letter step's last part (idempotent); raises ``RaftQError``."""
+        path = f"{address}/groups/{quote(request.group, safe='')}/dead-lettered"
+        self._http.call_ok("POST", path, request.to_json(), idempotent=True)
 
     def read(
         self, address: str, params: dict[str, str], deadline: Deadline | None = None

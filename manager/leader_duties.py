@@ -5,7 +5,8 @@ heartbeat, and who leads each partition) into the ``BrokerMonitor``, and propose
 ``set_broker_alive`` only when a broker's liveness changes. Every ``reconcile_period_s`` it
 resumes half-done topic operations, forgets client registrations whose lease ran out
 (``client_idle_expiry_s``) and moves the replicas of brokers dead for good
-(``ReplicaMover``). Every ``leader_balance_period_s`` it asks for one leadership
+(``ReplicaMover``), and moves dead letters to their groups' dead-letter topics
+(``DeadLetterMover``). Every ``leader_balance_period_s`` it asks for one leadership
 transfer when brokers lead unevenly (``leader_balance``). Its side effects are idempotent,
 so two managers that briefly both believe they lead do no harm.
 
@@ -21,6 +22,7 @@ from concurrent.futures import Executor
 
 from manager.broker_client import BrokerClient
 from manager.broker_monitor import BrokerMonitor
+from manager.dead_letter_mover import DeadLetterMover
 from manager.leader_balance import Placed, next_transfer
 from manager.registry.brokers import BrokerRecord
 from manager.registry.commands import SetBrokerAlive
@@ -44,6 +46,7 @@ class LeaderDuties:
         monitor: BrokerMonitor,
         poll_executor: Executor,
         mover: ReplicaMover,
+        dead_letters: DeadLetterMover,
     ) -> None:
         self._limits = limits
         self._raft = raft
@@ -52,6 +55,7 @@ class LeaderDuties:
         self._monitor = monitor
         self._poll_executor = poll_executor
         self._mover = mover
+        self._dead_letters = dead_letters
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="leader-duties", daemon=True)
         self._was_leader = False
@@ -87,6 +91,7 @@ class LeaderDuties:
             self._service.resume_pending()
             self._service.expire_idle_clients()
             self._move_replicas()
+            self._move_dead_letters()
             self._next_reconcile_s = time.monotonic() + self._limits.reconcile_period_s
         if time.monotonic() >= self._next_balance_s:
             self._balance_leaders(brokers)
@@ -98,6 +103,12 @@ class LeaderDuties:
             self._mover.tick()
         except Exception:
             _log.exception("a round of replica moves failed (retried next round)")
+
+    def _move_dead_letters(self) -> None:
+        try:
+            self._dead_letters.tick()
+        except Exception:
+            _log.exception("a round of dead letters failed (retried next round)")
 
     def _balance_leaders(self, brokers: list[BrokerRecord]) -> None:
         topics = self._raft.read(lambda s: s.topics.all())

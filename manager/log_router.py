@@ -88,6 +88,13 @@ class LogRouter:
             raise RaftQError(ErrorCode.UNKNOWN_PRODUCER, "unknown producer; register it first")
         if producer.topic != request.topic:
             raise invalid(f"producer is registered for topic {producer.topic!r}")
+        return self.produce_unregistered(request, deadline)
+
+    def produce_unregistered(
+        self, request: Produce, deadline: Deadline | None = None
+    ) -> dict[str, object]:
+        """A produce routed as any, without a producer registration: the managers' own (a
+        dead letter's copy, under an id no client registers)."""
         topic = self._active_topic(request.topic)
         count = routing_count(topic, request.partition_count)
         if request.partition_id is not None and request.partition_id >= count:
@@ -421,7 +428,7 @@ def _produce_failure(failures: list[Exception], stored_groups: int) -> Exception
     unknown = [f for f in failures if not _proves_nothing_done(f)]
     if stored_groups == 0 and not unknown:
         return failures[0]
-    if all(_error_code(f) is ErrorCode.SEQUENCE_OUT_OF_ORDER for f in failures):
+    if all(error_code(f) is ErrorCode.SEQUENCE_OUT_OF_ORDER for f in failures):
         return failures[0]
     return RaftQError(
         ErrorCode.PARTIALLY_WRITTEN,
@@ -453,11 +460,12 @@ def _proves_nothing_done(failure: Exception) -> bool:
 
 def _refused_for_good(failure: Exception) -> bool:
     """A partition's 4xx to a pop: it claimed nothing, and would refuse a repeat as well."""
-    code = _error_code(failure)
+    code = error_code(failure)
     return code is not None and code.status < 500 and _proves_nothing_done(failure)
 
 
-def _error_code(failure: Exception) -> ErrorCode | None:
+def error_code(failure: Exception) -> ErrorCode | None:
+    """The code of a router failure: a ``RaftQError``'s, or a broker's answer passed on."""
     if isinstance(failure, RaftQError):
         return failure.code
     if isinstance(failure, BrokerRefusalError):

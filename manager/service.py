@@ -747,4 +747,5 @@ def _summed(per_partition: list[dict[str, object]]) -> dict[str, object]:
         "lag_s": max(ages, default=0.0),
         "in_flight": total("in_flight"),
         "dead_letters_pending": total("dead_letters_pending"),
+        "dead_lettered": total("dead_lettered"),
     }

@@ -135,7 +135,9 @@ class Outcome(Enum):
     DONE = "done"
     """It acted on the current lease."""
     ALREADY = "already"
-    """The message is settled already (a repeat of an ack): nothing to do."""
+    """The message is settled already (a repeat of an ack), or, for a nack, its delivery
+    ended already and no later one began (a repeat of the nack, or a lease that ran out):
+    nothing to do."""
     STALE = "stale"
     """Not the current delivery: the lease ended and the message is waiting or leased to
     another member; nothing changed (an ack here does not settle it)."""
@@ -341,3 +343,50 @@ def receipts(params: Params, limits: Limits) -> tuple[DeliveryReceipt, ...]:
             raise invalid(f"receipt {text!r} is not '<partition_id>.<offset>.<delivery_count>'")
         found[receipt] = None
     return tuple(found)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLettersQuery:
+    """``GET /dead-letters?max_messages=N`` at a broker (nodes only): up to N messages past
+    their group's ``max_deliveries`` in the partitions it leads (``protocol.dead_letters``)."""
+
+    max_messages: int
+
+    @classmethod
+    def parse(cls, params: Params, limits: Limits) -> DeadLettersQuery:
+        return cls(
+            get_int(
+                params,
+                "max_messages",
+                minimum=1,
+                maximum=limits.dead_letter_batch_max,
+                default=limits.dead_letter_batch_max,
+            )
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class MarkDeadLettered:
+    """``POST /groups/{group}/dead-lettered {"topic", "partition_id", "offsets"}`` at a
+    broker (nodes only): the dead-letter topic holds copies of these messages now."""
+
+    topic: str
+    partition_id: PartitionId
+    group: str
+    offsets: tuple[Offset, ...]
+
+    @classmethod
+    def parse(cls, params: Params, group: str, limits: Limits) -> MarkDeadLettered:
+        topic, partition_id = partition_ref(params, limits)
+        value = params.get("offsets")
+        if (
+            not isinstance(value, list)
+            or not value
+            or len(value) > limits.dead_letter_batch_max
+            or not all(isinstance(o, int) and not isinstance(o, bool) and o >= 0 for o in value)
+        ):
+            raise invalid(f"field 'offsets' must hold 1 to {limits.dead_letter_batch_max} offsets")
+        return cls(topic, partition_id, group_name(group, limits), tuple(Offset(o) for o in value))
+
+    def to_json(self) -> dict[str, object]:
+        return {"topic": self.topic, "partition_id": self.partition_id, "offsets": self.offsets}

@@ -194,6 +194,9 @@ class Limits:
     group_receive_poll_s: float = 0.05
     """A long poll's pause between asks of the partitions (an ask that finds nothing is
     answered by each partition's leader without a Raft entry)."""
+    dead_letter_batch_max: int = 100
+    """Most dead letters the manager leader reads from one broker per round (and marks in
+    one request); it moves them each reconcile round (``reconcile_period_s``)."""
     client_idle_expiry_s: float = 7 * 24 * 3600.0
     """A producer or consumer that no command has named for this long is forgotten: by each
     partition (its dedup window, its offset) and by the managers (its registration). Measured

@@ -224,9 +224,12 @@ def _utf8_bytes_over(text: str, bound: int) -> int:
     return len(text) if len(text) * 4 <= bound else len(text.encode("utf-8"))
 
 
-def _parse_message(item: Params, limits: Limits, index: int | None) -> NewMessage:
+def _parse_message(
+    item: Params, limits: Limits, index: int | None, trusted: bool = False
+) -> NewMessage:
     """One message; ``index`` is its place in a batch (``None`` for a single message). The
-    checks run per message on the hot path, so error text is only built on failure."""
+    checks run per message on the hot path, so error text is only built on failure.
+    ``trusted``: sent by a node, which may set RaftQ's own headers (a dead letter's)."""
     value = item.get("message")
     key = item.get("key")
     if not isinstance(value, str):
@@ -243,7 +246,7 @@ def _parse_message(item: Params, limits: Limits, index: int | None) -> NewMessag
     raw_headers = item.get("headers")
     headers = NO_HEADERS
     if raw_headers is not None:
-        headers, header_bytes = _parse_headers(raw_headers, limits, index)
+        headers, header_bytes = _parse_headers(raw_headers, limits, index, trusted)
         key_bytes += header_bytes
     value_bytes_max = limits.message_bytes_max - key_bytes
     if value_bytes_max < 0 or _utf8_bytes_over(value, value_bytes_max) > value_bytes_max:
@@ -259,16 +262,16 @@ RESERVED_HEADER_PREFIX = "raftq-"
 a consumer can trust them."""
 
 
-def _parse_headers(raw: object, limits: Limits, index: int | None) -> tuple[Headers, int]:
-    """A message's ``headers`` object: the canonical tuple and its size in UTF-8 bytes."""
+def _parse_headers(
+    raw: object, limits: Limits, index: int | None, trusted: bool
+) -> tuple[Headers, int]:
+    """A message's ``headers`` object: the canonical tuple and its size in UTF-8 bytes.
+    RaftQ's own headers, which only a node may send, count towards neither bound: a
+    message at the bounds can still be dead-lettered."""
     if not isinstance(raw, dict):
         raise invalid(f"{_where(index)}: field 'headers' must be an object of strings")
-    if len(raw) > limits.message_headers_max:
-        raise RaftQError(
-            ErrorCode.TOO_LARGE,
-            f"{_where(index)}: at most {limits.message_headers_max} headers per message",
-        )
     size_bytes = 0
+    count = 0
     for name, header_value in raw.items():
         if not isinstance(header_value, str):
             raise invalid(f"{_where(index)}: header {name!r} must be a string")
@@ -278,11 +281,19 @@ def _parse_headers(raw: object, limits: Limits, index: int | None) -> tuple[Head
                 f"{_where(index)}: a header name is 1 to {limits.header_name_bytes_max} bytes"
             )
         if name.lower().startswith(RESERVED_HEADER_PREFIX):
-            raise invalid(
-                f"{_where(index)}: header names starting {RESERVED_HEADER_PREFIX!r} are set "
-                "by RaftQ only"
-            )
+            if not trusted:
+                raise invalid(
+                    f"{_where(index)}: header names starting {RESERVED_HEADER_PREFIX!r} are "
+                    "set by RaftQ only"
+                )
+            continue
+        count += 1
         size_bytes += name_bytes + len(header_value.encode("utf-8"))
+    if count > limits.message_headers_max:
+        raise RaftQError(
+            ErrorCode.TOO_LARGE,
+            f"{_where(index)}: at most {limits.message_headers_max} headers per message",
+        )
     return headers_of(raw), size_bytes
 
 
@@ -290,14 +301,16 @@ def _where(index: int | None) -> str:
     return "message" if index is None else f"messages[{index}]"
 
 
-def parse_messages(params: Params, limits: Limits) -> tuple[tuple[NewMessage, ...], bool]:
+def parse_messages(
+    params: Params, limits: Limits, trusted: bool = False
+) -> tuple[tuple[NewMessage, ...], bool]:
     """The messages of a produce request and whether it was a batch (``"messages"``)."""
     has_one = "message" in params
     has_many = "messages" in params
     if has_one == has_many:
         raise invalid("give exactly one of 'message' and 'messages'")
     if has_one:
-        return (_parse_message(params, limits, None),), False
+        return (_parse_message(params, limits, None, trusted),), False
     items = params["messages"]
     if not isinstance(items, list) or not items:
         raise invalid("field 'messages' must be a non-empty list")
@@ -309,7 +322,7 @@ def parse_messages(params: Params, limits: Limits) -> tuple[tuple[NewMessage, ..
     for index, item in enumerate(items):
         if not isinstance(item, dict):
             raise invalid(f"messages[{index}] must be an object")
-        parsed.append(_parse_message(item, limits, index))
+        parsed.append(_parse_message(item, limits, index, trusted))
     return tuple(parsed), True
 
 
@@ -332,8 +345,9 @@ class Produce:
     """What the acknowledgement waits for; the answer's ``ack`` says what was achieved."""
 
     @classmethod
-    def parse(cls, params: Params, limits: Limits) -> Produce:
-        messages, is_batch = parse_messages(params, limits)
+    def parse(cls, params: Params, limits: Limits, *, trusted: bool = False) -> Produce:
+        """``trusted``: from a node, which may send RaftQ's own headers."""
+        messages, is_batch = parse_messages(params, limits, trusted)
         pid = get_optional_int(
             params, "partition_id", minimum=0, maximum=limits.topic_partitions_max - 1
         )
@@ -353,10 +367,12 @@ class Produce:
         )
 
     @classmethod
-    def parse_one_partition(cls, params: Params, limits: Limits) -> tuple[Produce, PartitionId]:
+    def parse_one_partition(
+        cls, params: Params, limits: Limits, *, trusted: bool = False
+    ) -> tuple[Produce, PartitionId]:
         """``POST /logs`` at a broker: one partition's messages, so ``partition_id`` is
         required (and returned beside the request, as set)."""
-        request = cls.parse(params, limits)
+        request = cls.parse(params, limits, trusted=trusted)
         if request.partition_id is None:
             raise invalid("a broker needs 'partition_id'")
         return request, request.partition_id

@@ -679,7 +679,7 @@ def cmd_group(args: argparse.Namespace, context: Context) -> int:
         if g.lag_messages is not None:
             figures = (
                 f"\tlag {g.lag_messages} ({g.lag_s or 0:.1f} s)\tin flight {g.in_flight}"
-                f"\tdead waiting {g.dead_letters_pending}"
+                f"\tdead waiting {g.dead_letters_pending}\tdead-lettered {g.dead_lettered}"
             )
         context.stdout.write(
             f"{g.topic}\t{g.group}\tvisibility {g.visibility_timeout_ms} ms\t"

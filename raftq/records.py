@@ -74,6 +74,11 @@ class GroupInfo:
     """Listed for one topic: age of the oldest message not settled."""
     in_flight: int | None = None
     dead_letters_pending: int | None = None
+    """Listed for one topic: past ``max_deliveries``, not yet in the dead-letter topic (or
+    parked, in a group without one)."""
+    dead_lettered: int | None = None
+    """Listed for one topic: moved to the dead-letter topic so far (by the partitions'
+    current leaders' counts)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +214,7 @@ def parse_group(body: object, where: str) -> GroupInfo:
         lag_s=_opt_float(entry, "lag_s"),
         in_flight=_opt_int(entry, "in_flight"),
         dead_letters_pending=_opt_int(entry, "dead_letters_pending"),
+        dead_lettered=_opt_int(entry, "dead_lettered"),
     )
 
 

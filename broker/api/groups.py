@@ -13,7 +13,9 @@ from protocol.access import Action, require_topic
 from protocol.group_requests import (
     SETTLE_ACTIONS,
     BrokerReceive,
+    DeadLettersQuery,
     DeliveryReceipt,
+    MarkDeadLettered,
     Ordering,
     Outcome,
     SettleRequest,
@@ -58,6 +60,25 @@ def add_group_routes(api: App, service: BrokerService, limits: Limits, metrics: 
     for action in SETTLE_ACTIONS:
         route = _settle_route(service, limits, metrics, action)
         api.post(f"/groups/{{group}}/{action}", Action.CONSUME)(route)
+
+    @api.get("/dead-letters", Action.NODE)
+    def dead_letters(http: HttpRequest) -> HttpResponse:
+        query = DeadLettersQuery.parse(request_params(http), limits)
+        found = service.dead_letters(query.max_messages)
+        return json_response({"dead_letters": [letter.to_json() for letter in found]})
+
+    @api.post("/groups/{group}/dead-lettered", Action.NODE)
+    def dead_lettered(http: HttpRequest) -> HttpResponse:
+        request = MarkDeadLettered.parse(request_params(http), http.path_params["group"], limits)
+        service.mark_dead_lettered(
+            request.topic,
+            request.partition_id,
+            request.group,
+            request.offsets,
+            request_deadline(http, limits),
+        )
+        metrics.inc("dead_lettered_messages", len(request.offsets), topic=request.topic)
+        return json_response({"offsets": list(request.offsets)})
 
 
 def _settle_route(service: BrokerService, limits: Limits, metrics: Metrics, action: str) -> Handler:

@@ -15,7 +15,10 @@ Offsets of one group move through these states (half-open ranges, as everywhere)
                                    expired lease, or (per-key ordering) skipped while an
                                    earlier message of its key was unsettled
     dead         (offset → Wait)   past ``max_deliveries``: to be produced to the dead-letter
-                                   topic, then settled (``settle_dead``)
+                                   topic, then settled (``settle_dead``); each with its
+                                   dead-letter sequence (``dead_sequences``). In a group
+                                   without a dead-letter topic they stay here (parked, as
+                                   NATS's MaxDeliver leaves them) until a redrive
     settled      (set of offsets)  settled above ``floor`` (folded into ``floor`` once
                                    contiguous)
     [next_offset, end)             never handed out
@@ -100,6 +103,18 @@ class GroupFigures:
     """Leased now."""
     dead: int
     """Past ``max_deliveries``, waiting for the dead-letter topic."""
+    dead_lettered: int = 0
+    """Settled by their copy in the dead-letter topic so far."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A message past ``max_deliveries``, to be produced to the dead-letter topic."""
+
+    offset: Offset
+    delivery_count: int
+    sequence: int
+    """Its dead-letter sequence (``GroupLeases.dead_sequences``)."""
 
 
 @dataclass(slots=True)
@@ -110,6 +125,13 @@ class GroupLeases(ByFieldOrder):
     waiting: dict[int, Wait] = field(default_factory=dict)
     dead: dict[int, Wait] = field(default_factory=dict)
     settled: set[int] = field(default_factory=set)
+    dead_sequences: dict[int, int] = field(default_factory=dict)
+    """Per offset in ``dead``: the sequence its copy is produced to the dead-letter topic
+    with (from ``dead_sequence_next``, in the order messages died), so that a repeat of
+    that produce after a failover is recognised by the dead-letter partition."""
+    dead_sequence_next: int = 1
+    dead_lettered: int = 0
+    """Messages settled by their copy in the dead-letter topic so far."""
 
     # --- commands (apply) ------------------------------------------------------------------
 
@@ -187,12 +209,17 @@ class GroupLeases(ByFieldOrder):
         self, settings: GroupSettings, receipts: Iterable[Receipt], delay_ms: int, now_ms: int
     ) -> list[Outcome]:
         """End each receipt's lease now: its message is delivered again from
-        ``now_ms + delay_ms``, or dead-lettered past ``max_deliveries``."""
+        ``now_ms + delay_ms``, or dead-lettered past ``max_deliveries``. A nack of a
+        delivery that ended already, with none after it, is ``ALREADY``."""
         outcomes = []
         for receipt in receipts:
             outcome = self._current(receipt)
             if outcome is Outcome.DONE:
                 self._end_lease(settings, receipt.offset, now_ms + delay_ms)
+            elif outcome is Outcome.STALE and self._ended(receipt):
+                # This delivery ended already (a repeat of this nack whose answer was lost,
+                # or its lease ran out) and no later one began: not another's message.
+                outcome = Outcome.ALREADY
             outcomes.append(outcome)
         self._check_invariants()
         return outcomes
@@ -218,9 +245,11 @@ class GroupLeases(ByFieldOrder):
             self._end_lease(settings, Offset(offset), now_ms)
 
     def settle_dead(self, offsets: Iterable[int]) -> None:
-        """The dead-letter topic holds these messages now: settled."""
+        """The dead-letter topic holds these messages now: settled (idempotent)."""
         for offset in offsets:
             if self.dead.pop(offset, None) is not None:
+                del self.dead_sequences[offset]
+                self.dead_lettered += 1
                 self._settle(Offset(offset))
         self._check_invariants()
 
@@ -230,7 +259,7 @@ class GroupLeases(ByFieldOrder):
         auto.offset.reset=earliest)."""
         if log_start_offset <= self.floor:
             return
-        for table in (self.leases, self.waiting, self.dead):
+        for table in (self.leases, self.waiting, self.dead, self.dead_sequences):
             for offset in [o for o in table if o < log_start_offset]:
                 del table[offset]
         self.settled = {o for o in self.settled if o >= log_start_offset}
@@ -244,10 +273,14 @@ class GroupLeases(ByFieldOrder):
     def in_flight(self) -> int:
         return len(self.leases)
 
-    def pending_dead(self) -> list[tuple[Offset, int]]:
-        """Messages to produce to the dead-letter topic, lowest offset first, with their
-        delivery counts."""
-        return [(Offset(o), self.dead[o].delivery_count) for o in sorted(self.dead)]
+    def pending_dead(self, most: int) -> list[DeadLetter]:
+        """Up to ``most`` messages to produce to the dead-letter topic, in the order they
+        died (their sequences')."""
+        first = sorted(self.dead, key=self.dead_sequences.__getitem__)[:most]
+        return [
+            DeadLetter(Offset(o), self.dead[o].delivery_count, self.dead_sequences[o])
+            for o in first
+        ]
 
     # --- internals -------------------------------------------------------------------------
 
@@ -282,7 +315,9 @@ class GroupLeases(ByFieldOrder):
     def figures(self, end_offset: int) -> GroupFigures:
         above = sum(1 for offset in self.settled if offset < end_offset)
         unsettled = max(0, end_offset - self.floor - above)
-        return GroupFigures(self.floor, unsettled, len(self.leases), len(self.dead))
+        return GroupFigures(
+            self.floor, unsettled, len(self.leases), len(self.dead), self.dead_lettered
+        )
 
     def _current(self, receipt: Receipt) -> Outcome:
         lease = self.leases.get(receipt.offset)
@@ -294,11 +329,18 @@ class GroupLeases(ByFieldOrder):
             return Outcome.UNKNOWN
         return Outcome.STALE
 
+    def _ended(self, receipt: Receipt) -> bool:
+        """The receipt's delivery is the message's last one, and it has ended."""
+        wait = self.waiting.get(receipt.offset) or self.dead.get(receipt.offset)
+        return wait is not None and wait.delivery_count == receipt.delivery_count
+
     def _end_lease(self, settings: GroupSettings, offset: Offset, ready_ms: int) -> None:
         lease = self.leases.pop(offset)
         wait = Wait(lease.delivery_count, ready_ms, lease.key)
         if settings.max_deliveries and lease.delivery_count >= settings.max_deliveries:
             self.dead[offset] = wait
+            self.dead_sequences[offset] = self.dead_sequence_next
+            self.dead_sequence_next += 1
         else:
             self.waiting[offset] = wait
 
@@ -330,6 +372,7 @@ class GroupLeases(ByFieldOrder):
             all(self.floor <= o < self.next_offset for t in tables for o in t),
             "leases, waiting, dead and settled lie in [floor, next_offset)",
         )
+        check(self.dead_sequences.keys() == self.dead.keys(), "each dead letter has a sequence")
 
 
 @dataclass(frozen=True, slots=True)
@@ -464,6 +507,17 @@ class ConsumerGroups(ByFieldOrder):
         group = self.groups.get(name)
         if group is not None:
             group.leases.settle_dead(offsets)
+
+    def pending_dead(self, most: int) -> list[tuple[str, DeadLetter]]:
+        """Up to ``most`` dead letters to produce, over the groups by name, each group's in
+        the order they died."""
+        found: list[tuple[str, DeadLetter]] = []
+        for name in sorted(self.groups):
+            if len(found) >= most:
+                break
+            dead = self.groups[name].leases.pending_dead(most - len(found))
+            found.extend((name, letter) for letter in dead)
+        return found
 
     def skip_below(self, log_start_offset: int) -> None:
         for group in self.groups.values():

@@ -12,6 +12,7 @@ import pytest
 
 from broker.partition.group_leases import (
     KEY_UNKNOWN,
+    DeadLetter,
     GroupFigures,
     GroupLeases,
     GroupSettings,
@@ -89,6 +90,19 @@ def test_an_ack_after_a_nack_is_stale_and_the_message_comes_again() -> None:
     assert _receive(group, 1, now_ms=2, end=1) == [(0, 2)]
 
 
+def test_a_repeated_nack_is_already_done_until_the_next_delivery() -> None:
+    """A nack whose answer was lost is sent again (seen after a leadership move): it says
+    ``already``, not ``stale``, while the message waits; once delivered again, it is
+    another delivery's, and the old receipt is stale."""
+    group = GroupLeases()
+    leased = _receipts(_receive(group, 1, now_ms=0, end=1))
+    assert group.nack(PLAIN, leased, delay_ms=500, now_ms=1) == [Outcome.DONE]
+    assert group.nack(PLAIN, leased, delay_ms=0, now_ms=2) == [Outcome.ALREADY]
+    assert _receive(group, 1, now_ms=3, end=1) == []  # the repeat did not shorten the delay
+    assert _receive(group, 1, now_ms=501, end=1) == [(0, 2)]
+    assert group.nack(PLAIN, leased, delay_ms=0, now_ms=502) == [Outcome.STALE]
+
+
 def test_a_late_extend_never_shortens_a_lease() -> None:
     group = GroupLeases()
     leased = _receipts(_receive(group, 1, now_ms=0))
@@ -103,10 +117,32 @@ def test_past_max_deliveries_a_message_is_dead_lettered_then_settled() -> None:
         leased = _receive(group, 1, now_ms=count * 10, end=1)
         assert leased == [(0, count)]
         group.nack(PLAIN, _receipts(leased), delay_ms=0, now_ms=count * 10)
-    assert group.pending_dead() == [(0, 3)]
+    assert group.pending_dead(10) == [DeadLetter(Offset(0), 3, sequence=1)]
     assert _receive(group, 1, now_ms=100, end=1) == []  # never delivered a fourth time
     group.settle_dead([0])
-    assert group.pending_dead() == [] and group.floor == 1
+    group.settle_dead([0])  # a repeated mark (the step repeated after a failover)
+    assert group.pending_dead(10) == [] and group.floor == 1
+    assert group.figures(1).dead_lettered == 1
+
+
+def test_dead_letters_are_numbered_in_the_order_they_died() -> None:
+    """The dead-letter sequence follows deaths, not offsets: the copies reach the dead-letter
+    partitions with increasing sequences, as a producer's must."""
+    group = GroupLeases()
+    settings = GroupSettings(visibility_timeout_ms=1_000, max_deliveries=1)
+    leased = _receive(group, 3, now_ms=0, end=3, settings=settings)
+    group.nack(settings, _receipts(leased[2:]), delay_ms=0, now_ms=5)  # offset 2 dies first
+    group.nack(settings, _receipts(leased[:1]), delay_ms=0, now_ms=6)
+    assert group.pending_dead(10) == [
+        DeadLetter(Offset(2), 1, sequence=1),
+        DeadLetter(Offset(0), 1, sequence=2),
+    ]
+    assert group.pending_dead(1) == [DeadLetter(Offset(2), 1, sequence=1)]
+    group.settle_dead([2])
+    group.expire(settings, now_ms=2_000)  # offset 1's lease ends: the third death
+    assert [d.sequence for d in group.pending_dead(10)] == [2, 3]
+    group.skip_below(1)  # retention took offset 0: its letter goes with it
+    assert group.pending_dead(10) == [DeadLetter(Offset(1), 1, sequence=3)]
 
 
 def test_receipts_of_offsets_never_handed_out_are_unknown() -> None:
@@ -185,14 +221,14 @@ def test_a_random_walk_keeps_the_delivery_rules(seed: int) -> None:
         stale = [Receipt(Offset(o), c - 1) for o, c in delivered.items() if c > 1]
         for receipt in rng.sample(stale, min(len(stale), 2)):
             assert group.ack([receipt]) in ([Outcome.STALE], [Outcome.ALREADY])
-        group.settle_dead([o for o, _ in group.pending_dead()])
+        group.settle_dead([d.offset for d in group.pending_dead(100)])
         acked.update(o for o in range(group.floor))
         acked.update(group.settled)
     while group.floor < 60:  # drain: ack whatever is handed out
         now_ms += 2_000
         leased = _receive(group, 60, now_ms, 60, settings, keys)
         group.ack(_receipts(leased))
-        group.settle_dead([o for o, _ in group.pending_dead()])
+        group.settle_dead([d.offset for d in group.pending_dead(100)])
     assert group.floor == 60 and not group.leases and not group.waiting
 
 

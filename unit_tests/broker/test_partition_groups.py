@@ -20,7 +20,7 @@ from broker.partition.commands import (
     to_wire,
 )
 from broker.partition.consensus import MemoryConsensus
-from broker.partition.group_leases import Leased, Settled
+from broker.partition.group_leases import DeadLetter, Leased, Settled
 from broker.partition.log import PartitionLog, Rejected
 from broker.partition.raft import FrozenPartitionLog
 from broker.partition.replica import PartitionReplica
@@ -151,7 +151,7 @@ def test_dead_letters_settle_once_recorded() -> None:
     for now_ms in (1_000, 2_000, 3_000):  # max_deliveries 3, each lease expires
         log.apply(_receive(n=1, now_ms=now_ms))
     log.apply(_receive(n=1, now_ms=4_000))
-    assert log.groups.groups["g"].leases.pending_dead() == [(Offset(0), 3)]
+    assert log.groups.pending_dead(10) == [("g", DeadLetter(Offset(0), 3, sequence=1))]
     log.apply(DeadLettered("g", (0,)))
     assert log.groups.groups["g"].leases.floor == 1
 

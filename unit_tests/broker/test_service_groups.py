@@ -119,3 +119,26 @@ def test_per_key_ordering_holds_for_messages_that_left_memory() -> None:
         assert [m.value for m, _ in second] == ["a2", "b2"]
     finally:
         service.close()
+
+
+def test_a_message_past_max_deliveries_is_reported_read_from_the_database_and_marked(
+    service: BrokerService,
+) -> None:
+    tagged = NewMessage(value="poison", key="k", headers=(("trace", "t9"),))
+    service.produce("orders", P0, (tagged,), None, None)
+    _wait_until(lambda: _evicted(service) == 7)  # the letter is read from the store
+    for count in (1, 2, 3):  # SETTINGS.max_deliveries
+        delivered = service.receive("orders", P0, "workers", SETTINGS, 7, None)
+        receipts = [Receipt(m.offset, n) for m, n in delivered if m.value == "poison"]
+        assert [r.delivery_count for r in receipts] == [count]
+        service.settle("orders", P0, "workers", "nack", receipts, 0)
+    (letter,) = service.dead_letters(10)
+    assert (letter.topic, letter.partition_id, letter.group) == ("orders", P0, "workers")
+    assert (letter.delivery_count, letter.sequence) == (3, 1)
+    assert (letter.message.offset, letter.message.key, letter.message.value) == (6, "k", "poison")
+    assert letter.message.headers == (("trace", "t9"),)
+    service.mark_dead_lettered("orders", P0, "workers", (Offset(6),))
+    service.mark_dead_lettered("orders", P0, "workers", (Offset(6),))  # a repeat: no change
+    assert service.dead_letters(10) == []
+    (figures,) = [g for g in service.group_figures("orders")[0] if g["group"] == "workers"]
+    assert (figures["dead_letters_pending"], figures["dead_lettered"]) == (0, 1)

@@ -399,3 +399,89 @@ def test_a_long_poll_returns_when_a_message_arrives(cluster: Cluster, direct: bo
             timer.join()
         assert [d.record.value for d in got] == ["late"]
         assert 0.9 <= waited_s < 3.5, waited_s
+
+
+POISON_COUNT = 24
+DEAD_LETTER_WAIT_S = 60.0
+"""Dead letters move each reconcile round (0.5 s); this also covers a manager failover."""
+
+
+def test_poison_messages_reach_the_dead_letter_topic_once_across_a_manager_kill(
+    cluster: Cluster,
+) -> None:
+    """Issue 20's dead-letter step with real processes: messages nacked ``max_deliveries``
+    times go to the group's dead-letter topic with their key, value and headers and
+    RaftQ's own headers naming where they came from; the manager leader is killed while
+    the step runs, and its successor repeats it: each dead letter is stored exactly once,
+    and the group counts it dead-lettered."""
+    create_topic(cluster, "poisoned", 2)
+    create_topic(cluster, "poisoned-dead", 2)
+    key = cluster.admin_key
+    with Admin(cluster.lb_url, api_key=key) as admin:
+        admin.create_group(
+            "poisoned", "workers", max_deliveries=2, dead_letter_topic="poisoned-dead"
+        )
+    producer = register(cluster, "producer", {"topic": "poisoned"})
+    batch = [(f"k{i % 5}", f"p{i}") for i in range(POISON_COUNT)]
+    acks = produce(cluster, producer, 0, batch, topic="poisoned", headers=headers_of_index)
+    origin = {(a.partition_id, a.offset): a for a in acks}
+    with GroupMember(cluster.lb_url, "poisoned", "workers", api_key=key) as member:
+        for _ in range(2):  # max_deliveries: each nack of the second delivery kills it
+            held = _receive_all(member, POISON_COUNT)
+            # ``already``: a nack applied, then repeated once its answer was lost (the
+            # leaders move after the cluster's restart by the test before).
+            assert {o for _, o in member.nack(held)} <= {"done", "already"}
+    cluster.kill(cluster.manager_leader())
+    try:
+        copies = _dead_letters_when_all_moved(cluster)
+    finally:
+        cluster.up()
+    seen = [
+        (int(m["headers"]["raftq-origin-partition"]), int(m["headers"]["raftq-origin-offset"]))
+        for m in copies
+    ]
+    assert sorted(seen) == sorted(origin), "each dead letter exactly once"
+    for message in copies:
+        where = (
+            int(message["headers"]["raftq-origin-partition"]),
+            int(message["headers"]["raftq-origin-offset"]),
+        )
+        index = int(origin[where].value[1:])
+        assert (message["key"], message["message"]) == (origin[where].key, origin[where].value)
+        own = {n: v for n, v in message["headers"].items() if not n.startswith("raftq-")}
+        assert own == headers_of_index(index)
+        assert message["headers"]["raftq-group"] == "workers"
+        assert message["headers"]["raftq-origin-topic"] == "poisoned"
+        assert message["headers"]["raftq-delivery-count"] == "2"
+        assert message["headers"]["raftq-reason"] == "max_deliveries"
+
+
+def _receive_all(member: GroupMember, count: int) -> list[Delivery]:
+    held: list[Delivery] = []
+
+    def all_held() -> bool:
+        held.extend(member.receive(count - len(held)))
+        return len(held) == count
+
+    wait_until(all_held, 30, "every message delivered", period_s=0.1)
+    return held
+
+
+def _dead_letters_when_all_moved(cluster: Cluster) -> list[dict[str, Any]]:
+    def figures() -> dict[str, Any] | None:
+        body = cluster.get("/groups", topic="poisoned").json()
+        if body.get("unavailable_partitions") != []:
+            return None
+        (group,) = body["groups"]
+        moved = (group["dead_lettered"], group["dead_letters_pending"], group["lag_messages"])
+        return group if moved == (POISON_COUNT, 0, 0) else None
+
+    wait_until(figures, DEAD_LETTER_WAIT_S, "every dead letter moved and counted")
+    copies: list[dict[str, Any]] = []
+    for partition_id in (0, 1):
+        response = cluster.get(
+            "/logs", topic="poisoned-dead", partition_id=partition_id, offset=0, max_messages=100
+        )
+        assert response.status_code == 200, response.text
+        copies.extend(response.json()["messages"])
+    return copies

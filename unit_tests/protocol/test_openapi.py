@@ -33,8 +33,10 @@ from protocol.group_requests import (
     SETTLE_ACTIONS,
     BrokerReceive,
     CreateGroup,
+    DeadLettersQuery,
     GroupReceive,
     ListGroups,
+    MarkDeadLettered,
     SettleRequest,
 )
 from protocol.limits import Limits
@@ -369,6 +371,10 @@ def _broker_settle(action: str, params: Mapping[str, object], limits: Limits) ->
     return SettleRequest.parse(params, "g", action, limits).of_partition(params, limits)
 
 
+def _mark_dead_lettered(params: Mapping[str, object], limits: Limits) -> object:
+    return MarkDeadLettered.parse(params, "g", limits)
+
+
 M, B = Node.MANAGER, Node.BROKER
 PARSED = [
     Parsed(
@@ -523,6 +529,14 @@ PARSED = [
     Parsed(B, "GET", "/logs", Fetch.parse, FETCH, mode="fetch"),
     Parsed(M, "GET", "/groups/{group}/messages", _group_receive, RECEIVE),
     Parsed(B, "GET", "/groups/{group}/messages", _broker_receive, BROKER_RECEIVE),
+    Parsed(B, "GET", "/dead-letters", DeadLettersQuery.parse, {"max_messages": "100"}),
+    Parsed(
+        B,
+        "POST",
+        "/groups/{group}/dead-lettered",
+        _mark_dead_lettered,
+        {"topic": "orders", "partition_id": 0, "offsets": [0]},
+    ),
     *(
         Parsed(
             node, "POST", f"/groups/{{group}}/{action}", parse, body, items=RECEIPTS, fixed=fixed

@@ -135,9 +135,11 @@ class Outcome(Enum):
     DONE = "done"
     """It acted on the current lease."""
     ALREADY = "already"
-    """The message is settled already (a repeat of an ack), or, for a nack, its delivery
-    ended already and no later one began (a repeat of the nack, or a lease that ran out):
-    nothing to do."""
+    """The message is settled already (a repeat of an ack): nothing to do."""
+    ENDED = "ended"
+    """A nack's only: this delivery had ended already (a repeat of the nack whose answer
+    was lost, or its lease ran out) and no later one began: nothing changed, and the
+    message is not settled (it waits to be delivered again)."""
     STALE = "stale"
     """Not the current delivery: the lease ended and the message is waiting or leased to
     another member; nothing changed (an ack here does not settle it)."""

@@ -197,6 +197,8 @@ class GroupMember:
     def nack(
         self, deliveries: Iterable[Delivery | str], delay_ms: int = 0
     ) -> list[tuple[str, str]]:
+        """As ``ack``'s, and ``ended``: that delivery had ended already (a repeat of this
+        nack, or its lease ran out), and the message waits to be delivered again."""
         return self._settle("nack", deliveries, {"delay_ms": delay_ms})
 
     def extend(

@@ -210,7 +210,7 @@ class GroupLeases(ByFieldOrder):
     ) -> list[Outcome]:
         """End each receipt's lease now: its message is delivered again from
         ``now_ms + delay_ms``, or dead-lettered past ``max_deliveries``. A nack of a
-        delivery that ended already, with none after it, is ``ALREADY``."""
+        delivery that ended already, with none after it, is ``ENDED``."""
         outcomes = []
         for receipt in receipts:
             outcome = self._current(receipt)
@@ -219,7 +219,7 @@ class GroupLeases(ByFieldOrder):
             elif outcome is Outcome.STALE and self._ended(receipt):
                 # This delivery ended already (a repeat of this nack whose answer was lost,
                 # or its lease ran out) and no later one began: not another's message.
-                outcome = Outcome.ALREADY
+                outcome = Outcome.ENDED
             outcomes.append(outcome)
         self._check_invariants()
         return outcomes

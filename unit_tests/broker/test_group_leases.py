@@ -92,12 +92,13 @@ def test_an_ack_after_a_nack_is_stale_and_the_message_comes_again() -> None:
 
 def test_a_repeated_nack_is_already_done_until_the_next_delivery() -> None:
     """A nack whose answer was lost is sent again (seen after a leadership move): it says
-    ``already``, not ``stale``, while the message waits; once delivered again, it is
+    ``ended``, not ``stale``, while the message waits; once delivered again, it is
     another delivery's, and the old receipt is stale."""
     group = GroupLeases()
     leased = _receipts(_receive(group, 1, now_ms=0, end=1))
     assert group.nack(PLAIN, leased, delay_ms=500, now_ms=1) == [Outcome.DONE]
-    assert group.nack(PLAIN, leased, delay_ms=0, now_ms=2) == [Outcome.ALREADY]
+    assert group.nack(PLAIN, leased, delay_ms=0, now_ms=2) == [Outcome.ENDED]
+    assert group.ack(leased) == [Outcome.STALE]  # not settled: an ack of it does nothing
     assert _receive(group, 1, now_ms=3, end=1) == []  # the repeat did not shorten the delay
     assert _receive(group, 1, now_ms=501, end=1) == [(0, 2)]
     assert group.nack(PLAIN, leased, delay_ms=0, now_ms=502) == [Outcome.STALE]

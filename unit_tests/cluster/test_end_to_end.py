@@ -428,9 +428,9 @@ def test_poison_messages_reach_the_dead_letter_topic_once_across_a_manager_kill(
     with GroupMember(cluster.lb_url, "poisoned", "workers", api_key=key) as member:
         for _ in range(2):  # max_deliveries: each nack of the second delivery kills it
             held = _receive_all(member, POISON_COUNT)
-            # ``already``: a nack applied, then repeated once its answer was lost (the
+            # ``ended``: a nack applied, then repeated once its answer was lost (the
             # leaders move after the cluster's restart by the test before).
-            assert {o for _, o in member.nack(held)} <= {"done", "already"}
+            assert {o for _, o in member.nack(held)} <= {"done", "ended"}
     cluster.kill(cluster.manager_leader())
     try:
         copies = _dead_letters_when_all_moved(cluster)

@@ -209,6 +209,20 @@ def test_an_ack_without_an_answer_does_not_settle_a_message() -> None:
     assert failing(check(unanswered)) == {"lost": 1}
 
 
+def test_a_nack_answered_ended_neither_settles_nor_forbids_a_redelivery() -> None:
+    """``ended`` (a repeated nack) says the delivery had ended, not that the message is
+    settled: a message whose last answer is a nack ``ended`` is still lost, and a delivery
+    after it is no redelivery after an ack."""
+    history = clean()
+    done = act("w2", "ack", D, 1, "done", 1510)
+    ended = act("w2", "nack", D, 1, "ended", 1510)
+    assert failing(check(with_(history, settled=replaced(history.settled, done, ended)))) == {
+        "lost": 1
+    }
+    nacked = with_(history, settled=(*history.settled, act("w1", "nack", B, 1, "ended", 250)))
+    assert failing(check(nacked)) == {}
+
+
 def test_lost_examples_are_bounded() -> None:
     produced = tuple(Produced(0, offset, f"v{offset}") for offset in range(8))
     verdict = check(LeaseHistory(produced, (), (), (), VISIBILITY_MS))

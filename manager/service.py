@@ -381,8 +381,9 @@ class ManagerService:
     def groups(self, topic: str | None) -> dict[str, object]:
         """One topic's consumer groups by name (404 for an unknown topic), each with its
         figures summed over the partitions' leaders (``GET {broker}/groups``: lag in
-        messages and the oldest unsettled message's age, in flight, dead letters waiting;
-        a partition that did not answer is in ``unavailable_partitions``); or every
+        messages and the oldest unsettled message's age, in flight, dead letters waiting
+        and moved), and per partition (``partitions``); a partition that did not answer
+        is in ``unavailable_partitions``; or every
         topic's groups (``topic`` None), by topic and name, settings only."""
         if topic is None:
             entries = self._raft.read(lambda s: s.groups.all())
@@ -390,7 +391,10 @@ class ManagerService:
         record = self._topic(topic)
         entries = self._raft.read(lambda s: s.groups.of_topic(record.name))
         figures, unavailable = self._group_figures(record, [e.group for e in entries])
-        groups = [{**entry.to_json(), **_summed(figures[entry.group])} for entry in entries]
+        groups = [
+            {**entry.to_json(), **_summed(figures[entry.group]), "partitions": figures[entry.group]}
+            for entry in entries
+        ]
         return {"groups": groups, "unavailable_partitions": sorted(unavailable)}
 
     def _group_figures(
@@ -414,7 +418,9 @@ class ManagerService:
                 for partition_id in partition_ids:
                     figures = of.get((name, partition_id), own.get(partition_id))
                     if figures is not None:
-                        by_group[name].append(figures)
+                        by_group[name].append({**figures, "group": name})
+        for per_partition in by_group.values():
+            per_partition.sort(key=lambda f: int(str(f.get("partition_id"))))
         return by_group, unavailable
 
     def _group_conflict(self, where: str, command: commands.DefineGroup) -> RaftQError:

@@ -49,7 +49,7 @@ from raftq.consumer import Consumer
 from raftq.errors import RaftQClientError
 from raftq.group import GroupMember
 from raftq.producer import Producer
-from raftq.records import ConsumerLag, Record
+from raftq.records import ConsumerLag, GroupInfo, Record
 
 DEFAULT_DIR = ".cluster"
 EXIT_FAILURE = 1
@@ -243,6 +243,11 @@ def _add_group_commands(
     )
     listing = actions.add_parser("list", parents=[target], help="a topic's consumer groups")
     listing.add_argument("--topic", default=None, help="default: every topic's")
+    describe = actions.add_parser(
+        "describe", parents=[target], help="one group's settings and figures per partition"
+    )
+    describe.add_argument("name")
+    describe.add_argument("--topic", required=True)
 
     receive = commands.add_parser(
         "receive", parents=[target], help="lease messages of a consumer group, print, then ack"
@@ -671,6 +676,8 @@ def cmd_group(args: argparse.Namespace, context: Context) -> int:
             ]
         else:
             groups = admin.groups(args.topic)
+    if args.group_command == "describe":
+        return _describe_group(args, groups, context)
     if args.output == "json":
         _print_json_lines((dataclasses.asdict(g) for g in groups), context.stdout)
         return 0
@@ -685,6 +692,30 @@ def cmd_group(args: argparse.Namespace, context: Context) -> int:
             f"{g.topic}\t{g.group}\tvisibility {g.visibility_timeout_ms} ms\t"
             f"max deliveries {g.max_deliveries or '-'}\tdead letters {g.dead_letter_topic or '-'}"
             f"\tordering {g.ordering}{figures}\n"
+        )
+    return 0
+
+
+def _describe_group(args: argparse.Namespace, groups: list[GroupInfo], context: Context) -> int:
+    found = [g for g in groups if g.group == args.name]
+    if not found:
+        context.stderr.write(f"topic {args.topic!r} has no consumer group {args.name!r}\n")
+        return 1
+    (group,) = found
+    if args.output == "json":
+        _print_json_lines([dataclasses.asdict(group)], context.stdout)
+        return 0
+    out = context.stdout
+    out.write(
+        f"{group.topic}\t{group.group}\tvisibility {group.visibility_timeout_ms} ms\t"
+        f"max deliveries {group.max_deliveries or '-'}\t"
+        f"dead letters {group.dead_letter_topic or '-'}\tordering {group.ordering}\n"
+    )
+    out.write("partition\tfloor\tend\tlag\tlag_s\tin_flight\tdead_waiting\tdead_lettered\n")
+    for p in group.partitions:
+        out.write(
+            f"{p.partition_id}\t{p.offset}\t{p.end_offset}\t{p.lag_messages}\t{p.lag_s:.1f}\t"
+            f"{p.in_flight}\t{p.dead_letters_pending}\t{p.dead_lettered}\n"
         )
     return 0
 

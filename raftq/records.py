@@ -57,6 +57,21 @@ class TopicSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupPartition:
+    """A consumer group's figures in one partition (``raftq group describe``)."""
+
+    partition_id: int
+    offset: int
+    """The group's floor there: every message below is settled."""
+    end_offset: int
+    lag_messages: int
+    lag_s: float
+    in_flight: int
+    dead_letters_pending: int
+    dead_lettered: int
+
+
+@dataclass(frozen=True, slots=True)
 class GroupInfo:
     """A consumer group with leased delivery, as the managers record it."""
 
@@ -79,6 +94,8 @@ class GroupInfo:
     dead_lettered: int | None = None
     """Listed for one topic: moved to the dead-letter topic so far (by the partitions'
     current leaders' counts)."""
+    partitions: tuple[GroupPartition, ...] = ()
+    """Listed for one topic: the figures per partition whose leader answered."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +232,26 @@ def parse_group(body: object, where: str) -> GroupInfo:
         in_flight=_opt_int(entry, "in_flight"),
         dead_letters_pending=_opt_int(entry, "dead_letters_pending"),
         dead_lettered=_opt_int(entry, "dead_lettered"),
+        partitions=tuple(
+            _group_partition(_obj(item, where), where)
+            for item in (_list(entry, "partitions", where) if "partitions" in entry else [])
+        ),
+    )
+
+
+def _group_partition(figures: Mapping[str, object], where: str) -> GroupPartition:
+    lag_s = _opt_float(figures, "lag_s")
+    if lag_s is None:
+        raise ProtocolError(f"{where}: field 'lag_s' must be a number")
+    return GroupPartition(
+        partition_id=_int(figures, "partition_id", where),
+        offset=_int(figures, "offset", where),
+        end_offset=_int(figures, "end_offset", where),
+        lag_messages=_int(figures, "lag_messages", where),
+        lag_s=lag_s,
+        in_flight=_int(figures, "in_flight", where),
+        dead_letters_pending=_int(figures, "dead_letters_pending", where),
+        dead_lettered=_opt_int(figures, "dead_lettered") or 0,
     )
 
 

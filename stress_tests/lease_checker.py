@@ -61,6 +61,20 @@ Must be 0 (``MUST_BE_ZERO``):
 - receipt_mismatch: a receipt that does not name the delivery it came with
   (``"<partition_id>.<offset>.<delivery_count>"``). Acks are matched to receives by delivery.
 
+Dead letters, when the group has ``max_deliveries`` (``LeaseHistory.max_deliveries``) and a
+dead-letter topic, whose messages are read after the run (``DeadLetterCopy``, by their
+``raftq-*`` headers). *Poison* messages (``Produced.poison``) are nacked by every worker at
+every delivery, so each must die at exactly ``max_deliveries``. A message with a copy is
+settled by it (not ``lost``). Must be 0:
+
+- poison_not_dead_lettered: a poison message with no copy in the dead-letter topic.
+- dead_letter_duplicated: two copies of one message (the dead-letter step is repeated by a
+  failover: the repeat must be recognised).
+- dead_letter_wrong: a copy that does not match its message: no such produced message,
+  another value or producer's headers, another group, or a delivery count other than
+  ``max_deliveries`` (a message dies when a delivery numbered ``max_deliveries`` ends).
+- delivered_past_max: a delivery numbered above ``max_deliveries``.
+
 Reported, not must-be-zero (``late_redelivery``): for each delivery whose lease ended by
 expiry (no nack ``done`` or ``error`` sent before the redelivery, no ack ``done``) and that
 was delivered again, the latency as the workers saw it: the next delivery's first ``at_ms``
@@ -69,9 +83,14 @@ visibility timeout, or an extend ``done``'s ``at_ms`` plus its timeout, the late
 20's target is redelivery within the visibility timeout plus one second: p99 of this latency
 at most ``redelivery_slack_ms`` (1,000 by default), outside the run's outages (a
 redelivery whose wait overlaps a window in which a broker was down or paused on purpose is
-counted in ``redeliveries_in_outages``, not timed). ``late_redelivery`` counts the samples
-above it; ``LeaseVerdict.redelivery_on_target`` says whether p99 meets it, and
-``LeaseVerdict.passed`` is ``ok`` and that.
+counted in ``redeliveries_in_outages``, not timed). With the workers' receive calls
+recorded, the latency runs from the lease's end or, when later, from the first receive
+after it that had to find the message (``_first_ask_ms``): while every worker works
+through a full batch nobody asks, and that wait is the workers' (counted in
+``redeliveries_workers_busy``; seed 81001's long run timed six redeliveries 1,822 ms
+"late" while its three workers each worked through full batches of ten).
+``late_redelivery`` counts the samples above it; ``LeaseVerdict.redelivery_on_target`` says
+whether p99 meets it, and ``LeaseVerdict.passed`` is ``ok`` and that.
 
 Also reported: duplicates (messages finished more than once: the price of at-least-once)
 and their rate over produced messages, and counts of deliveries, repeats and each action's
@@ -96,6 +115,10 @@ MUST_BE_ZERO = (
     "one_delivery_two_members",
     "count_skipped_back",
     "receipt_mismatch",
+    "poison_not_dead_lettered",
+    "dead_letter_duplicated",
+    "dead_letter_wrong",
+    "delivered_past_max",
 )
 LATE_REDELIVERY = "late_redelivery"
 """Reported, not must-be-zero: an expired lease's redelivery later than the slack."""
@@ -115,11 +138,15 @@ Delivery = tuple[int, int, int]
 
 @dataclass(frozen=True, slots=True, order=True)
 class Produced:
-    """An acknowledged produce: the message must be acked by the end of the run."""
+    """An acknowledged produce: the message must be acked by the end of the run, or, if
+    ``poison`` (every worker nacks it), be found in the dead-letter topic."""
 
     partition_id: int
     offset: int
     value: str
+    poison: bool = False
+    headers: tuple[tuple[str, str], ...] = ()
+    """The producer's headers, sorted: a dead letter's copy must carry them."""
 
     @property
     def message(self) -> Message:
@@ -208,6 +235,35 @@ class Settled:
         return acked or self.outcome == Outcome.ALREADY.value
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class ReceiveCall:
+    """One receive a worker made, sent at ``sent_ms``, answered at ``at_ms`` with ``got``
+    deliveries of the ``asked`` (a receive that failed is not recorded)."""
+
+    worker: str
+    sent_ms: int
+    at_ms: int
+    asked: int
+    got: int
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class DeadLetterCopy:
+    """A message of the group's dead-letter topic, by what its ``raftq-*`` headers say."""
+
+    origin_partition_id: int
+    origin_offset: int
+    value: str
+    group: str
+    delivery_count: int
+    headers: tuple[tuple[str, str], ...]
+    """Its headers other than RaftQ's own, sorted."""
+
+    @property
+    def message(self) -> Message:
+        return (self.origin_partition_id, self.origin_offset)
+
+
 @dataclass(frozen=True, slots=True)
 class LeaseHistory:
     produced: tuple[Produced, ...]
@@ -222,6 +278,14 @@ class LeaseHistory:
     """``(start_ms, end_ms)`` windows in which the service was impaired on purpose (a
     broker killed or paused, and its recovery): a redelivery whose wait overlaps one is not
     timed against the target (a receive cannot reach a paused leader's partition)."""
+    max_deliveries: int = 0
+    """The group's; 0: no limit (and no dead letters are judged)."""
+    group: str = ""
+    dead_letters: tuple[DeadLetterCopy, ...] = ()
+    """Every message of the group's dead-letter topic after the run."""
+    receive_calls: tuple[ReceiveCall, ...] = ()
+    """Every answered receive (with them, a redelivery is timed only when a receive with
+    room to spare was made after the lease ended: see ``late_redelivery``)."""
 
     def __post_init__(self) -> None:
         if self.visibility_timeout_ms <= 0:
@@ -361,6 +425,8 @@ def check(
     check_one_member_per_delivery(index, verdict)
     check_counts_grow(index, verdict)
     check_redeliveries(history, index, verdict)
+    if history.max_deliveries:
+        check_dead_letters(history, verdict)
     count_figures(history, index, verdict)
     return verdict
 
@@ -373,7 +439,10 @@ def check_receipts(index: HistoryIndex, verdict: LeaseVerdict) -> None:
 
 
 def check_lost(history: LeaseHistory, index: HistoryIndex, verdict: LeaseVerdict) -> None:
+    dead = {copy.message for copy in history.dead_letters}
     for produced in sorted(set(history.produced)):
+        if produced.poison or produced.message in dead:
+            continue  # judged by ``check_dead_letters``
         if produced.message not in index.settled_ms:
             verdict.flag("lost", f"{produced.value!r} at {produced.message}: never acked")
 
@@ -442,9 +511,9 @@ def check_redeliveries(history: LeaseHistory, index: HistoryIndex, verdict: Leas
         if previous not in index.deliveries:
             unjudged += 1
             continue
-        redelivered_ms = index.deliveries[(partition_id, offset, count)][0].at_ms
-        check_redelivery_time(history, index, previous, redelivered_ms, verdict)
-        time_redelivery(history, index, previous, redelivered_ms, verdict)
+        redelivery = index.deliveries[(partition_id, offset, count)][0]
+        check_redelivery_time(history, index, previous, redelivery.at_ms, verdict)
+        time_redelivery(history, index, previous, redelivery, verdict)
     verdict.redelivery_latencies_ms.sort()
     verdict.info["redeliveries_unjudged"] = unjudged
 
@@ -511,10 +580,12 @@ def time_redelivery(
     history: LeaseHistory,
     index: HistoryIndex,
     previous: Delivery,
-    redelivered_ms: int,
+    redelivery: Received,
     verdict: LeaseVerdict,
 ) -> None:
-    """The latency of a redelivery after an expired lease, as the workers saw it."""
+    """The latency of a redelivery after an expired lease, as the workers saw it, from
+    when the lease ended or, if later, when a worker first asked (``_first_ask_ms``)."""
+    redelivered_ms = redelivery.at_ms
     settles = index.settles.get(previous, [])
     acked = any(s.action == "ack" and s.outcome == Outcome.DONE.value for s in settles)
     if acked or nacks_before(settles, redelivered_ms):
@@ -525,10 +596,55 @@ def time_redelivery(
     if any(start <= redelivered_ms and ended_ms <= end for start, end in history.outages):
         verdict.info["redeliveries_in_outages"] = verdict.info.get("redeliveries_in_outages", 0) + 1
         return
-    latency_ms = redelivered_ms - ended_ms
+    asked_ms = _first_ask_ms(history, ended_ms, redelivery.sent_ms)
+    if asked_ms > ended_ms:
+        verdict.info["redeliveries_workers_busy"] = (
+            verdict.info.get("redeliveries_workers_busy", 0) + 1
+        )
+    latency_ms = redelivered_ms - max(ended_ms, asked_ms)
     verdict.redelivery_latencies_ms.append(latency_ms)
     if latency_ms > verdict.redelivery_slack_ms:
         verdict.flag(LATE_REDELIVERY, f"{previous} expired, delivered again {latency_ms} ms late")
+
+
+def _first_ask_ms(history: LeaseHistory, ended_ms: int, redelivery_sent_ms: int) -> int:
+    """When, after the lease ended, a worker first asked in a way that had to find the
+    message if it was deliverable: a receive that came back with fewer messages than it
+    asked for (it looked at every partition, with room to spare), or the receive that
+    redelivered it. A receive that came back full may have filled up from the partitions
+    it visited first; while every worker is busy nobody asks: that wait is the workers',
+    not the service's. Without recorded receive calls: the lease's end."""
+    if not history.receive_calls:
+        return ended_ms
+    roomy = [
+        call.sent_ms
+        for call in history.receive_calls
+        if call.sent_ms >= ended_ms and call.got < call.asked
+    ]
+    return min([redelivery_sent_ms, *roomy])
+
+
+def check_dead_letters(history: LeaseHistory, verdict: LeaseVerdict) -> None:
+    produced = {p.message: p for p in history.produced}
+    copies = Counter(copy.message for copy in history.dead_letters)
+    for poison in sorted(p for p in produced.values() if p.poison):
+        if poison.message not in copies:
+            verdict.flag("poison_not_dead_lettered", f"{poison.value!r} at {poison.message}")
+    for message, count in sorted(copies.items()):
+        if count > 1:
+            verdict.flag("dead_letter_duplicated", f"{message}: {count} copies")
+    for copy in sorted(history.dead_letters):
+        original = produced.get(copy.message)
+        if (
+            original is None
+            or (copy.value, copy.headers) != (original.value, original.headers)
+            or copy.group != history.group
+            or copy.delivery_count != history.max_deliveries
+        ):
+            verdict.flag("dead_letter_wrong", f"{copy} for {original}")
+    for received in sorted(history.received):
+        if received.delivery_count > history.max_deliveries:
+            verdict.flag("delivered_past_max", f"{received}")
 
 
 def count_figures(history: LeaseHistory, index: HistoryIndex, verdict: LeaseVerdict) -> None:
@@ -546,6 +662,8 @@ def count_figures(history: LeaseHistory, index: HistoryIndex, verdict: LeaseVerd
         finished=len(history.finished),
         duplicates=duplicates,
         expiry_redeliveries=len(verdict.redelivery_latencies_ms),
+        poison_produced=sum(1 for p in history.produced if p.poison),
+        dead_letters=len(history.dead_letters),
     )
     for action in SETTLE_ACTIONS:
         verdict.info[f"{action}s"] = sum(actions[(action, o)] for o in OUTCOMES)

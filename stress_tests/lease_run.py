@@ -6,9 +6,11 @@ another), and kill -9s or pauses partition leaders. Then every node runs again, 
 drain the group, and ``lease_checker`` judges the ledgers: every acknowledged produce
 finished and acked; a message handed out again only once its lease ended or was nacked;
 an acked one never again; redelivery within the visibility timeout plus one second (p99).
+One message in ``poison_every`` is poison (every worker nacks it): each must be in the
+group's dead-letter topic once, after exactly ``max_deliveries``, with its headers.
 
 Not covered here: a power cut of the whole cluster (``power_loss`` covers the produce side
-only), dead letters and redrive (not built yet).
+only), and redrive (not built yet).
 """
 
 from __future__ import annotations
@@ -25,14 +27,21 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from pathlib import Path
+from typing import Any
 
+import requests
+
+from protocol import dead_letters
+from protocol.types import NewMessage
 from raftq import Admin, GroupMember, Producer
 from raftq.cluster import LocalCluster
 from raftq.errors import RaftQClientError
 from stress_tests import lease_checker as checker
 from stress_tests.cluster_view import partition_leader
-from stress_tests.credentials import node_session, require_admin_key
+from stress_tests.credentials import client_session, node_session, require_admin_key
+from stress_tests.lease_worker import POISON_PREFIX
 from stress_tests.polling import WaitTimeoutError, poll_until
 from stress_tests.session import cluster_session
 
@@ -42,6 +51,9 @@ LEADER_WAIT_S = 30.0
 DRAIN_WAIT_S = 120.0
 """After the faults: every acknowledged produce acked by a worker within this."""
 PRODUCE_PAUSE_S = 0.05
+DEAD_LETTER_PARTITIONS = 2
+DEAD_LETTER_PAGE_MESSAGES = 1_000
+DEAD_LETTER_READ_S = 10.0
 BACKLOG_PAUSE_S = 0.5
 NEMESIS_GAP_S = (1.0, 3.0)
 BROKER_PAUSE_S = 3.0
@@ -62,6 +74,11 @@ class LeaseConfig:
     visibility_timeout_ms: int = 2_000
     messages: int = 3_000
     batch_messages: int = 20
+    max_deliveries: int = 4
+    """The group's: poison messages die at the fourth nack; a plain message whose leases
+    ran out four times (its workers killed or paused) dies too."""
+    poison_every: int = 97
+    """Every this many produced messages, one is poison (every worker nacks it)."""
     backlog_max: int = 2_000
     """The producer waits while the group has this many messages not settled: the
     workers, not the machine's speed, set the pace, so the drain's bound holds on a
@@ -75,6 +92,18 @@ class LeaseConfig:
     @property
     def group(self) -> str:
         return f"workers-{self.seed}"
+
+    @property
+    def dead_letter_topic(self) -> str:
+        return f"leased-{self.seed}-dead"
+
+    def message(self, number: int) -> NewMessage:
+        """The run's ``number``-th message: every ``poison_every``-th is poison, with a
+        header its dead letter must keep."""
+        if number % self.poison_every == self.poison_every - 1:
+            value = f"{POISON_PREFIX}{self.seed}-{number}"
+            return NewMessage(value=value, headers=(("n", str(number)),))
+        return NewMessage(value=f"v{self.seed}-{number}")
 
 
 @dataclass
@@ -233,10 +262,16 @@ def run_lease(
     api_key = require_admin_key(cluster)
     with Admin(cluster.lb_url, api_key=api_key) as admin:
         admin.create_topic(config.topic, config.partitions, 3)
+        admin.create_topic(config.dead_letter_topic, DEAD_LETTER_PARTITIONS, 3)
         admin.create_group(
-            config.topic, config.group, visibility_timeout_ms=config.visibility_timeout_ms
+            config.topic,
+            config.group,
+            visibility_timeout_ms=config.visibility_timeout_ms,
+            max_deliveries=config.max_deliveries,
+            dead_letter_topic=config.dead_letter_topic,
         )
     produced: list[checker.Produced] = []
+    dead_letters = _DeadLetters(cluster, config, api_key)
     workers = _Workers(cluster, config, out_dir)
     nemesis = _Nemesis(cluster, config, workers)
     with _producing(cluster, config, api_key, produced):
@@ -248,7 +283,7 @@ def run_lease(
         cluster.up()  # every node that a fault left down
         workers.keep_running()
         with GroupMember(cluster.lb_url, config.topic, config.group, api_key=api_key) as sweeper:
-            _wait_drained(out_dir, produced, sweeper)
+            _wait_drained(out_dir, produced, sweeper, dead_letters)
     except WaitTimeoutError as exc:
         log(f"  {exc}")
     finally:
@@ -261,6 +296,10 @@ def run_lease(
         settled=ledgers.settled,
         visibility_timeout_ms=config.visibility_timeout_ms,
         outages=tuple(nemesis.outages),
+        max_deliveries=config.max_deliveries,
+        group=config.group,
+        dead_letters=dead_letters.read() or (),
+        receive_calls=ledgers.receive_calls,
     )
     report = LeaseReport(config, checker.check(history), nemesis.records, len(produced))
     (out_dir / "report.txt").write_text("\n".join(report.lines()) + "\n", encoding="utf-8")
@@ -287,15 +326,21 @@ def _producing(
                 if backlog.full():
                     time.sleep(BACKLOG_PAUSE_S)
                     continue
-                values = [f"v{config.seed}-{sent + i}" for i in range(config.batch_messages)]
-                sent += len(values)
+                batch = [config.message(sent + i) for i in range(config.batch_messages)]
+                sent += len(batch)
                 try:
-                    offsets = producer.produce_batch((value, None) for value in values)
+                    offsets = producer.produce_batch(batch)
                 except RaftQClientError:
                     continue
                 produced.extend(
-                    checker.Produced(o.partition_id, o.offset, value)
-                    for o, value in zip(offsets, values, strict=True)
+                    checker.Produced(
+                        o.partition_id,
+                        o.offset,
+                        m.value,
+                        poison=m.value.startswith(POISON_PREFIX),
+                        headers=m.headers,
+                    )
+                    for o, m in zip(offsets, batch, strict=True)
                 )
                 time.sleep(PRODUCE_PAUSE_S)
 
@@ -331,16 +376,78 @@ class _Backlog:
         return self._full
 
 
-def _wait_drained(out_dir: Path, produced: list[checker.Produced], sweeper: GroupMember) -> None:
-    """Until every acknowledged produce shows acked in the ledgers; meanwhile ``_sweep``."""
-    wanted = {(p.partition_id, p.offset) for p in produced}
+class _DeadLetters:
+    """The group's dead-letter topic, read whole through the load balancer."""
+
+    def __init__(self, cluster: LocalCluster, config: LeaseConfig, api_key: str) -> None:
+        self._url = f"{cluster.lb_url}/logs"
+        self._topic = config.dead_letter_topic
+        self._session = client_session(api_key)
+
+    def read(self) -> tuple[checker.DeadLetterCopy, ...] | None:
+        """Every copy, or None when a partition did not answer."""
+        found: list[checker.DeadLetterCopy] = []
+        for partition_id in range(DEAD_LETTER_PARTITIONS):
+            offset = 0
+            while True:
+                page = self._page(partition_id, offset)
+                if page is None:
+                    return None
+                if not page:
+                    break
+                found.extend(_copy(message) for message in page)
+                offset += len(page)
+        return tuple(found)
+
+    def _page(self, partition_id: int, offset: int) -> list[dict[str, Any]] | None:
+        params: dict[str, str | int] = {
+            "topic": self._topic,
+            "partition_id": partition_id,
+            "offset": offset,
+            "max_messages": DEAD_LETTER_PAGE_MESSAGES,
+        }
+        try:
+            answer = self._session.get(self._url, params=params, timeout=DEAD_LETTER_READ_S)
+        except requests.RequestException:
+            return None
+        if answer.status_code != HTTPStatus.OK:
+            return None
+        messages: list[dict[str, Any]] = answer.json()["messages"]
+        return messages
+
+
+def _copy(message: dict[str, Any]) -> checker.DeadLetterCopy:
+    headers: dict[str, str] = message["headers"]
+    own = tuple(sorted((n, v) for n, v in headers.items() if not n.startswith("raftq-")))
+    return checker.DeadLetterCopy(
+        int(headers[dead_letters.ORIGIN_PARTITION]),
+        int(headers[dead_letters.ORIGIN_OFFSET]),
+        str(message["message"]),
+        headers[dead_letters.GROUP],
+        int(headers[dead_letters.DELIVERY_COUNT]),
+        own,
+    )
+
+
+def _wait_drained(
+    out_dir: Path,
+    produced: list[checker.Produced],
+    sweeper: GroupMember,
+    dead_letters: _DeadLetters,
+) -> None:
+    """Until every acknowledged produce shows acked in the ledgers, or is in the
+    dead-letter topic (every poison message must be); meanwhile ``_sweep`` the others."""
+    poison = {p.message for p in produced if p.poison}
+    plain = {p.message for p in produced} - poison
 
     def drained() -> bool:
         ledgers = read_ledgers(out_dir)
         settled = {(s.partition_id, s.offset) for s in ledgers.settled if s.shows_settled}
-        if wanted <= settled:
+        copies = dead_letters.read()
+        dead = set() if copies is None else {copy.message for copy in copies}
+        if copies is not None and poison <= dead and plain <= settled | dead:
             return True
-        _sweep(out_dir, ledgers, wanted - settled, sweeper)
+        _sweep(out_dir, ledgers, plain - settled - dead, sweeper)
         return False
 
     poll_until(drained, DRAIN_WAIT_S, "every acknowledged produce acked by a worker", 1.0)
@@ -403,6 +510,7 @@ class Ledgers:
     received: tuple[checker.Received, ...]
     finished: tuple[checker.Finished, ...]
     settled: tuple[checker.Settled, ...]
+    receive_calls: tuple[checker.ReceiveCall, ...] = ()
 
 
 def read_ledgers(out_dir: Path) -> Ledgers:
@@ -411,6 +519,7 @@ def read_ledgers(out_dir: Path) -> Ledgers:
     received: list[checker.Received] = []
     finished: list[checker.Finished] = []
     settled: list[checker.Settled] = []
+    calls: list[checker.ReceiveCall] = []
     for path in sorted(out_dir.glob("w*.jsonl")):
         for line in path.read_text(encoding="utf-8").splitlines():
             try:
@@ -424,7 +533,9 @@ def read_ledgers(out_dir: Path) -> Ledgers:
                 finished.append(checker.Finished(**entry))
             elif kind == "settled":
                 settled.append(checker.Settled(**entry))
-    return Ledgers(tuple(received), tuple(finished), tuple(settled))
+            elif kind == "receive":
+                calls.append(checker.ReceiveCall(**entry))
+    return Ledgers(tuple(received), tuple(finished), tuple(settled), tuple(calls))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,7 +4,8 @@
 
 It receives, and for each delivery (drawn from its seed): works a little, writes to its
 ledger that it finished, then acks; or nacks it; or extends its lease, works longer, then
-finishes and acks. Every receive and every settle is written to the ledger too, with the
+finishes and acks. A poison message (value ``poison-…``) it nacks, every time. Every
+receive and every settle is written to the ledger too, with the
 wall-clock times before and after (the run's processes share one clock). One JSON object
 per line, flushed as written: a kill -9 loses at most the line being written, never one
 written before (the kernel keeps a killed process's written pages).
@@ -35,6 +36,8 @@ WORK_S_MAX = 0.02
 ACK_ATTEMPTS_MAX = 20
 """Per delivery: an ack whose answer was lost is asked again (idempotent by receipt) until
 one comes (``already`` when the lost one had acted)."""
+POISON_PREFIX = "poison-"
+"""A message every worker fails (nacks): it must end in the dead-letter topic."""
 NACK_SHARE = 0.05
 EXTEND_SHARE = 0.05
 
@@ -66,10 +69,21 @@ class Worker:
             at = now_ms()
             for d in deliveries:
                 self._write("received", d, sent_ms=sent, at_ms=at, receipt=d.receipt)
+            self._write_line(
+                kind="receive",
+                worker=self._name,
+                sent_ms=sent,
+                at_ms=at,
+                asked=RECEIVE_MESSAGES,
+                got=len(deliveries),
+            )
             for d in deliveries:
                 self._handle(d)
 
     def _handle(self, delivery: Delivery) -> None:
+        if delivery.record.value.startswith(POISON_PREFIX):  # it fails whoever takes it
+            self._settle("nack", delivery, 0)
+            return
         draw = self._random.random()
         if draw < NACK_SHARE:
             self._settle("nack", delivery, 0)
@@ -108,15 +122,17 @@ class Worker:
         return outcome
 
     def _write(self, kind: str, delivery: Delivery, **fields: Any) -> None:
-        line = {
-            "kind": kind,
-            "worker": self._name,
-            "partition_id": delivery.record.partition_id,
-            "offset": delivery.record.offset,
-            "delivery_count": delivery.delivery_count,
+        self._write_line(
+            kind=kind,
+            worker=self._name,
+            partition_id=delivery.record.partition_id,
+            offset=delivery.record.offset,
+            delivery_count=delivery.delivery_count,
             **fields,
-        }
-        self._ledger.write(json.dumps(line) + "\n")
+        )
+
+    def _write_line(self, **fields: Any) -> None:
+        self._ledger.write(json.dumps(fields) + "\n")
         self._ledger.flush()
 
 

@@ -47,6 +47,7 @@ CLUSTER_BASE_PORTS = {
     "stopped_node_deadlines": 24400,
     "membership_nemesis": 32000,
     "lease_run": 16000,
+    "groups": 16500,
 }
 """Every test module's cluster in one table, so no two blocks overlap (a socket of the
 previous module's cluster may still be in TIME_WAIT), all below the kernel's ephemeral range

@@ -274,3 +274,15 @@ def register_consumer(
     assert response.status_code == 201, response.text
     found: str = response.json()["consumer_id"]
     return found
+
+
+def register(cluster: Cluster, kind: str, body: dict[str, Any]) -> str:
+    """``POST /producers`` or ``/consumers`` (``kind``): the new id."""
+    response = post_when_ready(cluster, f"/{kind}s", body)
+    assert response.status_code == 201, response.text
+    return str(response.json()[f"{kind}_id"])
+
+
+def headers_of_index(index: int) -> dict[str, str]:
+    """Every third message has headers, one with characters JSON and the database escape."""
+    return {"n": str(index), "odd\tname": "line\nbreak"} if index % 3 == 0 else {}

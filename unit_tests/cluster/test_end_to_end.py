@@ -1,7 +1,8 @@
 """Issue 2's "done means", with real processes through the load balancer, on SQLite and on
 PostgreSQL: produce and pop 10,000 keyed messages exactly once and in order; retries that do
 not duplicate; bad input that changes nothing; kill -9 of a partition leader while producing;
-kill -9 of the manager leader; the whole cluster down and up again."""
+kill -9 of the manager leader; the whole cluster down and up again (headers kept). The
+consumer groups' are in `test_groups_end_to_end.py`."""
 
 from __future__ import annotations
 
@@ -15,18 +16,20 @@ from typing import Any
 import pytest
 
 from protocol.limits import Limits
-from raftq import Admin, Delivery, GroupMember
 from unit_tests.cluster.client_ops import (
     Ack,
     checksums,
+    create_topic,
     create_topic_answer,
     end_offset,
+    headers_of_index,
     partition_leader,
     pop,
     pop_all,
     post_when_ready,
     produce,
     read_replica,
+    register,
 )
 from unit_tests.cluster.harness import Cluster, wait_until
 
@@ -40,18 +43,8 @@ SENDER_STOP_WAIT_S = 70.0
 30 s (its ``deadline_s``), and the last try may wait out a request's 30 s timeout."""
 
 
-def create_topic(cluster: Cluster, name: str, partitions: int) -> dict[str, Any]:
-    return create_topic_answer(cluster, {"name": name, "partitions": partitions})
-
-
-def register(cluster: Cluster, kind: str, body: dict[str, Any]) -> str:
-    response = post_when_ready(cluster, f"/{kind}s", body)
-    assert response.status_code == 201, response.text
-    return str(response.json()[f"{kind}_id"])
-
-
 def test_topics_are_created_on_three_distinct_brokers(cluster: Cluster) -> None:
-    body = create_topic(cluster, "placed", 3)
+    body = create_topic_answer(cluster, {"name": "placed", "partitions": 3})
     assert body["name"] == "placed"
     assert [p["partition_id"] for p in body["partitions"]] == [0, 1, 2]
     for partition in body["partitions"]:
@@ -253,11 +246,6 @@ def test_kill_manager_leader_and_the_load_balancer_follows(cluster: Cluster) -> 
     wait_until(lambda: cluster.status(), 30, "status")
 
 
-def headers_of_index(index: int) -> dict[str, str]:
-    """Every third message has headers, one with characters JSON and the database escape."""
-    return {"n": str(index), "odd\tname": "line\nbreak"} if index % 3 == 0 else {}
-
-
 def test_cluster_down_and_up_keeps_messages_and_consumer_offsets(cluster: Cluster) -> None:
     """Also message headers: kept in the Raft log, the database and the journal replay."""
     create_topic(cluster, "durable", 2)
@@ -281,207 +269,3 @@ def test_cluster_down_and_up_keeps_messages_and_consumer_offsets(cluster: Cluste
     # The producer's sequence survived too: a retry of batch 0 is still recognised.
     again = produce(cluster, producer, 0, batch, topic="durable", headers=headers_of_index)
     assert again == acks
-
-
-GROUP_VISIBILITY_MS = 1_500
-REDELIVERY_WAIT_S = 30.0
-"""A lease that ended is handed out again once its visibility timeout has passed: well
-within this, even across the partition leader's failover."""
-
-
-def test_a_group_leases_acks_and_redelivers_across_a_leader_kill(cluster: Cluster) -> None:
-    """Consumer groups with leased delivery (issue 20), on the direct path with the load
-    balancer to fall back on: a member
-    acks some deliveries, nacks some, and holds two whose leases end; the leader of one
-    partition is killed; another member then gets every message not acked, none acked
-    before, the nacked and expired ones on a later delivery. The first member's late acks
-    of its expired leases settle nothing."""
-    create_topic(cluster, "leased", 2)
-    with Admin(cluster.lb_url, api_key=cluster.admin_key) as admin:
-        group = admin.create_group("leased", "workers", visibility_timeout_ms=GROUP_VISIBILITY_MS)
-        assert (
-            admin.create_group("leased", "workers", visibility_timeout_ms=GROUP_VISIBILITY_MS)
-            == group
-        )
-        known = [(g.group, g.visibility_timeout_ms, g.lag_messages) for g in admin.groups("leased")]
-        assert known == [(group.group, GROUP_VISIBILITY_MS, 0)]
-    producer = register(cluster, "producer", {"topic": "leased"})
-    acks = produce(cluster, producer, 0, [(f"k{i}", f"g{i}") for i in range(40)], topic="leased")
-    everything = {(a.partition_id, a.offset) for a in acks}
-    key = cluster.admin_key
-    with (
-        GroupMember(cluster.lb_url, "leased", "workers", api_key=key) as first,
-        GroupMember(cluster.lb_url, "leased", "workers", api_key=key) as second,
-    ):
-        held = first.receive(10)
-        assert len(held) == 10 and all(d.delivery_count == 1 for d in held)
-        assert [o for _, o in first.ack(held[:6])] == ["done"] * 6
-        assert [o for _, o in first.nack(held[6:8])] == ["done"] * 2
-        cluster.kill(cluster.broker_name(partition_leader(cluster, "leased", 0)))
-        try:
-            _take_the_rest(first, second, held, everything)
-        finally:
-            cluster.up()  # the killed broker comes back, whatever happened
-
-    def settled_everywhere() -> bool:
-        body = cluster.get("/groups", topic="leased").json()
-        (figures,) = body["groups"]
-        answered = body["unavailable_partitions"] == []
-        return answered and (figures["lag_messages"], figures["in_flight"]) == (0, 0)
-
-    wait_until(settled_everywhere, 30, "the group's figures to show nothing left")
-    where = ("--dir", str(cluster.directory))
-    listed = cluster.cli("group", "list", "--topic", "leased", *where)
-    assert "workers" in listed and f"visibility {GROUP_VISIBILITY_MS} ms" in listed
-    assert "lag 0 " in listed and "in flight 0" in listed
-    assert cluster.cli("receive", "--topic", "leased", "--group", "workers", *where) == ""
-
-
-def _take_the_rest(
-    first: GroupMember,
-    second: GroupMember,
-    held: list[Delivery],
-    everything: set[tuple[int, int]],
-) -> None:
-    """The second member gets every message the first did not ack, none acked before; the
-    first member's late acks of its expired leases settle nothing. (Whether the second
-    went direct depends on where leadership went after the kill: the long-poll test checks
-    the direct path without a fault.)"""
-    acked = {_where(d) for d in held[:6]}
-    counts: dict[tuple[int, int], list[int]] = defaultdict(list)
-
-    def took_the_rest() -> bool:
-        for delivery in second.receive(20):
-            assert _where(delivery) not in acked, f"{delivery} was acked before"
-            counts[_where(delivery)].append(delivery.delivery_count)
-            assert [o for _, o in second.ack([delivery])] == ["done"]
-            acked.add(_where(delivery))
-        return acked == everything
-
-    wait_until(took_the_rest, REDELIVERY_WAIT_S, "every message acked", period_s=0.2)
-    # Each message the second member got came once (it acked at once); the nacked and
-    # expired ones on a later delivery. (A receive whose answer was lost in the failover
-    # leaves leases that end: those messages come with one delivery more.)
-    again = {_where(d) for d in held[6:]}
-    assert all(len(found) == 1 for found in counts.values()), counts
-    assert all(counts[where][0] >= 2 for where in again), counts
-    late = {outcome for _, outcome in first.ack(held[8:])}
-    assert late <= {"stale", "already"}, late
-
-
-def _where(delivery: Delivery) -> tuple[int, int]:
-    return delivery.record.partition_id, delivery.record.offset
-
-
-@pytest.mark.parametrize("direct", [True, False], ids=["direct", "via-lb"])
-def test_a_long_poll_returns_when_a_message_arrives(cluster: Cluster, direct: bool) -> None:
-    """``wait_ms``: a receive of an empty group waits, and answers as soon as a message
-    is produced (each ask that found nothing cost the partition no Raft entry)."""
-    topic, key = f"polled-{int(direct)}", cluster.admin_key
-    create_topic(cluster, topic, 2)
-    with Admin(cluster.lb_url, api_key=key) as admin:
-        admin.create_group(topic, "waiters")
-    producer = register(cluster, "producer", {"topic": topic})
-    with GroupMember(cluster.lb_url, topic, "waiters", api_key=key, direct=direct) as member:
-        assert member.receive(1) == []
-        started = time.monotonic()
-        assert member.receive(1, wait_ms=300) == []
-        assert time.monotonic() - started >= 0.3
-        timer = threading.Timer(
-            1.0, lambda: produce(cluster, producer, 0, [(None, "late")], topic=topic)
-        )
-        timer.start()
-        try:
-            started = time.monotonic()
-            got = member.receive(1, wait_ms=4_000)
-            waited_s = time.monotonic() - started
-        finally:
-            timer.join()
-        assert [d.record.value for d in got] == ["late"]
-        assert 0.9 <= waited_s < 3.5, waited_s
-
-
-POISON_COUNT = 24
-DEAD_LETTER_WAIT_S = 60.0
-"""Dead letters move each reconcile round (0.5 s); this also covers a manager failover."""
-
-
-def test_poison_messages_reach_the_dead_letter_topic_once_across_a_manager_kill(
-    cluster: Cluster,
-) -> None:
-    """Issue 20's dead-letter step with real processes: messages nacked ``max_deliveries``
-    times go to the group's dead-letter topic with their key, value and headers and
-    RaftQ's own headers naming where they came from; the manager leader is killed while
-    the step runs, and its successor repeats it: each dead letter is stored exactly once,
-    and the group counts it dead-lettered."""
-    create_topic(cluster, "poisoned", 2)
-    create_topic(cluster, "poisoned-dead", 2)
-    key = cluster.admin_key
-    with Admin(cluster.lb_url, api_key=key) as admin:
-        admin.create_group(
-            "poisoned", "workers", max_deliveries=2, dead_letter_topic="poisoned-dead"
-        )
-    producer = register(cluster, "producer", {"topic": "poisoned"})
-    batch = [(f"k{i % 5}", f"p{i}") for i in range(POISON_COUNT)]
-    acks = produce(cluster, producer, 0, batch, topic="poisoned", headers=headers_of_index)
-    origin = {(a.partition_id, a.offset): a for a in acks}
-    with GroupMember(cluster.lb_url, "poisoned", "workers", api_key=key) as member:
-        for _ in range(2):  # max_deliveries: each nack of the second delivery kills it
-            held = _receive_all(member, POISON_COUNT)
-            # ``ended``: a nack applied, then repeated once its answer was lost (the
-            # leaders move after the cluster's restart by the test before).
-            assert {o for _, o in member.nack(held)} <= {"done", "ended"}
-    cluster.kill(cluster.manager_leader())
-    try:
-        copies = _dead_letters_when_all_moved(cluster)
-    finally:
-        cluster.up()
-    seen = [
-        (int(m["headers"]["raftq-origin-partition"]), int(m["headers"]["raftq-origin-offset"]))
-        for m in copies
-    ]
-    assert sorted(seen) == sorted(origin), "each dead letter exactly once"
-    for message in copies:
-        where = (
-            int(message["headers"]["raftq-origin-partition"]),
-            int(message["headers"]["raftq-origin-offset"]),
-        )
-        index = int(origin[where].value[1:])
-        assert (message["key"], message["message"]) == (origin[where].key, origin[where].value)
-        own = {n: v for n, v in message["headers"].items() if not n.startswith("raftq-")}
-        assert own == headers_of_index(index)
-        assert message["headers"]["raftq-group"] == "workers"
-        assert message["headers"]["raftq-origin-topic"] == "poisoned"
-        assert message["headers"]["raftq-delivery-count"] == "2"
-        assert message["headers"]["raftq-reason"] == "max_deliveries"
-
-
-def _receive_all(member: GroupMember, count: int) -> list[Delivery]:
-    held: list[Delivery] = []
-
-    def all_held() -> bool:
-        held.extend(member.receive(count - len(held)))
-        return len(held) == count
-
-    wait_until(all_held, 30, "every message delivered", period_s=0.1)
-    return held
-
-
-def _dead_letters_when_all_moved(cluster: Cluster) -> list[dict[str, Any]]:
-    def figures() -> dict[str, Any] | None:
-        body = cluster.get("/groups", topic="poisoned").json()
-        if body.get("unavailable_partitions") != []:
-            return None
-        (group,) = body["groups"]
-        moved = (group["dead_lettered"], group["dead_letters_pending"], group["lag_messages"])
-        return group if moved == (POISON_COUNT, 0, 0) else None
-
-    wait_until(figures, DEAD_LETTER_WAIT_S, "every dead letter moved and counted")
-    copies: list[dict[str, Any]] = []
-    for partition_id in (0, 1):
-        response = cluster.get(
-            "/logs", topic="poisoned-dead", partition_id=partition_id, offset=0, max_messages=100
-        )
-        assert response.status_code == 200, response.text
-        copies.extend(response.json()["messages"])
-    return copies

@@ -220,6 +220,7 @@ def test_groups_are_listed_by_name_per_topic_or_all(manager: Manager) -> None:
                 "in_flight": 0,
                 "dead_letters_pending": 0,
                 "dead_lettered": 0,
+                "partitions": [],
             }
             for name in ("a", "b")
         ],

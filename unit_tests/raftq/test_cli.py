@@ -376,3 +376,37 @@ def test_node_run_becomes_the_node_its_file_describes(tmp_path: Path) -> None:
     # The broker itself read the file and refused to start without the cluster secret.
     assert done.returncode == 2, done
     assert done.stderr.startswith(f"broker: cannot read the cluster secret from {tmp_path}")
+
+
+def test_group_describe_prints_the_figures_per_partition(service: FakeService) -> None:
+    figures = {
+        "topic": "t",
+        "group": "g",
+        "offset": 4,
+        "end_offset": 9,
+        "lag_messages": 5,
+        "lag_s": 1.25,
+        "in_flight": 2,
+        "dead_letters_pending": 1,
+        "dead_lettered": 3,
+    }
+    group = {
+        "topic": "t",
+        "group": "g",
+        "visibility_timeout_ms": 30_000,
+        "max_deliveries": 4,
+        "dead_letter_topic": "t-dead",
+        "ordering": "none",
+        "partitions": [{**figures, "partition_id": 0}, {**figures, "partition_id": 1}],
+    }
+    service.default(
+        "GET", "/groups", lambda _p: (200, {"groups": [group], "unavailable_partitions": []})
+    )
+    code, out, _ = _run(["group", "describe", "g", "--topic", "t", "--url", service.url])
+    assert code == 0
+    lines = out.splitlines()
+    assert "max deliveries 4" in lines[0] and "dead letters t-dead" in lines[0]
+    assert lines[1].split("\t")[0] == "partition"
+    assert lines[2:] == ["0\t4\t9\t5\t1.2\t2\t1\t3", "1\t4\t9\t5\t1.2\t2\t1\t3"]
+    code, _, err = _run(["group", "describe", "other", "--topic", "t", "--url", service.url])
+    assert code == 1 and "no consumer group 'other'" in err

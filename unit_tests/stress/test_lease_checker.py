@@ -18,10 +18,12 @@ from stress_tests.lease_checker import (
     EXAMPLES_PER_KIND_MAX,
     LATE_REDELIVERY,
     MUST_BE_ZERO,
+    DeadLetterCopy,
     Finished,
     LeaseHistory,
     LeaseVerdict,
     Produced,
+    ReceiveCall,
     Received,
     Settled,
     check,
@@ -546,3 +548,134 @@ def test_the_broken_history_fails_in_each_of_its_kinds() -> None:
 def test_invalid_records_are_refused(make: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         make()
+
+
+# --- dead letters -----------------------------------------------------------------------------
+
+P = (1, 5)
+"""A poison message: nacked at both of its deliveries (``max_deliveries`` 2)."""
+
+
+def poisoned() -> LeaseHistory:
+    """The clean run with ``max_deliveries`` 2 and one poison message P, nacked twice and
+    found once in the dead-letter topic with its headers."""
+    history = clean()
+    poison = Produced(*P, "poison-1", poison=True, headers=(("n", "1"),))
+    copy = DeadLetterCopy(*P, "poison-1", "g", 2, (("n", "1"),))
+    return with_(
+        history,
+        produced=(*history.produced, poison),
+        received=(*history.received, got("w1", P, 1, 6000, 6010), got("w2", P, 2, 6100, 6110)),
+        settled=(
+            *history.settled,
+            act("w1", "nack", P, 1, "done", 6020),
+            act("w2", "nack", P, 2, "done", 6120),
+        ),
+        max_deliveries=2,
+        group="g",
+        dead_letters=(copy,),
+    )
+
+
+def test_a_poisoned_run_with_each_letter_once_passes() -> None:
+    verdict = check(poisoned())
+    assert failing(verdict) == {}
+    assert (verdict.info["poison_produced"], verdict.info["dead_letters"]) == (1, 1)
+
+
+def test_a_poison_message_missing_from_the_dead_letter_topic_is_flagged() -> None:
+    assert failing(check(with_(poisoned(), dead_letters=()))) == {"poison_not_dead_lettered": 1}
+
+
+def test_a_second_copy_of_a_dead_letter_is_flagged() -> None:
+    history = poisoned()
+    twice = with_(history, dead_letters=history.dead_letters * 2)
+    assert failing(check(twice)) == {"dead_letter_duplicated": 1}
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"value": "poison-2"},
+        {"headers": ()},
+        {"group": "other"},
+        {"delivery_count": 1},
+        {"origin_offset": 99},
+    ],
+)
+def test_a_copy_that_does_not_match_its_message_is_flagged(change: dict[str, Any]) -> None:
+    history = poisoned()
+    (copy,) = history.dead_letters
+    wrong = with_(history, dead_letters=(dataclasses.replace(copy, **change),))
+    counts = failing(check(wrong))
+    assert counts.get("dead_letter_wrong") == 1
+    if "origin_offset" in change:  # P itself has no copy now
+        assert counts == {"dead_letter_wrong": 1, "poison_not_dead_lettered": 1}
+
+
+def test_a_delivery_past_max_deliveries_is_flagged() -> None:
+    history = poisoned()
+    third = with_(history, received=(*history.received, got("w1", P, 3, 6200, 6210)))
+    assert failing(check(third)) == {"delivered_past_max": 1}
+
+
+def test_a_message_that_died_of_expiries_is_settled_by_its_copy_not_lost() -> None:
+    """A plain message whose leases ran out ``max_deliveries`` times (its workers killed)
+    is a dead letter, not a lost message; without its copy it is lost."""
+    history = poisoned()
+    unacked = without(history.settled, act("w2", "ack", D, 1, "done", 1510))
+    copy = DeadLetterCopy(*D, f"v{D}", "g", 2, ())
+    died = with_(history, settled=unacked, dead_letters=(*history.dead_letters, copy))
+    assert failing(check(died)) == {}
+    assert failing(check(with_(died, dead_letters=history.dead_letters))) == {"lost": 1}
+
+
+# --- redelivery timing and busy workers --------------------------------------------------------
+
+J = (1, 7)
+
+
+def late_j(calls: tuple[ReceiveCall, ...]) -> LeaseHistory:
+    """The clean run plus J: leased at 6010, its lease ends at 7010, delivered again at
+    8650 (1,640 ms late), then acked; ``calls``: the workers' receives."""
+    history = clean()
+    return with_(
+        history,
+        produced=(*history.produced, Produced(*J, "v-j")),
+        received=(*history.received, got("w1", J, 1, 6000, 6010), got("w2", J, 2, 8600, 8650)),
+        finished=(*history.finished, fin("w2", J, 2, 8700)),
+        settled=(*history.settled, act("w2", "ack", J, 2, "done", 8710)),
+        receive_calls=calls,
+    )
+
+
+def test_a_late_redelivery_after_a_receive_with_room_is_late() -> None:
+    roomy = (ReceiveCall("w1", 7200, 7210, 10, 3),)  # after the lease's end, not full
+    verdict = check(late_j(roomy))
+    assert verdict.counts[LATE_REDELIVERY] == 1 and not verdict.redelivery_on_target
+    assert 1450 in verdict.redelivery_latencies_ms  # 8650 - 7200: asked at 7200
+    assert failing(verdict) == {}
+
+
+@pytest.mark.parametrize(
+    ("calls", "latency_ms"),
+    [
+        ((), 50),  # nobody asked until the receive that redelivered it, sent at 8600
+        ((ReceiveCall("w1", 7200, 7210, 10, 10),), 50),  # that receive came back full
+        ((ReceiveCall("w1", 6900, 6950, 10, 3),), 50),  # with room, but before the end
+    ],
+)
+def test_a_redelivery_is_timed_from_the_first_receive_that_had_to_find_it(
+    calls: tuple[ReceiveCall, ...], latency_ms: int
+) -> None:
+    other = (ReceiveCall("w2", 100, 110, 10, 10),)  # some call recorded: calls are known
+    verdict = check(late_j((*other, *calls)))
+    assert verdict.counts[LATE_REDELIVERY] == 0 and verdict.redelivery_on_target
+    assert latency_ms in verdict.redelivery_latencies_ms
+    assert verdict.info["redeliveries_workers_busy"] >= 1
+
+
+def test_without_recorded_calls_a_redelivery_is_timed_from_the_leases_end() -> None:
+    verdict = check(late_j(()))
+    assert verdict.counts[LATE_REDELIVERY] == 1
+    assert 1640 in verdict.redelivery_latencies_ms

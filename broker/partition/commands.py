@@ -110,8 +110,9 @@ class Receive:
     max_deliveries: int
     ordered_by_key: bool
     keys: tuple[tuple[int, str | None], ...] = ()
-    """For per-key ordering: ``(offset, key)`` of messages that left memory, read from
-    the leader's database (the log keeps keys only of messages in memory)."""
+    """For per-key ordering: ``(offset, key)`` of the messages the receive reaches first,
+    read by the leader from memory or its database (the log keeps keys only of messages
+    in memory, and those may leave it before the receive is applied)."""
 
 
 @dataclass(frozen=True, slots=True)

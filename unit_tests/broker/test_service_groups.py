@@ -121,6 +121,23 @@ def test_per_key_ordering_holds_for_messages_that_left_memory() -> None:
         service.close()
 
 
+def test_an_ordered_receive_carries_the_keys_of_messages_still_in_memory_too() -> None:
+    """They may leave memory before the receive is applied, and a key the partition cannot
+    see then stops the receive: the dashboard test's ordered group got an empty answer
+    with 25 messages there (a flush evicted them between the read and the apply). Three
+    replicas, one flushing: nothing leaves memory here."""
+    service = make_service(MemoryMessageStore(), replicas=3)
+    try:
+        messages = tuple(NewMessage(value=f"v{i}", key=f"k{i}") for i in range(6))
+        service.produce("orders", P0, messages, None, None)
+        replica = service._replica("orders", P0)
+        assert replica.partition.read(lambda log: log.evicted_offset) == 0
+        keys = service._keys_ahead(replica, "ordered", 2)
+        assert keys == tuple((offset, f"k{offset}") for offset in range(4))  # 2 x 2 asked
+    finally:
+        service.close()
+
+
 def test_a_message_past_max_deliveries_is_reported_read_from_the_database_and_marked(
     service: BrokerService,
 ) -> None:

@@ -64,7 +64,7 @@ def rows(spark: SparkSession, count: int) -> DataFrame:
 def test_write_100k_rows_and_read_the_same_rows_back(spark: SparkSession, cluster: Cluster) -> None:
     create_topic(cluster, "rows", 3)
     # Headers ride along: a map column written, the same map read back.
-    trace = (sf.col("id") % 5).cast("string")
+    trace = (sf.col("value").cast("long") % 5).cast("string")
     written = rows(spark, 100_000).withColumn("headers", sf.create_map(sf.lit("n"), trace))
     written.write.format("raftq").options(**on(cluster)).option("topic", "rows").option(
         "raftq.batchMessagesMax", "5000"

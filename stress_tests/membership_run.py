@@ -85,6 +85,9 @@ MEMBERSHIP_LIMITS = {
 }
 """A dead broker is replaced 6 s after it went silent (the defaults: 3 + 60 s)."""
 WORKER_LIMITS = ClientLimits(connect_timeout_s=1.0, request_timeout_s=12.0, attempts_max=4)
+IDLE_S_MIN = WORKER_LIMITS.partition_map_age_s_max + 1.0
+"""A drained consumer pops nothing for this long: its partition map has been fetched again
+since, so a partition the last operation added is among those it pops."""
 DRAIN_S = 90.0
 JOIN_S = 60.0
 SETTLE_S = 150.0
@@ -298,7 +301,7 @@ class MembershipRun:
         self.stop.set()
         hung = join_workers(workers, JOIN_S)
         self.injector.restore()
-        drained = drain_idle(workers, hung, DRAIN_S)
+        drained = drain_idle(workers, hung, DRAIN_S, IDLE_S_MIN)
         self.injector.close()
         self.nemesis.close()
         report = self._judge(steps, problems, drained, started_s)

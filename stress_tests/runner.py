@@ -167,15 +167,19 @@ def join_workers(workers: Sequence[WorkerThread], join_s: float) -> list[WorkerT
 
 
 def drain_idle(
-    workers: Sequence[WorkerThread], hung: Sequence[WorkerThread], drain_s: float
+    workers: Sequence[WorkerThread],
+    hung: Sequence[WorkerThread],
+    drain_s: float,
+    idle_s_min: float = 0.0,
 ) -> Drained:
-    """Resend pending batches, then pop until caught up, with the workers of the threads that
-    ended only: a hung thread may still be inside its worker's step, and a worker is used by
-    one thread at a time."""
+    """Resend pending batches, then pop until caught up (``pop_until_caught_up``), with the
+    workers of the threads that ended only: a hung thread may still be inside its worker's
+    step, and a worker is used by one thread at a time."""
     idle = [worker for worker in workers if worker not in hung]
     resend_pending([p for w in idle for p in w.producers], time.monotonic() + drain_s)
     drained = [c for w in idle for c in w.consumers]
-    behind = set(pop_until_caught_up(drained, time.monotonic() + drain_s))
+    deadline_s = time.monotonic() + drain_s
+    behind = set(pop_until_caught_up(drained, deadline_s, idle_s_min=idle_s_min))
     ends = [ConsumerEnd(c.name, c.errors, c.last_error, c.name not in behind) for c in drained]
     return Drained(tuple(w.thread.name for w in hung), tuple(ends), tuple(c.name for c in drained))
 

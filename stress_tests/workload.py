@@ -352,22 +352,35 @@ def pop_until_caught_up(
     consumers: Sequence[DrainingConsumer],
     deadline_s: float,
     clock: Callable[[], float] = time.monotonic,
+    idle_s_min: float = 0.0,
 ) -> list[str]:
     """Pop with every consumer, round after round, until each consumer's last
-    ``CAUGHT_UP_EMPTY_POPS`` pops succeeded and brought nothing (an error is not empty), or
-    until ``deadline_s`` on ``clock``; then close them. Returns the names of those not caught
-    up then (the caller reports them: a drain that timed out is a problem, not silence)."""
+    ``CAUGHT_UP_EMPTY_POPS`` pops succeeded and brought nothing (an error is not empty) over
+    at least ``idle_s_min`` seconds, or until ``deadline_s`` on ``clock``; then close them.
+    ``idle_s_min``: a run that added partitions gives the consumers' partition maps time to
+    be fetched again (``partition_map_age_s_max``): an empty pop over a map without the
+    newest partition is not caught up (membership seed 87512: the partition added by its
+    last operation was never popped). Returns the names of those not caught up then (the
+    caller reports them: a drain that timed out is a problem, not silence)."""
     empty_in_a_row = [0] * len(consumers)
-    while min(empty_in_a_row, default=CAUGHT_UP_EMPTY_POPS) < CAUGHT_UP_EMPTY_POPS:
+    idle_since: list[float | None] = [None] * len(consumers)
+
+    def caught_up(index: int) -> bool:
+        since = idle_since[index]
+        long_enough = since is not None and clock() - since >= idle_s_min
+        return empty_in_a_row[index] >= CAUGHT_UP_EMPTY_POPS and long_enough
+
+    while not all(caught_up(index) for index in range(len(consumers))):
         if clock() >= deadline_s:
             break
         for index, consumer in enumerate(consumers):
+            started = clock()
             empty = consumer.step() == 0
             empty_in_a_row[index] = empty_in_a_row[index] + 1 if empty else 0
+            if not empty:
+                idle_since[index] = None
+            elif idle_since[index] is None:
+                idle_since[index] = started
     for consumer in consumers:
         consumer.close()
-    return [
-        consumer.name
-        for consumer, empty in zip(consumers, empty_in_a_row, strict=True)
-        if empty < CAUGHT_UP_EMPTY_POPS
-    ]
+    return [consumer.name for index, consumer in enumerate(consumers) if not caught_up(index)]

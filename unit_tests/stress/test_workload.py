@@ -136,10 +136,12 @@ class ScriptedConsumer:
         self.closed = True
 
 
-def drain(script: Sequence[Sequence[int]], drain_s: float = 30.0) -> list[str]:
+def drain(
+    script: Sequence[Sequence[int]], drain_s: float = 30.0, idle_s_min: float = 0.0
+) -> list[str]:
     clock = [0.0]
     consumers = [ScriptedConsumer(f"c{i}", list(s), clock) for i, s in enumerate(script)]
-    behind = pop_until_caught_up(consumers, drain_s, clock=lambda: clock[0])
+    behind = pop_until_caught_up(consumers, drain_s, clock=lambda: clock[0], idle_s_min=idle_s_min)
     assert all(c.closed for c in consumers)
     return behind
 
@@ -165,3 +167,15 @@ def test_a_consumer_still_popping_messages_at_the_deadline_is_reported() -> None
 def test_the_checker_sees_a_drained_history_by_worker_name() -> None:
     history = History((), (), consumers=("c0",))
     assert check(history, FinalRead((), 0)).ok
+
+
+def test_a_consumer_is_caught_up_only_after_popping_nothing_for_idle_s_min() -> None:
+    """A partition added last reaches a consumer's map only when the map is fetched again:
+    its empty pops must span that long. Here its messages come at the 6th pop (6 s in)."""
+    assert drain([[0, 0, 0, 0, 0, 7]], drain_s=30.0, idle_s_min=0.0) == []
+    late = [0, 0, 0, 0, 0, 7]
+    clock = [0.0]
+    consumer = ScriptedConsumer("c0", list(late), clock)
+    assert pop_until_caught_up([consumer], 30.0, clock=lambda: clock[0], idle_s_min=8.0) == []
+    assert consumer.script == []  # it popped the 7 of the 6th pop before counting as caught up
+    assert drain([[0] * 100], drain_s=5.0, idle_s_min=8.0) == ["c0"]  # never idle long enough

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from broker.partition.commands import DeadLettered, KeyValue, Receive, Settle
+from broker.partition.commands import DeadLettered, KeyValue, Receive, Redrive, Settle
 from broker.partition.consensus import Entry
 from broker.partition.group_leases import (
     DeadLetter,
@@ -22,6 +22,7 @@ from broker.partition.group_leases import (
     GroupRequest,
     GroupSettings,
     Receipt,
+    Redriven,
 )
 from broker.partition.log import PartitionLog
 from broker.persistence.store import MessageStore, RangeChecksum
@@ -29,7 +30,7 @@ from broker.replica import HostedReplica
 from protocol.dead_letters import PendingDeadLetter
 from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
-from protocol.group_requests import Outcome
+from protocol.group_requests import GroupRedrive, Outcome
 from protocol.limits import Limits, PartitionLimits
 from protocol.types import (
     Ack,
@@ -477,6 +478,22 @@ class BrokerService:
         """The dead-letter topic holds copies of these messages of ``group``: settled."""
         replica = self._replica(topic, partition_id)
         replica.partition.settle(DeadLettered(group, offsets), deadline)
+
+    def redrive(
+        self,
+        topic: str,
+        partition_id: PartitionId,
+        group: str,
+        request: GroupRedrive,
+        deadline: Deadline | None = None,
+    ) -> Redriven:
+        """Make dead messages of ``group`` deliverable again (``Redrive``)."""
+        replica = self._replica(topic, partition_id)
+        letters = tuple((o.offset, o.delivery_count, o.key) for o in request.letters)
+        command = Redrive(
+            group, request.request_id, self._clock_ms(), request.max_messages, letters
+        )
+        return replica.partition.redrive(command, deadline)
 
     def fetch(
         self, topic: str, partition_id: PartitionId, offset: int, max_messages: int

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import TypeGuard
 
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
@@ -392,3 +393,109 @@ class MarkDeadLettered:
 
     def to_json(self) -> dict[str, object]:
         return {"topic": self.topic, "partition_id": self.partition_id, "offsets": self.offsets}
+
+
+@dataclass(frozen=True, slots=True)
+class RedriveRequest:
+    """``POST /groups/{group}/redrive {"topic", "max_messages"?, "request_id"?}`` (admins):
+    make up to ``max_messages`` dead messages of the group deliverable to it again: those
+    whose copies its dead-letter topic holds (read from where the last redrive stopped), or,
+    in a group without a dead-letter topic, those parked in its partitions. ``request_id``
+    makes a retry whose answer was lost do nothing again (a parked redrive; a dead-letter
+    topic's redrive is repeatable anyway: it resumes where it stopped)."""
+
+    topic: str
+    group: str
+    max_messages: int
+    request_id: RequestId | None
+
+    @classmethod
+    def parse(cls, params: Params, group: str, limits: Limits) -> RedriveRequest:
+        request = get_str(params, "request_id", limits.id_chars_max, required=False)
+        return cls(
+            topic=topic_name(params, limits),
+            group=group_name(group, limits),
+            max_messages=get_int(
+                params,
+                "max_messages",
+                minimum=1,
+                maximum=limits.fetch_messages_max,
+                default=limits.fetch_messages_max,
+            ),
+            request_id=None if request is None else RequestId(request),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RedriveLetter:
+    """A message to reopen in its partition, as its dead-letter copy names it."""
+
+    offset: Offset
+    delivery_count: int
+    key: str | None
+
+    def to_json(self) -> dict[str, object]:
+        return {"offset": self.offset, "delivery_count": self.delivery_count, "key": self.key}
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRedrive:
+    """``POST /groups/{group}/redrive {"topic", "partition_id", "max_messages",
+    "request_id"?, "letters"?: [{"offset", "delivery_count", "key"}]}`` at a broker (nodes
+    only): one partition's part of a redrive. With ``letters``, those messages (their
+    copies in the dead-letter topic are redriven); without, up to ``max_messages`` parked
+    ones. A repeat of a recent ``request_id`` does nothing."""
+
+    topic: str
+    partition_id: PartitionId
+    group: str
+    max_messages: int
+    request_id: RequestId | None
+    letters: tuple[RedriveLetter, ...] = ()
+
+    @classmethod
+    def parse(cls, params: Params, group: str, limits: Limits) -> GroupRedrive:
+        topic, partition_id = partition_ref(params, limits)
+        request = get_str(params, "request_id", limits.id_chars_max, required=False)
+        return cls(
+            topic=topic,
+            partition_id=partition_id,
+            group=group_name(group, limits),
+            max_messages=_max_messages(params, limits),
+            request_id=None if request is None else RequestId(request),
+            letters=_letters(params.get("letters", []), limits),
+        )
+
+    def to_json(self) -> dict[str, object]:
+        body: dict[str, object] = {
+            "topic": self.topic,
+            "partition_id": self.partition_id,
+            "max_messages": self.max_messages,
+            "letters": [letter.to_json() for letter in self.letters],
+        }
+        if self.request_id is not None:
+            body["request_id"] = self.request_id
+        return body
+
+
+def _letters(value: object, limits: Limits) -> tuple[RedriveLetter, ...]:
+    if not isinstance(value, list) or len(value) > limits.fetch_messages_max:
+        raise invalid(f"field 'letters' must be a list of at most {limits.fetch_messages_max}")
+    found = []
+    for item in value:
+        offset = item.get("offset") if isinstance(item, dict) else None
+        count = item.get("delivery_count") if isinstance(item, dict) else None
+        key = item.get("key") if isinstance(item, dict) else None
+        if not (_natural(offset) and _natural(count) and (key is None or isinstance(key, str))):
+            raise invalid(
+                "each of 'letters' must be {\"offset\": int >= 0, \"delivery_count\": "
+                'int >= 0, "key": string or null}'
+            )
+        if key is not None and len(key.encode("utf-8")) > limits.key_bytes_max:
+            raise RaftQError(ErrorCode.TOO_LARGE, f"a key exceeds {limits.key_bytes_max} bytes")
+        found.append(RedriveLetter(Offset(offset), count, key))
+    return tuple(found)
+
+
+def _natural(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

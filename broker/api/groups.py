@@ -15,6 +15,7 @@ from protocol.group_requests import (
     BrokerReceive,
     DeadLettersQuery,
     DeliveryReceipt,
+    GroupRedrive,
     MarkDeadLettered,
     Ordering,
     Outcome,
@@ -79,6 +80,19 @@ def add_group_routes(api: App, service: BrokerService, limits: Limits, metrics: 
         )
         metrics.inc("dead_lettered_messages", len(request.offsets), topic=request.topic)
         return json_response({"offsets": list(request.offsets)})
+
+    @api.post("/groups/{group}/redrive", Action.NODE)
+    def redrive(http: HttpRequest) -> HttpResponse:
+        request = GroupRedrive.parse(request_params(http), http.path_params["group"], limits)
+        done = service.redrive(
+            request.topic,
+            request.partition_id,
+            request.group,
+            request,
+            request_deadline(http, limits),
+        )
+        metrics.inc("redriven_messages", done.redriven, topic=request.topic)
+        return json_response({"redriven": done.redriven, "gone": done.gone})
 
 
 def _settle_route(service: BrokerService, limits: Limits, metrics: Metrics, action: str) -> Handler:

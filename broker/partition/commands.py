@@ -14,6 +14,8 @@ as pickled classes, so renaming or moving a class here can never break a journal
         visibility_timeout_ms, max_deliveries, ordered_by_key[, ((offset, key), ...)])
     ("settle", group, action, ((offset, delivery_count), ...), timestamp_ms, duration_ms)
     ("dead_lettered", group, (offset, ...))
+    ("redrive", group, request_id, timestamp_ms, max_messages,
+        ((offset, delivery_count, key), ...))
 
 This tuple layout is a wire protocol: change it only by adding a new tag or a trailing
 field that the decoder still accepts without (``consume`` gained ``timestamp_ms`` for client
@@ -135,7 +137,31 @@ class DeadLettered:
     offsets: tuple[int, ...]
 
 
-Command = Append | Consume | MarkFlushed | Truncate | ResetReplica | Receive | Settle | DeadLettered
+@dataclass(frozen=True, slots=True)
+class Redrive:
+    """Dead messages of ``group`` are deliverable again: those ``letters`` name, by
+    ``(offset, delivery_count, key)`` as their copies in the dead-letter topic say, or,
+    without letters, up to ``max_messages`` parked ones (a group without a dead-letter
+    topic). A repeat of a recent ``request_id`` does nothing."""
+
+    group: str
+    request_id: str | None
+    timestamp_ms: int
+    max_messages: int
+    letters: tuple[tuple[int, int, str | None], ...] = ()
+
+
+Command = (
+    Append
+    | Consume
+    | MarkFlushed
+    | Truncate
+    | ResetReplica
+    | Receive
+    | Settle
+    | DeadLettered
+    | Redrive
+)
 WireCommand = tuple[object, ...]
 
 
@@ -167,6 +193,8 @@ def to_wire(command: Command) -> WireCommand:
             return ("settle", group, action, receipts, timestamp_ms, duration_ms)
         case DeadLettered(group, offsets):
             return ("dead_lettered", group, offsets)
+        case Redrive(group, request_id, timestamp_ms, max_messages, letters):
+            return ("redrive", group, request_id, timestamp_ms, max_messages, letters)
 
 
 def from_wire(wire: object) -> Command | None:
@@ -202,7 +230,7 @@ def from_wire(wire: object) -> Command | None:
         replica_id, address = (*args, None)[:2]
         if _int(replica_id) and _opt(address, str):
             return ResetReplica(ReplicaId(replica_id), address)
-    elif tag in ("receive", "settle", "dead_lettered"):
+    elif tag in ("receive", "settle", "dead_lettered", "redrive"):
         return _consumer_group_command(tag, args)
     return None
 
@@ -239,7 +267,28 @@ def _consumer_group_command(tag: str, args: tuple[object, ...]) -> Command | Non
         group, offsets = args
         if isinstance(group, str) and isinstance(offsets, tuple) and all(_int(o) for o in offsets):
             return DeadLettered(group, offsets)
+    elif tag == "redrive" and len(args) == 5:
+        group, request_id, timestamp_ms, max_messages, letters = args
+        if (
+            isinstance(group, str)
+            and (request_id is None or isinstance(request_id, str))
+            and _letters(letters)
+            and _int(timestamp_ms)
+            and _int(max_messages)
+        ):
+            return Redrive(group, request_id, timestamp_ms, max_messages, letters)
     return None
+
+
+def _letters(value: object) -> TypeGuard[tuple[tuple[int, int, str | None], ...]]:
+    return isinstance(value, tuple) and all(
+        isinstance(t, tuple)
+        and len(t) == 3
+        and _int(t[0])
+        and _int(t[1])
+        and (t[2] is None or isinstance(t[2], str))
+        for t in value
+    )
 
 
 def _keys(value: object) -> TypeGuard[tuple[tuple[int, str | None], ...]]:

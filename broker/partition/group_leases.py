@@ -23,6 +23,15 @@ Offsets of one group move through these states (half-open ranges, as everywhere)
                                    contiguous)
     [next_offset, end)             never handed out
 
+A *redrive* makes dead messages deliverable again: parked ones (``redrive_parked``), or
+settled ones whose copy in the dead-letter topic is being redriven (``reopen``). A reopened
+message may lie below ``floor``: ``leases``, ``waiting`` and ``dead`` hold any offset below
+``next_offset``, and only ``settled`` is bounded by ``floor`` (everything below ``floor``
+that is in none of them is settled). Its delivery count goes on from where it was (so the
+receipt of a delivery before the redrive stays stale), and ``max_deliveries`` counts the
+deliveries after the redrive (``counted_from``), as SQS resets a redriven message's receive
+count.
+
 Every record here pickles by field order (``ByFieldOrder``): a field added later at the
 end gets its default in a snapshot written before.
 
@@ -33,7 +42,7 @@ idempotent by receipt: the receipt of the current lease acts; one of an earlier 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from protocol.group_requests import Outcome
@@ -69,6 +78,8 @@ class Lease(ByFieldOrder):
     delivery_count: int
     expires_ms: int
     key: str | None
+    counted_from: int = 0
+    """Deliveries before its last redrive: ``max_deliveries`` counts those after."""
 
 
 @dataclass(slots=True)
@@ -77,6 +88,8 @@ class Wait(ByFieldOrder):
     """Deliveries so far (0: skipped for ordering, never delivered)."""
     ready_ms: int
     key: str | None
+    counted_from: int = 0
+    """Deliveries before its last redrive: ``max_deliveries`` counts those after."""
 
 
 _ZERO = Offset(0)
@@ -105,6 +118,16 @@ class GroupFigures:
     """Past ``max_deliveries``, waiting for the dead-letter topic."""
     dead_lettered: int = 0
     """Settled by their copy in the dead-letter topic so far."""
+
+
+@dataclass(frozen=True, slots=True)
+class Letter:
+    """A message to reopen: named by its copy in the dead-letter topic (origin offset, the
+    delivery count it died with, its key)."""
+
+    offset: Offset
+    delivery_count: int
+    key: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,15 +276,49 @@ class GroupLeases(ByFieldOrder):
                 self._settle(Offset(offset))
         self._check_invariants()
 
+    def redrive_parked(self, most: int, now_ms: int) -> int:
+        """Up to ``most`` parked dead messages, in the order they died, are deliverable again
+        from ``now_ms``; how many."""
+        first = sorted(self.dead, key=self.dead_sequences.__getitem__)[: max(0, most)]
+        for offset in first:
+            wait = self.dead.pop(offset)
+            del self.dead_sequences[offset]
+            self._reopened(offset, wait.delivery_count, wait.key, now_ms)
+        self._check_invariants()
+        return len(first)
+
+    def reopen(self, letters: Iterable[Letter], now_ms: int, log_start_offset: int) -> Redriven:
+        """Each letter's message, dead-lettered (or dead and about to be), is deliverable
+        again from ``now_ms``. One that retention removed is ``gone``; one that is leased or
+        waiting already, or was never handed out, is left as it is."""
+        redriven = gone = 0
+        for letter in letters:
+            offset = letter.offset
+            if offset < log_start_offset:
+                gone += 1
+                continue
+            if offset >= self.next_offset or offset in self.leases or offset in self.waiting:
+                continue
+            count, key = letter.delivery_count, letter.key
+            wait = self.dead.pop(offset, None)
+            if wait is not None:
+                del self.dead_sequences[offset]
+                count, key = max(count, wait.delivery_count), wait.key
+            self.settled.discard(offset)
+            self._reopened(offset, count, key, now_ms)
+            redriven += 1
+        self._check_invariants()
+        return Redriven(redriven, gone)
+
     def skip_below(self, log_start_offset: int) -> None:
         """Retention removed everything below ``log_start_offset``: what the group had not
         settled there is gone (as for a consumer below the log start, Kafka's
         auto.offset.reset=earliest)."""
-        if log_start_offset <= self.floor:
-            return
         for table in (self.leases, self.waiting, self.dead, self.dead_sequences):
             for offset in [o for o in table if o < log_start_offset]:
                 del table[offset]
+        if log_start_offset <= self.floor:
+            return
         self.settled = {o for o in self.settled if o >= log_start_offset}
         self.floor = Offset(log_start_offset)
         self.next_offset = Offset(max(self.next_offset, log_start_offset))
@@ -288,8 +345,12 @@ class GroupLeases(ByFieldOrder):
         self, settings: GroupSettings, offset: Offset, wait: Wait, now_ms: int
     ) -> tuple[Offset, int]:
         count = wait.delivery_count + 1
-        self.leases[offset] = Lease(count, now_ms + settings.visibility_timeout_ms, wait.key)
+        expires_ms = now_ms + settings.visibility_timeout_ms
+        self.leases[offset] = Lease(count, expires_ms, wait.key, wait.counted_from)
         return offset, count
+
+    def _reopened(self, offset: int, delivery_count: int, key: str | None, now_ms: int) -> None:
+        self.waiting[offset] = Wait(delivery_count, now_ms, key, counted_from=delivery_count)
 
     def _unsettled(self) -> int:
         return len(self.leases) + len(self.waiting) + len(self.dead)
@@ -314,7 +375,8 @@ class GroupLeases(ByFieldOrder):
 
     def figures(self, end_offset: int) -> GroupFigures:
         above = sum(1 for offset in self.settled if offset < end_offset)
-        unsettled = max(0, end_offset - self.floor - above)
+        below = sum(1 for t in (self.leases, self.waiting, self.dead) for o in t if o < self.floor)
+        unsettled = max(0, end_offset - self.floor - above) + below
         return GroupFigures(
             self.floor, unsettled, len(self.leases), len(self.dead), self.dead_lettered
         )
@@ -323,6 +385,8 @@ class GroupLeases(ByFieldOrder):
         lease = self.leases.get(receipt.offset)
         if lease is not None and lease.delivery_count == receipt.delivery_count:
             return Outcome.DONE
+        if any(receipt.offset in table for table in (self.leases, self.waiting, self.dead)):
+            return Outcome.STALE  # before the floor's test: a redriven message may lie below
         if receipt.offset < self.floor or receipt.offset in self.settled:
             return Outcome.ALREADY
         if receipt.offset >= self.next_offset:
@@ -336,8 +400,9 @@ class GroupLeases(ByFieldOrder):
 
     def _end_lease(self, settings: GroupSettings, offset: Offset, ready_ms: int) -> None:
         lease = self.leases.pop(offset)
-        wait = Wait(lease.delivery_count, ready_ms, lease.key)
-        if settings.max_deliveries and lease.delivery_count >= settings.max_deliveries:
+        wait = Wait(lease.delivery_count, ready_ms, lease.key, lease.counted_from)
+        since_redrive = lease.delivery_count - lease.counted_from
+        if settings.max_deliveries and since_redrive >= settings.max_deliveries:
             self.dead[offset] = wait
             self.dead_sequences[offset] = self.dead_sequence_next
             self.dead_sequence_next += 1
@@ -345,6 +410,8 @@ class GroupLeases(ByFieldOrder):
             self.waiting[offset] = wait
 
     def _settle(self, offset: Offset) -> None:
+        if offset < self.floor:
+            return  # a redriven message: below the floor, settled is what is in no table
         self.settled.add(offset)
         self._fold()
 
@@ -369,8 +436,12 @@ class GroupLeases(ByFieldOrder):
             "an offset is in at most one of leases, waiting, dead, settled",
         )
         check(
-            all(self.floor <= o < self.next_offset for t in tables for o in t),
-            "leases, waiting, dead and settled lie in [floor, next_offset)",
+            all(self.floor <= o < self.next_offset for o in self.settled),
+            "settled lies in [floor, next_offset)",
+        )
+        check(
+            all(0 <= o < self.next_offset for t in tables[:3] for o in t),
+            "leases, waiting and dead lie below next_offset",
         )
         check(self.dead_sequences.keys() == self.dead.keys(), "each dead letter has a sequence")
 
@@ -392,6 +463,16 @@ class Leased:
 
 
 @dataclass(frozen=True, slots=True)
+class Redriven:
+    """What a redrive did in one partition."""
+
+    redriven: int
+    """Messages deliverable again."""
+    gone: int = 0
+    """Messages whose copy was redriven but which retention had removed here."""
+
+
+@dataclass(frozen=True, slots=True)
 class Settled:
     """What an ack, nack or extend did, per receipt in the order given."""
 
@@ -405,6 +486,9 @@ class _Group(ByFieldOrder):
     receives: dict[str, tuple[tuple[Offset, int], ...]] = field(default_factory=dict)
     """The leases of the last few receives by request id, oldest first (insertion order):
     a repeat whose answer was lost gets them again and leases nothing more."""
+    redrives: dict[str, Redriven] = field(default_factory=dict)
+    """What the last few redrives did, by request id, oldest first: a repeat (its answer
+    was lost, or the step is repeated after a failover) does nothing again."""
 
 
 @dataclass(slots=True)
@@ -502,6 +586,33 @@ class ConsumerGroups(ByFieldOrder):
         else:
             outcomes = leases.extend(receipts, duration_ms, now_ms)
         return Settled(tuple(outcomes))
+
+    def redrive(
+        self,
+        name: str,
+        request: GroupRequest,
+        letters: Sequence[Letter],
+        log_start_offset: int,
+        remembered: int,
+    ) -> Redriven:
+        """Make dead messages of group ``name`` deliverable again: those ``letters`` name
+        (their copies in the dead-letter topic are redriven), or without letters up to
+        ``request.max_messages`` parked ones. A repeat of one of the group's last
+        ``remembered`` request ids does nothing and answers the same."""
+        group = self.groups.get(name)
+        if group is None:
+            return Redriven(0)
+        if request.request_id is not None and request.request_id in group.redrives:
+            return group.redrives[request.request_id]
+        if letters:
+            done = group.leases.reopen(letters, request.now_ms, log_start_offset)
+        else:
+            done = Redriven(group.leases.redrive_parked(request.max_messages, request.now_ms))
+        if request.request_id is not None:
+            group.redrives[request.request_id] = done
+            while len(group.redrives) > remembered:
+                del group.redrives[next(iter(group.redrives))]
+        return done
 
     def dead_lettered(self, name: str, offsets: Iterable[int]) -> None:
         group = self.groups.get(name)

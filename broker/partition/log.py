@@ -25,6 +25,7 @@ from broker.partition.commands import (
     KeyValue,
     MarkFlushed,
     Receive,
+    Redrive,
     ResetReplica,
     Settle,
     Truncate,
@@ -36,7 +37,9 @@ from broker.partition.group_leases import (
     GroupSettings,
     KeyOf,
     Leased,
+    Letter,
     Receipt,
+    Redriven,
     Settled,
     UnknownKey,
 )
@@ -121,7 +124,7 @@ class _Consumer:
 # (key, value, timestamp_ms, headers); a tuple keeps snapshots and memory small.
 MessageTuple = tuple[str | None, str, int, Headers]
 
-Result = Appended | Consumed | Flushed | Truncated | Leased | Settled | Rejected
+Result = Appended | Consumed | Flushed | Truncated | Leased | Settled | Redriven | Rejected
 
 
 class PartitionLog:
@@ -205,13 +208,13 @@ class PartitionLog:
                 return self.truncate(log_start_offset)
             case ResetReplica(replica_id, raft_address):
                 return self.reset_replica(replica_id, raft_address)
-            case Receive() | Settle() | DeadLettered():
+            case Receive() | Settle() | DeadLettered() | Redrive():
                 return self.apply_consumer_group(command)
         return Rejected(ErrorCode.INVALID_FIELD, "not a partition command")
 
     def apply_consumer_group(
-        self, command: Receive | Settle | DeadLettered
-    ) -> Leased | Settled | Rejected:
+        self, command: Receive | Settle | DeadLettered | Redrive
+    ) -> Leased | Settled | Redriven | Rejected:
         """A consumer group's command (issue 20); lease times are partition time."""
         match command:
             case Receive(
@@ -238,6 +241,17 @@ class PartitionLog:
             case DeadLettered(group, offsets):
                 self.groups.dead_lettered(group, offsets)
                 return Settled(())
+            case Redrive(group, request_id, timestamp_ms, max_messages, letters):
+                self._advance(timestamp_ms)
+                request = GroupRequest(max_messages, self.clock_ms, request_id)
+                named = [Letter(Offset(o), count, key) for o, count, key in letters]
+                return self.groups.redrive(
+                    group,
+                    request,
+                    named,
+                    self.log_start_offset,
+                    self.limits.request_ids_remembered,
+                )
 
     def _key_of(self, supplied: tuple[tuple[int, str | None], ...]) -> KeyOf:
         """A message's key: from memory, else as the receive supplied it (read from the

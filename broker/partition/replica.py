@@ -19,12 +19,13 @@ from broker.partition.commands import (
     KeyValue,
     MarkFlushed,
     Receive,
+    Redrive,
     Settle,
     Truncate,
 )
 from broker.partition.consensus import ConsensusStatus, Entry, PartitionConsensus
 from broker.partition.group_commit import GroupCommit, GroupLimits
-from broker.partition.group_leases import Leased, Settled
+from broker.partition.group_leases import Leased, Redriven, Settled
 from broker.partition.log import (
     Appended,
     Consumed,
@@ -102,6 +103,10 @@ class PartitionReplica:
     def settle(self, command: Settle | DeadLettered, deadline: Deadline | None = None) -> Settled:
         """Ack, nack or extend deliveries by receipt, or record dead letters."""
         return self._submit(command, Settled, deadline)
+
+    def redrive(self, command: Redrive, deadline: Deadline | None = None) -> Redriven:
+        """Make dead messages of a group deliverable again."""
+        return self._submit(command, Redriven, deadline)
 
     def truncate(self, log_start_offset: Offset) -> Truncated:
         return self._submit(Truncate(log_start_offset), Truncated)

@@ -16,7 +16,9 @@ from broker.partition.group_leases import (
     GroupFigures,
     GroupLeases,
     GroupSettings,
+    Letter,
     Receipt,
+    Redriven,
     UnknownKey,
 )
 from protocol.group_requests import Outcome
@@ -146,6 +148,80 @@ def test_dead_letters_are_numbered_in_the_order_they_died() -> None:
     assert group.pending_dead(10) == [DeadLetter(Offset(1), 1, sequence=3)]
 
 
+def _kill(group: GroupLeases, offset_count: int, settings: GroupSettings = PLAIN) -> None:
+    """Nack offsets ``[0, offset_count)`` until each is dead (``max_deliveries``)."""
+    for step in range(settings.max_deliveries):
+        leased = _receive(group, offset_count, now_ms=step, end=offset_count, settings=settings)
+        group.nack(settings, _receipts(leased), delay_ms=0, now_ms=step)
+    assert len(group.dead) == offset_count
+
+
+def test_a_parked_redrive_delivers_dead_messages_again_counting_deliveries_afresh() -> None:
+    group = GroupLeases()
+    _kill(group, 3)
+    assert group.redrive_parked(2, now_ms=100) == 2  # the first two to die
+    assert sorted(group.waiting) == [0, 1] and list(group.dead) == [2]
+    stale = Receipt(Offset(0), 3)  # the delivery before the redrive
+    assert group.ack([stale]) == [Outcome.STALE]
+    leased = _receive(group, 5, now_ms=100, end=3)
+    assert leased == [(0, 4), (1, 4)]  # counts go on, so old receipts stay stale
+    for count in (4, 5):  # max_deliveries (3) counts from the redrive: 4, 5, 6
+        group.nack(PLAIN, [Receipt(Offset(0), count)], delay_ms=0, now_ms=100)
+        assert _receive(group, 1, now_ms=100, end=3) == [(0, count + 1)]
+    group.nack(PLAIN, [Receipt(Offset(0), 6)], delay_ms=0, now_ms=100)
+    assert 0 in group.dead and group.pending_dead(10)[-1] == DeadLetter(Offset(0), 6, 4)
+    assert group.ack([Receipt(Offset(1), 4)]) == [Outcome.DONE]
+    assert group.redrive_parked(10, now_ms=200) == 2 and not group.dead
+
+
+def test_a_reopened_message_below_the_floor_is_delivered_once_and_settles_again() -> None:
+    group = GroupLeases()
+    _kill(group, 2)
+    group.settle_dead([0, 1])
+    leased = _receive(group, 3, now_ms=10, end=5)
+    group.ack(_receipts(leased))
+    assert group.floor == 5 and group.figures(5).unsettled == 0
+    done = group.reopen([Letter(Offset(1), 3, "k")], now_ms=20, log_start_offset=0)
+    assert done == Redriven(1, 0) and group.figures(5).unsettled == 1
+    assert group.ack([Receipt(Offset(1), 3)]) == [Outcome.STALE]  # waiting, below the floor
+    assert group.reopen([Letter(Offset(1), 3, "k")], 21, 0) == Redriven(0, 0)  # waiting
+    leased = _receive(group, 5, now_ms=30, end=5)
+    assert leased == [(1, 4)] and group.leases[1].key == "k"
+    assert group.ack(_receipts(leased)) == [Outcome.DONE]
+    assert group.ack(_receipts(leased)) == [Outcome.ALREADY]
+    assert group.floor == 5 and not group.settled and group.figures(5).unsettled == 0
+    assert _receive(group, 5, now_ms=40, end=5) == []
+
+
+def test_reopen_takes_settled_and_dead_offsets_and_leaves_the_rest() -> None:
+    group = GroupLeases()
+    settings = GroupSettings(visibility_timeout_ms=1_000, max_deliveries=1)
+    leased = _receive(group, 4, now_ms=0, end=6, settings=settings)
+    group.nack(settings, _receipts(leased[1:2]), 0, now_ms=1)  # 1 dies, copy pending
+    group.nack(settings, _receipts(leased[2:3]), 0, now_ms=1)  # 2 dies
+    group.settle_dead([2])  # its copy is stored: settled above the floor (0 is leased)
+    letters = [
+        Letter(Offset(1), 1, None),  # dead, copy pending: reopened
+        Letter(Offset(2), 1, None),  # settled above the floor: reopened
+        Letter(Offset(3), 1, None),  # leased: left as it is
+        Letter(Offset(5), 1, None),  # never handed out: left as it is
+    ]
+    assert group.reopen(letters, now_ms=5, log_start_offset=0) == Redriven(2, 0)
+    assert sorted(group.waiting) == [1, 2] and not group.dead and not group.dead_sequences
+    assert group.pending_dead(10) == []
+    assert group.reopen([Letter(Offset(0), 1, None)], 6, log_start_offset=1) == Redriven(0, 1)
+
+
+def test_retention_removes_reopened_messages_below_the_log_start() -> None:
+    group = GroupLeases()
+    _kill(group, 2)
+    group.settle_dead([0, 1])
+    group.reopen([Letter(Offset(0), 3, None), Letter(Offset(1), 3, None)], 10, 0)
+    group.skip_below(1)
+    assert sorted(group.waiting) == [1] and group.floor == 2
+    assert _receive(group, 5, now_ms=20, end=2) == [(1, 4)]
+
+
 def test_receipts_of_offsets_never_handed_out_are_unknown() -> None:
     group = GroupLeases()
     assert group.ack([Receipt(Offset(5), 1)]) == [Outcome.UNKNOWN]
@@ -222,15 +298,30 @@ def test_a_random_walk_keeps_the_delivery_rules(seed: int) -> None:
         stale = [Receipt(Offset(o), c - 1) for o, c in delivered.items() if c > 1]
         for receipt in rng.sample(stale, min(len(stale), 2)):
             assert group.ack([receipt]) in ([Outcome.STALE], [Outcome.ALREADY])
-        group.settle_dead([d.offset for d in group.pending_dead(100)])
-        acked.update(o for o in range(group.floor))
+        dead = [d.offset for d in group.pending_dead(100)]
+        if rng.random() < 0.1:  # a redrive: delivered again, counting afresh
+            group.redrive_parked(rng.randint(0, 5), now_ms)
+        group.settle_dead(dead)
+        if rng.random() < 0.1 and dead:  # their copies redriven
+            letters = [Letter(Offset(o), delivered[o], keys[o]) for o in dead]
+            group.reopen(letters, now_ms, log_start_offset=0)
+            acked.difference_update(dead)
+        acked.update(o for o in range(group.floor) if not _unsettled(group, o))
         acked.update(group.settled)
-    while group.floor < 60:  # drain: ack whatever is handed out
+    while not _drained(group, 60):  # drain: ack whatever is handed out
         now_ms += 2_000
         leased = _receive(group, 60, now_ms, 60, settings, keys)
         group.ack(_receipts(leased))
         group.settle_dead([d.offset for d in group.pending_dead(100)])
     assert group.floor == 60 and not group.leases and not group.waiting
+
+
+def _unsettled(group: GroupLeases, offset: int) -> bool:
+    return any(offset in table for table in (group.leases, group.waiting, group.dead))
+
+
+def _drained(group: GroupLeases, end: int) -> bool:
+    return group.floor == end and not (group.leases or group.waiting or group.dead)
 
 
 def test_a_snapshot_restores_the_same_state_and_an_older_one_gets_defaults() -> None:

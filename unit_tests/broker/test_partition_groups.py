@@ -14,13 +14,14 @@ from broker.partition.commands import (
     Command,
     DeadLettered,
     Receive,
+    Redrive,
     Settle,
     Truncate,
     from_wire,
     to_wire,
 )
 from broker.partition.consensus import MemoryConsensus
-from broker.partition.group_leases import DeadLetter, Leased, Settled
+from broker.partition.group_leases import DeadLetter, Leased, Redriven, Settled
 from broker.partition.log import PartitionLog, Rejected
 from broker.partition.raft import FrozenPartitionLog
 from broker.partition.replica import PartitionReplica
@@ -58,6 +59,8 @@ COMMANDS: list[Command] = [
     Settle("g", "ack", ((3, 1), (4, 2)), 7, 0),
     Settle("g", "nack", (), 7, 1_000),
     DeadLettered("g", (1, 2)),
+    Redrive("g", "r", 9, 100, ((1, 3, "k"), (2, 3, None))),
+    Redrive("g", None, 9, 100),
 ]
 
 
@@ -77,6 +80,10 @@ def test_group_commands_round_trip_on_the_wire(command: Command) -> None:
         ("dead_lettered", "g", ("1",)),
         ("receive", "g"),
         ("dead_lettered", "g", (1,), 2),
+        ("redrive", "g", "r", 9, 100, ((1, 3),)),
+        ("redrive", "g", "r", 9, 100, ((1, 3, 4),)),
+        ("redrive", "g", 7, 9, 100, ()),
+        ("redrive", "g", "r", 9, 100),
     ],
 )
 def test_malformed_group_commands_decode_to_nothing(wire: tuple[object, ...]) -> None:
@@ -154,6 +161,29 @@ def test_dead_letters_settle_once_recorded() -> None:
     assert log.groups.pending_dead(10) == [("g", DeadLetter(Offset(0), 3, sequence=1))]
     log.apply(DeadLettered("g", (0,)))
     assert log.groups.groups["g"].leases.floor == 1
+
+
+def _dead(log: PartitionLog, messages: int) -> None:
+    """Every message of ``log`` (``messages`` of them) dies: three leases expire."""
+    for now_ms in (1_000, 2_000, 3_000):  # max_deliveries 3, each lease expires
+        log.apply(_receive(n=messages, now_ms=now_ms))
+    log.apply(_receive(n=messages, now_ms=4_000))
+    assert len(log.groups.pending_dead(10)) == messages
+
+
+def test_a_redrive_is_done_once_per_request_id() -> None:
+    log = _log(2)
+    _dead(log, 2)
+    assert log.apply(Redrive("g", "r1", 5_000, 1)) == Redriven(1)
+    assert log.apply(Redrive("g", "r1", 5_001, 1)) == Redriven(1)  # a repeat: nothing more
+    assert len(log.groups.pending_dead(10)) == 1
+    assert log.apply(_receive(n=5, now_ms=5_002)) == Leased(((Offset(0), 4),))
+    log.apply(DeadLettered("g", (1,)))
+    letters = ((1, 3, None), (0, 4, None))  # 0 is leased: left as it is
+    assert log.apply(Redrive("g", "r2", 5_003, 10, letters)) == Redriven(1)
+    assert log.apply(Redrive("g", "r2", 5_004, 10, letters)) == Redriven(1)
+    assert log.apply(_receive(n=5, now_ms=5_005)) == Leased(((Offset(1), 4),))
+    assert log.apply(Redrive("nobody", "r3", 5_006, 10)) == Redriven(0)
 
 
 def test_snapshots_keep_the_groups_and_an_older_one_has_none() -> None:

@@ -496,10 +496,16 @@ class BrokerService:
         return replica.partition.redrive(command, deadline)
 
     def fetch(
-        self, topic: str, partition_id: PartitionId, offset: int, max_messages: int
+        self,
+        topic: str,
+        partition_id: PartitionId,
+        offset: int,
+        max_messages: int,
+        skip_removed: bool = False,
     ) -> list[StoredMessage]:
-        """Committed messages ``[offset, offset + max_messages)`` this replica has applied;
-        503 REFUSED while its state may be stale (``caught_up``)."""
+        """Committed messages ``[offset, offset + max_messages)`` this replica has applied
+        (from the log start if retention removed ``offset`` and ``skip_removed``); 503
+        REFUSED while its state may be stale (``caught_up``)."""
         replica = self._replica(topic, partition_id)
         if not replica.partition.caught_up():
             raise RaftQError(
@@ -511,7 +517,7 @@ class BrokerService:
         log_start, log_end = replica.partition.read(
             lambda log: (log.log_start_offset, log.end_offset)
         )
-        if offset < log_start:
+        if offset < log_start and not skip_removed:
             raise RaftQError(
                 ErrorCode.OFFSET_OUT_OF_RANGE,
                 f"offset {offset} of {replica.partition.name} is below its log start: "
@@ -524,7 +530,8 @@ class BrokerService:
                 f"offset {offset} is beyond the end of {replica.partition.name}: valid "
                 f"offsets are {log_start} to {log_end} (the end: wait for new messages)",
             )
-        start, end = max(offset, log_start), min(offset + max_messages, log_end)
+        start = max(offset, log_start)
+        end = min(start + max_messages, log_end)
         return self._read(replica, start, end) if start < end else []
 
     def transfer_leadership(

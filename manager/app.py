@@ -24,6 +24,7 @@ from manager.dead_letter_mover import DeadLetterMover
 from manager.leader_duties import LeaderDuties
 from manager.log_router import LogRouter
 from manager.raft import ManagerRaft
+from manager.redrive import Redriver
 from manager.registry.state import ManagerState
 from manager.replica_mover import ReplicaMover
 from manager.service import ManagerService
@@ -74,7 +75,7 @@ def create_app(config: ManagerConfig) -> App:
     consumers.add_routes(app, service, limits)
     brokers.add_routes(app, service, limits)
     keys.add_routes(app, service, limits)
-    groups.add_routes(app, service, router, limits)
+    groups.add_routes(app, service, router, Redriver(limits, raft, router), limits)
     logs.add_routes(app, router, limits)
 
     mover = ReplicaMover(limits, raft, broker_client, monitor)

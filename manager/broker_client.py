@@ -8,7 +8,7 @@ from urllib.parse import quote
 from protocol.dead_letters import PendingDeadLetter
 from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
-from protocol.group_requests import MarkDeadLettered
+from protocol.group_requests import GroupRedrive, MarkDeadLettered
 from protocol.limits import Limits
 from protocol.types import ReplicaSpec
 from runtime.http_client import HttpAnswer, JsonHttpClient, PeerLink
@@ -131,6 +131,11 @@ class BrokerClient:
         """An ack, nack or extend of one partition's receipts: idempotent by receipt."""
         path = f"{address}/groups/{quote(group, safe='')}/{action}"
         return self._http.call("POST", path, body, idempotent=True, deadline=deadline)
+
+    def redrive(self, address: str, request: GroupRedrive, deadline: Deadline | None) -> HttpAnswer:
+        """One partition's part of a redrive: a repeat of its request id does nothing."""
+        path = f"{address}/groups/{quote(request.group, safe='')}/redrive"
+        return self._http.call("POST", path, request.to_json(), idempotent=True, deadline=deadline)
 
     def dead_letters(self, address: str, most: int) -> list[PendingDeadLetter]:
         """``GET {broker}/dead-letters``: messages past their group's ``max_deliveries`` in

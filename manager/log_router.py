@@ -45,6 +45,7 @@ from protocol.group_requests import (
     BrokerReceive,
     DeliveryReceipt,
     GroupReceive,
+    GroupRedrive,
     GroupSettingsParams,
     Ordering,
     Outcome,
@@ -248,12 +249,7 @@ class LogRouter:
                 ErrorCode.UNKNOWN_PARTITION,
                 f"{topic.name!r} has no partition {request.partition_id}",
             )
-        params = {
-            "topic": topic.name,
-            "partition_id": str(request.partition_id),
-            "offset": str(request.offset),
-            "max_messages": str(request.max_messages),
-        }
+        params = request.to_params()
         return {"messages": self._read(topic, request.partition_id, params, deadline)}
 
     def _read(
@@ -339,6 +335,28 @@ class LogRouter:
 
         pairs = consume_plan.settle(request.receipts, ask)
         return {"outcomes": [{"receipt": r.to_wire(), "outcome": o} for r, o in pairs]}
+
+    def redrive(self, request: GroupRedrive, deadline: Deadline | None = None) -> tuple[int, int]:
+        """One partition's part of a redrive (``manager.redrive``), at its leader: the
+        messages made deliverable again there, and those retention had removed."""
+        topic = self._active_topic(request.topic)
+        if request.partition_id >= topic.active_count:
+            raise RaftQError(
+                ErrorCode.UNKNOWN_PARTITION,
+                f"{topic.name!r} has no partition {request.partition_id}",
+            )
+        answer = self._send(
+            topic.partitions[request.partition_id],
+            topic.name,
+            lambda address: self._brokers.redrive(address, request, deadline),
+            repeat_is_harmless=request.request_id is not None,
+            deadline=deadline,
+        )
+        body = answer.body if isinstance(answer.body, dict) else {}
+        redriven, gone = body.get("redriven"), body.get("gone")
+        if not (isinstance(redriven, int) and isinstance(gone, int)):
+            raise RaftQError(ErrorCode.INTERNAL, "a broker answered a redrive without counts")
+        return redriven, gone
 
     def _group_settings(self, topic: str, group: str) -> GroupSettingsParams:
         entry = self._raft.read(lambda s: s.groups.get(topic, group))

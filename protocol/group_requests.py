@@ -488,7 +488,7 @@ def _letters(value: object, limits: Limits) -> tuple[RedriveLetter, ...]:
         key = item.get("key") if isinstance(item, dict) else None
         if not (_natural(offset) and _natural(count) and (key is None or isinstance(key, str))):
             raise invalid(
-                "each of 'letters' must be {\"offset\": int >= 0, \"delivery_count\": "
+                'each of \'letters\' must be {"offset": int >= 0, "delivery_count": '
                 'int >= 0, "key": string or null}'
             )
         if key is not None and len(key.encode("utf-8")) > limits.key_bytes_max:

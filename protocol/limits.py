@@ -197,6 +197,10 @@ class Limits:
     dead_letter_batch_max: int = 100
     """Most dead letters the manager leader reads from one broker per round (and marks in
     one request); it moves them each reconcile round (``reconcile_period_s``)."""
+    group_redrive_scan_max: int = 100_000
+    """Most messages of a dead-letter topic one redrive reads (``POST /groups/{group}/
+    redrive``), its letters and other groups' together; past it the answer says ``more``
+    and the next redrive goes on from there."""
     client_idle_expiry_s: float = 7 * 24 * 3600.0
     """A producer or consumer that no command has named for this long is forgotten: by each
     partition (its dedup window, its offset) and by the managers (its registration). Measured

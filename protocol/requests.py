@@ -457,12 +457,16 @@ def routing_partition_count(params: Params, limits: Limits) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class Fetch:
-    """``GET /logs?topic=T&partition_id=P&offset=O&max_messages=N``: stateless read."""
+    """``GET /logs?topic=T&partition_id=P&offset=O&max_messages=N&skip_removed=B``:
+    stateless read. An offset below the log start (retention removed it) is refused with
+    404 OFFSET_OUT_OF_RANGE, or with ``skip_removed=true`` read from the log start (each
+    message names its offset), as Kafka's ``auto.offset.reset=earliest``."""
 
     topic: str
     partition_id: PartitionId
     offset: Offset
     max_messages: int
+    skip_removed: bool = False
 
     @classmethod
     def parse(cls, params: Params, limits: Limits) -> Fetch:
@@ -475,7 +479,20 @@ class Fetch:
             max_messages=get_int(
                 params, "max_messages", minimum=1, maximum=limits.fetch_messages_max, default=100
             ),
+            skip_removed=_flag(params, "skip_removed"),
         )
+
+    def to_params(self) -> dict[str, str]:
+        """The query string ``parse`` reads (the router's request to a broker)."""
+        params = {
+            "topic": self.topic,
+            "partition_id": str(self.partition_id),
+            "offset": str(self.offset),
+            "max_messages": str(self.max_messages),
+        }
+        if self.skip_removed:
+            params["skip_removed"] = "true"
+        return params
 
 
 def partition_ref(params: Params, limits: Limits) -> tuple[str, PartitionId]:

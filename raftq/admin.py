@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from types import TracebackType
+from urllib.parse import quote
 
 from protocol.errors import ErrorCode
 from raftq.client_limits import ClientLimits
@@ -17,6 +19,7 @@ from raftq.records import (
     NewKey,
     PartitionAssignment,
     PartitionInfo,
+    Redriven,
     Topic,
     TopicLag,
     TopicSummary,
@@ -27,6 +30,7 @@ from raftq.records import (
     parse_new_key,
     parse_partition,
     parse_partitions,
+    parse_redriven,
     parse_topic,
     parse_topic_lag,
     parse_topic_summaries,
@@ -128,6 +132,17 @@ class Admin:
         """The consumer groups of ``topic`` (of every topic without it)."""
         params = {} if topic is None else {"topic": topic}
         return parse_groups(self._http.call("GET", "/groups", params=params, idempotent=True))
+
+    def redrive(self, topic: str, group: str, max_messages: int | None = None) -> Redriven:
+        """Make up to ``max_messages`` (default: the managers' bound) dead messages of
+        consumer group ``group`` deliverable to it again: those in its dead-letter topic
+        since the last redrive, or, without one, those parked in its partitions. Call
+        again while ``more``. Safe to retry (a request id goes with it)."""
+        body: dict[str, object] = {"topic": topic, "request_id": uuid.uuid4().hex}
+        if max_messages is not None:
+            body["max_messages"] = max_messages
+        path = f"/groups/{quote(group, safe='')}/redrive"
+        return parse_redriven(self._http.call("POST", path, body=body, idempotent=True))
 
     def consumer_lag(self, topic: str) -> TopicLag:
         """Every consumer's lag on each partition of ``topic``, in messages and in seconds

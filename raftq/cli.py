@@ -217,7 +217,9 @@ def _add_group_commands(
     commands: argparse._SubParsersAction[argparse.ArgumentParser],
     target: argparse.ArgumentParser,
 ) -> None:
-    group = commands.add_parser("group", help="create and list consumer groups (leased delivery)")
+    group = commands.add_parser(
+        "group", help="create, list, describe and redrive consumer groups (leased delivery)"
+    )
     actions = group.add_subparsers(dest="group_command", required=True, metavar="ACTION")
     create = actions.add_parser("create", parents=[target], help="create a consumer group")
     create.add_argument("name")
@@ -248,6 +250,17 @@ def _add_group_commands(
     )
     describe.add_argument("name")
     describe.add_argument("--topic", required=True)
+    redrive = actions.add_parser(
+        "redrive",
+        parents=[target],
+        help="make a group's dead messages deliverable to it again (its dead-letter topic's, "
+        "or those parked)",
+    )
+    redrive.add_argument("name")
+    redrive.add_argument("--topic", required=True)
+    redrive.add_argument(
+        "--max-messages", type=_positive, default=None, help="default: all (in rounds)"
+    )
 
     receive = commands.add_parser(
         "receive", parents=[target], help="lease messages of a consumer group, print, then ack"
@@ -663,6 +676,8 @@ def _consume(
 def cmd_group(args: argparse.Namespace, context: Context) -> int:
     target = resolve_target(args, context)
     with Admin(target.url, api_key=target.api_key, tls_ca=target.tls_ca) as admin:
+        if args.group_command == "redrive":
+            return _redrive(args, admin, context)
         if args.group_command == "create":
             groups = [
                 admin.create_group(
@@ -693,6 +708,23 @@ def cmd_group(args: argparse.Namespace, context: Context) -> int:
             f"max deliveries {g.max_deliveries or '-'}\tdead letters {g.dead_letter_topic or '-'}"
             f"\tordering {g.ordering}{figures}\n"
         )
+    return 0
+
+
+def _redrive(args: argparse.Namespace, admin: Admin, context: Context) -> int:
+    """Redrive until nothing is left or ``--max-messages`` are redriven."""
+    left: int | None = args.max_messages
+    redriven = gone = 0
+    while left is None or left > 0:
+        done = admin.redrive(args.topic, args.name, left)
+        redriven, gone = redriven + done.redriven, gone + done.gone
+        left = None if left is None else left - done.redriven - done.gone
+        if not done.more:
+            break
+    if args.output == "json":
+        _print_json_lines([{"redriven": redriven, "gone": gone}], context.stdout)
+    else:
+        context.stdout.write(f"redriven {redriven}\tgone (removed by retention) {gone}\n")
     return 0
 
 

@@ -57,6 +57,18 @@ class TopicSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class Redriven:
+    """What a redrive of a consumer group did."""
+
+    redriven: int
+    """Dead messages deliverable to the group again."""
+    gone: int
+    """Letters whose message retention had removed from the group's topic."""
+    more: bool
+    """It stopped before it had read every letter: redrive again for the rest."""
+
+
+@dataclass(frozen=True, slots=True)
 class GroupPartition:
     """A consumer group's figures in one partition (``raftq group describe``)."""
 
@@ -258,6 +270,14 @@ def _group_partition(figures: Mapping[str, object], where: str) -> GroupPartitio
 def parse_groups(body: object) -> list[GroupInfo]:
     where = "GET /groups"
     return [parse_group(item, where) for item in _list(_obj(body, where), "groups", where)]
+
+
+def parse_redriven(body: object) -> Redriven:
+    where = "POST /groups/{group}/redrive"
+    found = _obj(body, where)
+    return Redriven(
+        _int(found, "redriven", where), _int(found, "gone", where), _bool(found, "more", where)
+    )
 
 
 def _obj(value: object, where: str) -> Mapping[str, object]:

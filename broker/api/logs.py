@@ -56,7 +56,9 @@ def add_log_routes(api: App, service: BrokerService, limits: Limits, metrics: Me
             metrics.inc("popped_messages", len(messages), topic=topic)
         else:
             fetch = Fetch.parse(params, limits)
-            messages = service.fetch(topic, partition_id, fetch.offset, fetch.max_messages)
+            messages = service.fetch(
+                topic, partition_id, fetch.offset, fetch.max_messages, fetch.skip_removed
+            )
             metrics.inc("fetched_messages", len(messages), topic=topic)
         return json_response({"messages": _to_json(topic, partition_id, messages)})
 

@@ -1,11 +1,13 @@
 """``/groups``: consumer groups with leased delivery (issue 20), defined by admins (a
 group's dead-letter topic is written with the cluster's rights) and listed by any key; and
 ``/groups/{group}/...``: receive, ack, nack and extend, by a consumer key of the topic,
-routed to the partitions' brokers (``LogRouter``)."""
+routed to the partitions' brokers (``LogRouter``); and redrive, by admins (it changes what
+every member of the group gets: ``Redriver``)."""
 
 from __future__ import annotations
 
 from manager.log_router import LogRouter
+from manager.redrive import Redriver
 from manager.service import ManagerService
 from protocol.access import Action, require_topic
 from protocol.group_requests import (
@@ -13,6 +15,7 @@ from protocol.group_requests import (
     CreateGroup,
     GroupReceive,
     ListGroups,
+    RedriveRequest,
     SettleRequest,
 )
 from protocol.limits import Limits
@@ -20,7 +23,9 @@ from runtime.http_api import App, Handler, json_response, request_deadline, requ
 from runtime.http_server import HttpRequest, HttpResponse
 
 
-def add_routes(api: App, service: ManagerService, router: LogRouter, limits: Limits) -> None:
+def add_routes(
+    api: App, service: ManagerService, router: LogRouter, redriver: Redriver, limits: Limits
+) -> None:
     @api.post("/groups", Action.ADMIN)
     def create_group(http: HttpRequest) -> HttpResponse:
         body, status = service.create_group(CreateGroup.parse(request_params(http), limits))
@@ -39,6 +44,11 @@ def add_routes(api: App, service: ManagerService, router: LogRouter, limits: Lim
 
     for action in SETTLE_ACTIONS:
         api.post(f"/groups/{{group}}/{action}", Action.CONSUME)(_settle(router, limits, action))
+
+    @api.post("/groups/{group}/redrive", Action.ADMIN)
+    def redrive(http: HttpRequest) -> HttpResponse:
+        request = RedriveRequest.parse(request_params(http), http.path_params["group"], limits)
+        return json_response(redriver.redrive(request, request_deadline(http, limits)))
 
 
 def _settle(router: LogRouter, limits: Limits, action: str) -> Handler:

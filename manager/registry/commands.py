@@ -234,6 +234,28 @@ class DefineGroup:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class PlanRedrive:
+    """Consumer group ``group`` of ``topic`` is redriving its letters in ``[start, end)``
+    of its dead-letter topic's partition ``partition_id`` (``GroupRegistry.plan_redrive``)."""
+
+    topic: str
+    group: str
+    partition_id: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class FinishRedrive:
+    """The planned range, up to ``end``, is redriven (``GroupRegistry.finish_redrive``)."""
+
+    topic: str
+    group: str
+    partition_id: int
+    end: int
+
+
 RegistryCommand = (
     BeginTopic
     | BeginPartition
@@ -255,6 +277,8 @@ RegistryCommand = (
     | RetargetMove
     | CancelDrain
     | DefineGroup
+    | PlanRedrive
+    | FinishRedrive
 )
 
 _TAGS: dict[str, type[RegistryCommand]] = {
@@ -278,6 +302,8 @@ _TAGS: dict[str, type[RegistryCommand]] = {
     "retarget_move": RetargetMove,
     "cancel_drain": CancelDrain,
     "define_group": DefineGroup,
+    "plan_redrive": PlanRedrive,
+    "finish_redrive": FinishRedrive,
 }
 """The wire tag of each command: part of the journal format, never renamed."""
 _TAG_OF = {kind: tag for tag, kind in _TAGS.items()}

@@ -66,6 +66,17 @@ class GroupEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class RedriveProgress:
+    """A group's redrives in one partition of its dead-letter topic: its letters below
+    ``done_to`` are redriven, and ``planned``, when set, is the range being redriven (a
+    redrive that failed part way repeats exactly that range, so each origin partition
+    recognises its part by request id)."""
+
+    done_to: int = 0
+    planned: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class GroupBounds:
     """The bounds a definition is applied with (the proposer's, carried in the command)."""
 
@@ -81,6 +92,14 @@ class GroupRegistry:
     def __init__(self) -> None:
         self._groups: dict[str, dict[str, GroupEntry]] = {}
         """Topic name → group name → entry."""
+        self._redrives: dict[tuple[str, str], dict[int, RedriveProgress]] = {}
+        """(topic, group) → dead-letter partition → how far its redrives went."""
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        """A dump from before redrives has no redrive progress."""
+        self.__dict__.update(state)
+        if "_redrives" not in state:
+            self._redrives = {}
 
     def __len__(self) -> int:
         return sum(len(groups) for groups in self._groups.values())
@@ -96,6 +115,46 @@ class GroupRegistry:
     def all(self) -> list[GroupEntry]:
         """Every group, by topic and name."""
         return [entry for topic in sorted(self._groups) for entry in self.of_topic(topic)]
+
+    def redrive_progress(self, topic: str, group: str, partition_id: int) -> RedriveProgress:
+        """How far the group's redrives went in dead-letter partition ``partition_id``."""
+        return self._redrives.get((topic, group), {}).get(partition_id, RedriveProgress())
+
+    def plan_redrive(
+        self, topic: str, group: str, partition_id: int, start: int, end: int
+    ) -> Outcome:
+        """The group's letters in ``[start, end)`` of dead-letter partition ``partition_id``
+        are being redriven (the first part of the step: a repeat redrives exactly this
+        range again). UNCHANGED for the same plan again; BUSY when another range is
+        planned, or ``start`` is not where the last range ended (a stale proposer);
+        UNKNOWN_TOPIC for a group that does not exist; INVALID for a bad range."""
+        if not _names(topic, group) or self.get(topic, group) is None:
+            return Outcome.UNKNOWN_TOPIC
+        if not all(_int(v) and v >= 0 for v in (partition_id, start, end)) or end <= start:
+            return Outcome.INVALID
+        progress = self.redrive_progress(topic, group, partition_id)
+        if progress.planned == (start, end):
+            return Outcome.UNCHANGED
+        if progress.planned is not None or progress.done_to > start:
+            return Outcome.BUSY
+        self._set(topic, group, partition_id, RedriveProgress(progress.done_to, (start, end)))
+        return Outcome.UPDATED
+
+    def finish_redrive(self, topic: str, group: str, partition_id: int, end: int) -> Outcome:
+        """The planned range up to ``end`` is redriven: the next starts there. A repeat (or
+        a late copy) is UNCHANGED; INVALID when no range ends there."""
+        if not _names(topic, group) or self.get(topic, group) is None:
+            return Outcome.UNKNOWN_TOPIC
+        if not (_int(partition_id) and _int(end)):
+            return Outcome.INVALID
+        progress = self.redrive_progress(topic, group, partition_id)
+        if progress.planned is None or progress.planned[1] != end:
+            return Outcome.UNCHANGED if progress.done_to >= end else Outcome.INVALID
+        self._set(topic, group, partition_id, RedriveProgress(end))
+        return Outcome.UPDATED
+
+    def _set(self, topic: str, group: str, partition_id: int, progress: RedriveProgress) -> None:
+        self._redrives.setdefault((topic, group), {})[partition_id] = progress
 
     def define(self, entry: GroupEntry, bounds: GroupBounds) -> Outcome:
         """CREATED; UNCHANGED when the group exists with the same settings; EXISTS when it
@@ -122,6 +181,10 @@ def _settings(entry: GroupEntry) -> tuple[object, ...]:
         entry.dead_letter_topic,
         entry.ordering,
     )
+
+
+def _names(topic: object, group: object) -> bool:
+    return isinstance(topic, str) and isinstance(group, str)
 
 
 def _int(value: object) -> bool:

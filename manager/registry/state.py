@@ -22,6 +22,8 @@ from manager.registry.commands import (
     ExpireIdleClients,
     FinishMove,
     FinishPartitions,
+    FinishRedrive,
+    PlanRedrive,
     RegisterBroker,
     RegisterConsumer,
     RegisterProducer,
@@ -139,6 +141,11 @@ class ManagerState:
                 )
             case DefineGroup():
                 return self.define_group(command)
+            case PlanRedrive(topic, group, partition_id, start, end):
+                outcome = self.groups.plan_redrive(topic, group, partition_id, start, end)
+                return self._stamp(outcome)
+            case FinishRedrive(topic, group, partition_id, end):
+                return self._stamp(self.groups.finish_redrive(topic, group, partition_id, end))
         return Outcome.INVALID
 
     def _stamp(self, outcome: Outcome) -> Outcome:

@@ -9,6 +9,7 @@ import pytest
 
 from manager.registry import commands
 from manager.registry.commands import RegistryCommand, command_name, from_wire, to_wire
+from manager.registry.groups import RedriveProgress
 from manager.registry.outcome import Outcome
 from manager.registry.state import ManagerState
 from protocol.limits import Limits
@@ -28,6 +29,8 @@ EXAMPLES: list[RegistryCommand] = [
     commands.CreateKey("0123456789ab", "f" * 64, "producer", ("t",), "n", 3_000, 10),
     commands.RevokeKey("0123456789ab"),
     commands.DefineGroup("t", "g", 30_000, 0, None, "key", 100, 43_200_000, 1_000, 100),
+    commands.PlanRedrive("t", "g", 0, 0, 10),
+    commands.FinishRedrive("t", "g", 0, 10),
     commands.RegisterBroker(2, "http://b2", "127.0.0.2", 100, 199, 10),
     commands.BeginMove("t", 0, 0, 2, "127.0.0.2:100", 1),
     commands.RetargetMove("t", 0, 2, 2, "127.0.0.2:100"),  # already there: unchanged
@@ -64,6 +67,7 @@ def test_applying_them_in_order_builds_the_state() -> None:
     assert state.managers.changed and state.managers.effective([]) == []
     group = state.groups.get("t", "g")
     assert group is not None and group.ordered_by_key and group.dead_letter_topic is None
+    assert state.groups.redrive_progress("t", "g", 0) == RedriveProgress(10)
 
 
 @pytest.mark.parametrize(

@@ -11,12 +11,14 @@ import pytest
 from manager.registry.commands import (
     BeginTopic,
     DefineGroup,
+    FinishRedrive,
+    PlanRedrive,
     RegisterBroker,
     RegistryCommand,
     from_wire,
     to_wire,
 )
-from manager.registry.groups import GroupEntry
+from manager.registry.groups import GroupEntry, RedriveProgress
 from manager.registry.outcome import Outcome
 from manager.registry.state import ManagerState
 from protocol.limits import Limits
@@ -213,3 +215,42 @@ def test_a_group_entry_pickles_by_field_order() -> None:
     assert pickle.loads(pickle.dumps(entry)) == entry
     assert entry.ordered_by_key and entry.same_settings(replace(entry, version=9))
     assert not entry.same_settings(replace(entry, max_deliveries=3))
+
+
+def _redrive(state: ManagerState, command: PlanRedrive | FinishRedrive) -> Outcome:
+    return state.apply(from_wire(to_wire(command)))
+
+
+def test_a_redrive_plans_a_range_finishes_it_and_a_repeat_changes_nothing() -> None:
+    """The recorded step of a redrive from a dead-letter topic: a range is planned, its
+    letters reopened, then finished; a repeat of either (a retry, a new leader) changes
+    nothing, and no other range is planned while one is."""
+    state = _state()
+    assert _apply(state, _group(max_deliveries=3, dead_letter_topic="dead")) is Outcome.CREATED
+    plan = PlanRedrive("orders", "g", 0, 0, 100)
+    assert _redrive(state, plan) is Outcome.UPDATED
+    assert _redrive(state, plan) is Outcome.UNCHANGED
+    assert state.groups.redrive_progress("orders", "g", 0) == RedriveProgress(0, (0, 100))
+    assert _redrive(state, PlanRedrive("orders", "g", 0, 0, 50)) is Outcome.BUSY
+    assert _redrive(state, FinishRedrive("orders", "g", 0, 50)) is Outcome.INVALID
+    assert _redrive(state, FinishRedrive("orders", "g", 0, 100)) is Outcome.UPDATED
+    assert _redrive(state, FinishRedrive("orders", "g", 0, 100)) is Outcome.UNCHANGED
+    assert state.groups.redrive_progress("orders", "g", 0) == RedriveProgress(100)
+    assert _redrive(state, PlanRedrive("orders", "g", 0, 0, 100)) is Outcome.BUSY  # stale
+    assert _redrive(state, PlanRedrive("orders", "g", 1, 0, 5)) is Outcome.UPDATED
+    assert state.groups.redrive_progress("orders", "g", 0) == RedriveProgress(100)
+    assert _redrive(state, PlanRedrive("orders", "nobody", 0, 0, 5)) is Outcome.UNKNOWN_TOPIC
+    assert _redrive(state, PlanRedrive("orders", "g", 2, 5, 5)) is Outcome.INVALID
+    before = state.revision
+    restored: ManagerState = pickle.loads(pickle.dumps(state))
+    assert restored.groups.redrive_progress("orders", "g", 1) == RedriveProgress(0, (0, 5))
+    assert restored.revision == before
+
+
+def test_a_snapshot_from_before_redrives_loads_with_no_progress() -> None:
+    state = _state()
+    _apply(state, _group())
+    del state.groups.__dict__["_redrives"]  # as pickled before redrives
+    restored: ManagerState = pickle.loads(pickle.dumps(state))
+    assert restored.groups.redrive_progress("orders", "g", 0) == RedriveProgress()
+    assert _redrive(restored, PlanRedrive("orders", "g", 0, 0, 1)) is Outcome.UPDATED

@@ -35,8 +35,10 @@ from protocol.group_requests import (
     CreateGroup,
     DeadLettersQuery,
     GroupReceive,
+    GroupRedrive,
     ListGroups,
     MarkDeadLettered,
+    RedriveRequest,
     SettleRequest,
 )
 from protocol.limits import Limits
@@ -320,6 +322,7 @@ FETCH: dict[str, object] = {
     "partition_id": "0",
     "offset": "0",
     "max_messages": "1",
+    "skip_removed": "true",
 }
 SPEC = {
     "topic": "orders",
@@ -373,6 +376,18 @@ def _broker_settle(action: str, params: Mapping[str, object], limits: Limits) ->
 
 def _mark_dead_lettered(params: Mapping[str, object], limits: Limits) -> object:
     return MarkDeadLettered.parse(params, "g", limits)
+
+
+def _redrive(params: Mapping[str, object], limits: Limits) -> object:
+    return RedriveRequest.parse(params, "g", limits)
+
+
+def _broker_redrive(params: Mapping[str, object], limits: Limits) -> object:
+    return GroupRedrive.parse(params, "g", limits)
+
+
+def _letter(index: int) -> object:
+    return {"offset": index, "delivery_count": 1, "key": None}
 
 
 M, B = Node.MANAGER, Node.BROKER
@@ -536,6 +551,27 @@ PARSED = [
         "/groups/{group}/dead-lettered",
         _mark_dead_lettered,
         {"topic": "orders", "partition_id": 0, "offsets": [0]},
+    ),
+    Parsed(
+        M,
+        "POST",
+        "/groups/{group}/redrive",
+        _redrive,
+        {"topic": "orders", "max_messages": 10, "request_id": "r"},
+    ),
+    Parsed(
+        B,
+        "POST",
+        "/groups/{group}/redrive",
+        _broker_redrive,
+        {
+            "topic": "orders",
+            "partition_id": 0,
+            "max_messages": 10,
+            "request_id": "r",
+            "letters": [_letter(0)],
+        },
+        items={"letters": _letter},
     ),
     *(
         Parsed(

@@ -7,6 +7,7 @@ Chromium: a range of a dead-letter topic with its headers, and the server's erro
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import defaultdict
@@ -18,7 +19,14 @@ import pytest
 
 from protocol.errors import ErrorCode
 from raftq import Admin, Delivery, GroupMember
-from unit_tests.cluster.browser import dump_dom, element_text, table_rows
+from unit_tests.cluster.browser import (
+    ARTIFACTS,
+    BrowserTab,
+    browser,
+    dump_dom,
+    element_text,
+    table_rows,
+)
 from unit_tests.cluster.client_ops import (
     create_topic,
     create_topic_answer,
@@ -302,7 +310,8 @@ def test_the_dashboard_browses_a_dead_letter_topic_by_offset(cluster: Cluster) -
         DEAD_LETTER_WAIT_S,
         "the dead letters stored in browsed-dead",
     )
-    dom = dump_dom(_browse_page(cluster, "topic=browsed-dead&partition=0&offset=1&count=2"))
+    page = _browse_page(cluster, "topic=browsed-dead&partition=0&offset=1&count=2")
+    dom = dump_dom(page)
     assert element_text(dom, "browse-error") == ""
     assert element_text(dom, "browse-status") == "offsets 1 to 2 of browsed-dead/0 (2 messages)"
     rows = table_rows(dom, "messages")
@@ -321,6 +330,51 @@ def test_the_dashboard_browses_a_dead_letter_topic_by_offset(cluster: Cluster) -
         assert shown == message["headers"], row  # every header, none added or dropped
     # The markup stayed text: no element made of it, and neither handler ran.
     assert "<img" not in dom and "<title>RaftQ</title>" in dom
+    _page_through(cluster)
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "dashboard-messages.png"
+    shot.unlink(missing_ok=True)
+    browser(f"--screenshot={shot}", page)
+    assert shot.stat().st_size > 10_000  # a rendered page, not an empty one
+
+
+_FILL_AND_FETCH = """(() => {
+  const fields = {topic: "browsed-dead", partition: "0", offset: "0", count: "2"};
+  for (const [field, value] of Object.entries(fields)) {
+    document.getElementById("browse-" + field).value = value;
+  }
+  document.querySelector("#browse button:not([type])").click();
+})()"""
+
+
+def _page_through(cluster: Cluster) -> None:
+    """The browser as a user works it, in a live page: the topic offered in its form, the
+    form filled and sent, then its next and previous buttons, up to the partition's end;
+    the address keeps what is shown (a reload or a copied link shows it again)."""
+    with BrowserTab(f"{cluster.lb_url}/ui#key={cluster.admin_key}") as tab:
+        offered = "[...document.querySelectorAll('#topic-names option')].map(o => o.value)"
+        tab.wait_for(f"{offered}.includes('browsed-dead')", "the topic offered in the form")
+        tab.evaluate(_FILL_AND_FETCH)
+        first, second = (f"offsets {o} to {o + 1} of browsed-dead/0 (2 messages)" for o in (0, 2))
+        the_end = "no messages in browsed-dead/0 from offset 4 (its end: nothing newer yet)"
+        assert _shown_offsets(tab, first) == [0, 1]
+        steps = [("next", second, [2, 3]), ("previous", first, [0, 1])]
+        steps += [("next", second, [2, 3]), ("next", the_end, [])]
+        for button, status, offsets in steps:
+            tab.evaluate(f"document.getElementById('browse-{button}').click()")
+            assert _shown_offsets(tab, status) == offsets, button
+        hash_ = tab.evaluate("location.hash")
+        assert hash_.endswith("&topic=browsed-dead&partition=0&offset=4&count=2"), hash_
+
+
+def _shown_offsets(tab: BrowserTab, status: str) -> list[int]:
+    """The offsets in the browser's rows once its status line says ``status``."""
+    tab.wait_for(
+        f"document.getElementById('browse-status').textContent === {json.dumps(status)}",
+        f"the browser to show {status!r}",
+    )
+    rows = table_rows(tab.evaluate("document.getElementById('messages').outerHTML"), "messages")
+    return [int(row[0][0]) for row in rows]
 
 
 RETENTION_WAIT_S = 60.0

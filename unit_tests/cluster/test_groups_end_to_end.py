@@ -2,21 +2,34 @@
 logic is the partitions', whatever the database; the PostgreSQL paths a group reads
 through are the end-to-end module's): leases, acks and redelivery across a partition
 leader's kill, long polling on both paths, and poison messages reaching the dead-letter
-topic once across a manager leader's kill."""
+topic once across a manager leader's kill. The dashboard's message browser, in headless
+Chromium: a range of a dead-letter topic with its headers, and the server's errors."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from protocol.errors import ErrorCode
 from raftq import Admin, Delivery, GroupMember
+from unit_tests.cluster.browser import (
+    ARTIFACTS,
+    BrowserTab,
+    browser,
+    dump_dom,
+    element_text,
+    table_rows,
+)
 from unit_tests.cluster.client_ops import (
     create_topic,
+    create_topic_answer,
     headers_of_index,
     partition_leader,
     produce,
@@ -240,3 +253,168 @@ def _dead_letters_when_all_moved(cluster: Cluster) -> list[dict[str, Any]]:
         assert response.status_code == 200, response.text
         copies.extend(response.json()["messages"])
     return copies
+
+
+MARKUP = (
+    "<img src=x onerror=\"document.title='injected'\"> & </td>"
+    "<script>document.title='injected'</script>"
+)
+"""In every browsed value and header: shown as text, it changes nothing; made HTML, the
+image's error handler (or the script) would change the page's title."""
+
+
+def _browsed_headers(index: int) -> dict[str, str]:
+    return {"trace": f"t{index} {MARKUP}"}
+
+
+def _messages(cluster: Cluster, topic: str, count: int) -> list[dict[str, Any]] | None:
+    """Partition 0 of ``topic`` from offset 0, through the load balancer, once it holds
+    ``count`` messages."""
+    response = cluster.get("/logs", topic=topic, partition_id=0, offset=0, max_messages=100)
+    assert response.status_code == 200, response.text
+    messages: list[dict[str, Any]] = response.json()["messages"]
+    return messages if len(messages) == count else None
+
+
+def _shown_time(timestamp_ms: int) -> str:
+    """A timestamp as the page shows it (JavaScript's ``toISOString``: UTC, milliseconds)."""
+    moment = datetime.fromtimestamp(timestamp_ms // 1000, UTC)
+    moment += timedelta(milliseconds=timestamp_ms % 1000)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _browse_page(cluster: Cluster, query: str) -> str:
+    return f"{cluster.lb_url}/ui#key={cluster.admin_key}&{query}"
+
+
+def test_the_dashboard_browses_a_dead_letter_topic_by_offset(cluster: Cluster) -> None:
+    """Issue 20's message browser: headless Chromium opens the dashboard with a topic,
+    partition, offset and count in its address; the page fills its form, fetches that
+    range by offset through the load balancer (the clients' ``GET /logs``) and shows each
+    message's offset, key, value, timestamp and headers: the producer's and those RaftQ
+    adds to a dead letter. Markup in values and headers is shown as text, never made HTML."""
+    create_topic(cluster, "browsed", 1)
+    create_topic(cluster, "browsed-dead", 1)
+    with Admin(cluster.lb_url, api_key=cluster.admin_key) as admin:
+        admin.create_group("browsed", "readers", max_deliveries=1, dead_letter_topic="browsed-dead")
+    producer = register(cluster, "producer", {"topic": "browsed"})
+    batch = [(f"k{i}", f"v{i} {MARKUP}") for i in range(4)]
+    acks = produce(cluster, producer, 0, batch, topic="browsed", headers=_browsed_headers)
+    origin_offsets = {a.value: a.offset for a in acks}
+    with GroupMember(cluster.lb_url, "browsed", "readers", api_key=cluster.admin_key) as member:
+        held = _receive_all(member, len(batch))
+        # max_deliveries 1: a nack of the first delivery makes the message a dead letter.
+        assert {o for _, o in member.nack(held)} <= {"done", "ended"}
+    stored = wait_until(
+        lambda: _messages(cluster, "browsed-dead", len(batch)),
+        DEAD_LETTER_WAIT_S,
+        "the dead letters stored in browsed-dead",
+    )
+    page = _browse_page(cluster, "topic=browsed-dead&partition=0&offset=1&count=2")
+    dom = dump_dom(page)
+    assert element_text(dom, "browse-error") == ""
+    assert element_text(dom, "browse-status") == "offsets 1 to 2 of browsed-dead/0 (2 messages)"
+    rows = table_rows(dom, "messages")
+    assert [row[0] for row in rows] == [["1"], ["2"]], rows  # the range asked, no more
+    for row, message in zip(rows, stored[1:3], strict=True):
+        offset, key, value, timestamp, headers = row
+        assert offset == [str(message["offset"])], row
+        index = int(value[0][1 : value[0].index(" ")])
+        assert (key, value) == ([f"k{index}"], [f"v{index} {MARKUP}"]), row
+        assert timestamp == [_shown_time(message["timestamp_ms"])], row
+        shown = dict(line.split(": ", 1) for line in headers)
+        assert shown["trace"] == f"t{index} {MARKUP}", row
+        assert shown["raftq-origin-topic"] == "browsed", row
+        assert shown["raftq-origin-offset"] == str(origin_offsets[value[0]]), row
+        assert shown["raftq-group"] == "readers" and shown["raftq-delivery-count"] == "1", row
+        assert shown == message["headers"], row  # every header, none added or dropped
+    # The markup stayed text: no element made of it, and neither handler ran.
+    assert "<img" not in dom and "<title>RaftQ</title>" in dom
+    _page_through(cluster)
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "dashboard-messages.png"
+    shot.unlink(missing_ok=True)
+    browser(f"--screenshot={shot}", page)
+    assert shot.stat().st_size > 10_000  # a rendered page, not an empty one
+
+
+_FILL_AND_FETCH = """(() => {
+  const fields = {topic: "browsed-dead", partition: "0", offset: "0", count: "2"};
+  for (const [field, value] of Object.entries(fields)) {
+    document.getElementById("browse-" + field).value = value;
+  }
+  document.querySelector("#browse button:not([type])").click();
+})()"""
+
+
+def _page_through(cluster: Cluster) -> None:
+    """The browser as a user works it, in a live page: the topic offered in its form, the
+    form filled and sent, then its next and previous buttons, up to the partition's end;
+    the address keeps what is shown (a reload or a copied link shows it again)."""
+    with BrowserTab(f"{cluster.lb_url}/ui#key={cluster.admin_key}") as tab:
+        offered = "[...document.querySelectorAll('#topic-names option')].map(o => o.value)"
+        tab.wait_for(f"{offered}.includes('browsed-dead')", "the topic offered in the form")
+        tab.evaluate(_FILL_AND_FETCH)
+        first, second = (f"offsets {o} to {o + 1} of browsed-dead/0 (2 messages)" for o in (0, 2))
+        the_end = "no messages in browsed-dead/0 from offset 4 (its end: nothing newer yet)"
+        assert _shown_offsets(tab, first) == [0, 1]
+        steps = [("next", second, [2, 3]), ("previous", first, [0, 1])]
+        steps += [("next", second, [2, 3]), ("next", the_end, [])]
+        for button, status, offsets in steps:
+            tab.evaluate(f"document.getElementById('browse-{button}').click()")
+            assert _shown_offsets(tab, status) == offsets, button
+        hash_ = tab.evaluate("location.hash")
+        assert hash_.endswith("&topic=browsed-dead&partition=0&offset=4&count=2"), hash_
+
+
+def _shown_offsets(tab: BrowserTab, status: str) -> list[int]:
+    """The offsets in the browser's rows once its status line says ``status``."""
+    tab.wait_for(
+        f"document.getElementById('browse-status').textContent === {json.dumps(status)}",
+        f"the browser to show {status!r}",
+    )
+    rows = table_rows(tab.evaluate("document.getElementById('messages').outerHTML"), "messages")
+    return [int(row[0][0]) for row in rows]
+
+
+RETENTION_WAIT_S = 60.0
+"""Retention runs every ``retention_check_period_s`` (5 s) on the partition's leader."""
+
+
+def test_the_dashboard_browser_shows_the_servers_errors(cluster: Cluster) -> None:
+    """A bad request in the message browser shows the server's error (status, RaftQ code,
+    message) and no rows, never a blank page: a negative offset, an unknown topic, and an
+    offset below the log start (retention removed it)."""
+    create_topic_answer(
+        cluster, {"name": "browsed-trimmed", "partitions": 1, "retention_bytes": 50}
+    )
+    producer = register(cluster, "producer", {"topic": "browsed-trimmed"})
+    produce(cluster, producer, 0, [(None, f"{i:010d}") for i in range(20)], topic="browsed-trimmed")
+
+    def log_started_later() -> bool:
+        response = cluster.get("/logs", topic="browsed-trimmed", partition_id=0, offset=0)
+        return response.status_code == 416
+
+    wait_until(log_started_later, RETENTION_WAIT_S, "retention to move the log start")
+    cases = [
+        (
+            "topic=browsed-trimmed&partition=0&offset=-1&count=5",
+            f"HTTP 400 (error {ErrorCode.INVALID_FIELD.value}): ",
+            "field 'offset' must be between 0 and",
+        ),
+        (
+            "topic=nowhere&partition=0&offset=0&count=5",
+            f"HTTP 404 (error {ErrorCode.UNKNOWN_TOPIC.value}): ",
+            "unknown topic 'nowhere'",
+        ),
+        (
+            "topic=browsed-trimmed&partition=0&offset=0&count=5",
+            f"HTTP 416 (error {ErrorCode.OFFSET_OUT_OF_RANGE.value}): ",
+            "is below its log start",
+        ),
+    ]
+    for query, status, reason in cases:
+        dom = dump_dom(_browse_page(cluster, query))
+        shown = element_text(dom, "browse-error")
+        assert shown.startswith(status) and reason in shown, (query, shown)
+        assert table_rows(dom, "messages") == [], query

@@ -107,14 +107,12 @@ class Redriver:
                 tally.more = True
                 return
             request_id = (
-                None if request.request_id is None else f"{request.request_id}.{partition_id}"
+                None
+                if request.request_id is None
+                else _hashed(f"{request.request_id}\x00{partition_id}")
             )
             part = GroupRedrive(
-                topic.name,
-                PartitionId(partition_id),
-                request.group,
-                tally.left,
-                None if request_id is None else RequestId(request_id),
+                topic.name, PartitionId(partition_id), request.group, tally.left, request_id
             )
             redriven, _ = self._router.redrive(part, deadline)
             tally.redriven += redriven
@@ -264,4 +262,9 @@ def _request_id(dead_letter_topic: str, partition_id: int, read: _Range, origin:
     """The same for every repeat of one range's step (a failure before its progress was
     recorded): the origin partition then does nothing again."""
     text = f"{dead_letter_topic}\x00{partition_id}\x00{read.start}\x00{read.end}\x00{origin}"
+    return _hashed(text)
+
+
+def _hashed(text: str) -> RequestId:
+    """A request id of bounded length (``id_chars_max``), whatever the names' lengths."""
     return RequestId("raftq-redrive-" + hashlib.sha256(text.encode()).hexdigest()[:40])

@@ -9,6 +9,8 @@ those). Any other broker error goes back to the caller unchanged, except a 4xx a
 attempt whose outcome is unknown: that becomes 503 UNAVAILABLE, since the 4xx proves
 nothing about the earlier attempt.
 
+A produce is planned by ``protocol.produce_plan`` (the cut, each group's body, the merged
+answer and which failure speaks for the whole batch), as the client's direct path plans it.
 A pop over several partitions stops at a partition that refuses it with an answer proving
 nothing was done there, and answers what the partitions before it claimed (``pop``).
 With the caller's ``Deadline`` nothing more is sent once it has passed, and each broker is
@@ -27,17 +29,11 @@ from concurrent.futures import Executor
 
 from manager.broker_client import BrokerClient, BrokerRefusalError
 from manager.broker_monitor import BrokerMonitor
-from manager.log_routing import (
-    PartitionGroup,
-    broker_order,
-    group_messages,
-    pop_order,
-    routing_count,
-)
+from manager.log_routing import broker_order, pop_order, routing_count
 from manager.registry.brokers import BrokerRecord
 from manager.registry.topics import PartitionRecord, TopicRecord
 from manager.replicated import ReplicatedRegistry
-from protocol import consume_plan
+from protocol import consume_plan, produce_plan
 from protocol.consume_plan import receive_order
 from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError, proves_nothing_done
@@ -51,15 +47,16 @@ from protocol.group_requests import (
     Outcome,
     SettleRequest,
 )
+from protocol.produce_plan import BatchFailure, ProducePlan
 from protocol.requests import Fetch, Pop, Produce, invalid
-from protocol.routing import unkeyed_salt
+from protocol.routing import PartitionGroup
 from protocol.types import BrokerId, PartitionId, RequestId
 from runtime.http_client import HttpAnswer, NoAnswerError
 
 BrokerCall = Callable[[str], HttpAnswer]
-GroupStored = tuple[list[int], object]
-"""A partition group's offsets, and its broker's ``ack`` (``protocol.types.Ack`` as JSON),
-passed on unchanged."""
+GroupStored = tuple[list[dict[str, object]], object]
+"""A partition group's offsets (each ``{"partition_id", "offset"}``, in the group's order),
+and its broker's ``ack`` (``protocol.types.Ack`` as JSON), passed on unchanged."""
 
 
 class LogRouter:
@@ -103,50 +100,43 @@ class LogRouter:
                 ErrorCode.UNKNOWN_PARTITION,
                 f"{topic.name!r} has no partition {request.partition_id}",
             )
-        salt = (
-            None
-            if request.sequence is None or request.producer_id is None
-            else unkeyed_salt(request.producer_id, request.sequence)
-        )
-        groups = group_messages(
+        plan = produce_plan.cut(
+            topic.name,
             request.messages,
             count,
             partition_id=request.partition_id,
-            unkeyed_salt=salt,
+            producer_id=request.producer_id,
+            sequence=request.sequence,
+            durability=request.durability,
             round_robin=next(self._round_robin),
         )
-        results = self._produce_groups(request, topic, groups, deadline)
-        failures = [r for r in results if isinstance(r, Exception)]
-        if failures:
-            raise _produce_failure(failures, stored_groups=len(results) - len(failures))
-        stored = [r for r in results if not isinstance(r, Exception)]
-        offsets: list[dict[str, object]] = [{} for _ in request.messages]
-        for group, (found, _) in zip(groups, stored, strict=True):
-            for index, offset in zip(group.indexes, found, strict=True):
-                offsets[index] = {"partition_id": group.partition_id, "offset": offset}
-        acks = [ack for _, ack in stored]
+        results = self._produce_groups(plan, topic, deadline)
+        merged = plan.merge(
+            [r if isinstance(r, Exception) else r[0] for r in results],
+            error_code,
+            _proves_nothing_done,
+        )
+        if isinstance(merged, BatchFailure):
+            raise _batch_error(merged)
+        acks = [r[1] for r in results if not isinstance(r, Exception)]
         if request.is_batch:
-            return {"offsets": offsets, "acks": acks}
-        return {**offsets[0], "ack": acks[0]}
+            return {"offsets": merged, "acks": acks}
+        return {**merged[0], "ack": acks[0]}
 
     def _produce_groups(
-        self,
-        request: Produce,
-        topic: TopicRecord,
-        groups: list[PartitionGroup],
-        deadline: Deadline | None,
+        self, plan: ProducePlan, topic: TopicRecord, deadline: Deadline | None
     ) -> list[GroupStored | Exception]:
         """Each group's offsets and ack, or failure. One group (the common case) is sent from this
         thread; several go out in parallel. Every group is waited for: answering at the first
         failure could tell the client "nothing was done" (429, 503 NO_LEADER) while another
         partition stored its part."""
         calls: list[Callable[[], GroupStored]]
-        if len(groups) == 1:
-            calls = [lambda: self._produce_group(request, topic, groups[0], deadline)]
+        if len(plan.groups) == 1:
+            calls = [lambda: self._produce_group(plan, topic, plan.groups[0], deadline)]
         else:
             futures = [
-                self._executor.submit(self._produce_group, request, topic, g, deadline)
-                for g in groups
+                self._executor.submit(self._produce_group, plan, topic, g, deadline)
+                for g in plan.groups
             ]
             calls = [future.result for future in futures]
         results: list[GroupStored | Exception] = []
@@ -159,31 +149,24 @@ class LogRouter:
 
     def _produce_group(
         self,
-        request: Produce,
+        plan: ProducePlan,
         topic: TopicRecord,
         group: PartitionGroup,
         deadline: Deadline | None,
     ) -> GroupStored:
-        body = {
-            "topic": topic.name,
-            "partition_id": group.partition_id,
-            "messages": [request.messages[i].to_json() for i in group.indexes],
-            "producer_id": request.producer_id,
-            "sequence": request.sequence,
-            "durability": request.durability.value,
-        }
+        body = plan.body(group)
         answer = self._send(
             topic.partitions[group.partition_id],
             topic.name,
             lambda address: self._brokers.produce(address, body, deadline),
-            repeat_is_harmless=request.sequence is not None,
+            repeat_is_harmless=plan.sequence is not None,
             deadline=deadline,
         )
         offsets = answer.body.get("offsets") if isinstance(answer.body, dict) else None
         if not (isinstance(offsets, list) and len(offsets) == len(group.indexes)):
             raise RaftQError(ErrorCode.INTERNAL, "a broker answered a produce without offsets")
         ack = answer.body.get("ack") if isinstance(answer.body, dict) else None
-        return [int(o) for o in offsets], ack
+        return [{"partition_id": group.partition_id, "offset": int(o)} for o in offsets], ack
 
     # --- consume -----------------------------------------------------------------------------
     def consumer_topic(self, consumer_id: str) -> str | None:
@@ -433,26 +416,13 @@ def _listed(answer: HttpAnswer, name: str) -> list[object]:
     return found
 
 
-def _produce_failure(failures: list[Exception], stored_groups: int) -> Exception:
-    """The error for a batch some of whose partition groups failed. It may claim "nothing
-    was done" only if no group stored anything and no failure leaves its outcome open, or
-    if every failure is SEQUENCE_OUT_OF_ORDER: a partition answers that once it has seen a
-    later sequence of the producer, which a producer sends only after this batch was
-    acknowledged whole. So an earlier attempt stored every part, and the groups stored now
-    were recognised as duplicates (a replayed Spark task, which skips such a batch). Only a
-    partition that forgot the producer (its de-duplication bounds) appends its part again."""
-    if stored_groups == 0 and len(failures) == 1:
-        return failures[0]
-    unknown = [f for f in failures if not _proves_nothing_done(f)]
-    if stored_groups == 0 and not unknown:
-        return failures[0]
-    if all(error_code(f) is ErrorCode.SEQUENCE_OUT_OF_ORDER for f in failures):
-        return failures[0]
-    return RaftQError(
-        ErrorCode.PARTIALLY_WRITTEN,
-        f"{stored_groups} of {stored_groups + len(failures)} partitions stored their part of "
-        f"the batch; retry it with the same sequence. First failure: {failures[0]}",
-    )
+def _batch_error(failure: BatchFailure[Exception]) -> Exception:
+    """The router's answer for a batch some of whose groups failed (``protocol.produce_plan``):
+    a failure that is not true of the whole batch becomes PARTIALLY_WRITTEN, an unknown
+    outcome the client retries with the same sequence."""
+    if failure.speaks_for_batch:
+        return failure.failure
+    return RaftQError(ErrorCode.PARTIALLY_WRITTEN, failure.partly_written)
 
 
 def _claimed_before(partition_id: PartitionId, failure: Exception) -> RaftQError:

@@ -1,9 +1,9 @@
 """Which replica's broker to try first, and how many partitions a request routes over.
 Pure: leaders, liveness and topics come in as arguments.
 
-Which partition each produced message goes to and which partitions a pop visits are in
-``protocol.routing`` (one copy, shared with the client library's direct path); they are
-re-exported here for the manager's modules."""
+Which partitions a pop visits is ``protocol.routing.pop_order`` (one copy, shared with the
+client library's direct path), re-exported here for the manager's modules; how a produced
+batch is cut is ``protocol.produce_plan``'s."""
 
 from __future__ import annotations
 
@@ -11,16 +11,10 @@ from collections.abc import Collection
 
 from manager.registry.topics import PartitionRecord, TopicRecord
 from protocol.errors import ErrorCode, RaftQError
-from protocol.routing import PartitionGroup, group_messages, pop_order
+from protocol.routing import pop_order
 from protocol.types import BrokerId
 
-__all__ = [
-    "PartitionGroup",
-    "broker_order",
-    "group_messages",
-    "pop_order",
-    "routing_count",
-]
+__all__ = ["broker_order", "pop_order", "routing_count"]
 
 
 def broker_order(

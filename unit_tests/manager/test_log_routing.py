@@ -10,9 +10,7 @@ from protocol.types import BrokerId, PartitionId, ReplicaId
 
 
 def test_the_manager_uses_the_one_copy_in_protocol() -> None:
-    assert log_routing.group_messages is routing.group_messages
     assert log_routing.pop_order is routing.pop_order
-    assert log_routing.PartitionGroup is routing.PartitionGroup
 
 
 def _partition(*brokers: int) -> PartitionRecord:

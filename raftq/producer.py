@@ -18,21 +18,16 @@ so the manager cuts every resend the same way even after partitions were added.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import TracebackType
 
+from protocol import produce_plan
 from protocol.errors import ErrorCode
+from protocol.invariant import check
+from protocol.produce_plan import BatchFailure
 from protocol.routing import PartitionGroup
-from protocol.types import Durability, NewMessage, headers_of
-from raftq.batch_groups import (
-    GroupResult,
-    acked_offsets,
-    cut_batch,
-    group_body,
-    merge_offsets,
-    with_earlier_acks,
-)
+from protocol.types import Durability, NewMessage, PartitionId, headers_of
 from raftq.client_limits import ClientLimits
 from raftq.direct_path import DirectPath, Fallback, PartitionRequest, partition_maps
 from raftq.errors import (
@@ -309,38 +304,45 @@ class Producer:
         if direct is None or batch.via_lb or batch.partition_count is None:
             body = self._http.call("POST", "/logs", body=self._body(batch), idempotent=True)
             return parse_offsets(body, len(batch.messages))
-        groups = cut_batch(
+        return self._send_direct(direct, batch, batch.partition_count)
+
+    def _send_direct(
+        self, direct: DirectPath, batch: Batch, partition_count: int
+    ) -> list[PartitionOffset]:
+        """Each partition group to its leader's broker at once (``protocol.produce_plan``)."""
+        plan = produce_plan.cut(
+            self.topic,
             batch.messages,
-            batch.partition_count,
-            self.partition_id,
-            self.producer_id,
-            batch.sequence,
+            partition_count,
+            partition_id=None if self.partition_id is None else PartitionId(self.partition_id),
+            producer_id=self.producer_id,
+            sequence=batch.sequence,
+            durability=self._stated_durability(),
+            round_robin=0,  # unused: a batch always carries a sequence
         )
-        bodies = [
-            group_body(self.topic, self.producer_id, batch.sequence, batch.messages, group)
-            | self._durability_field()
-            for group in groups
-        ]
+        bodies = [plan.body(group) for group in plan.groups]
         answers = direct.call_many(
             self.topic,
             [
                 PartitionRequest(g.partition_id, "POST", b)
-                for g, b in zip(groups, bodies, strict=True)
+                for g, b in zip(plan.groups, bodies, strict=True)
             ],
         )
         results = [
             self._settle_group(direct, group, body, answer)
-            for group, body, answer in zip(groups, bodies, answers, strict=True)
+            for group, body, answer in zip(plan.groups, bodies, answers, strict=True)
         ]
         # Kept on the queued batch before the failure (if any) is raised: the groups stored
         # now are acknowledged even if the batch as a whole is not.
-        now = acked_offsets(groups, results, len(batch.messages))
-        self._in_flight = replace(batch, acked=with_earlier_acks(batch.acked, now))
-        return merge_offsets(groups, results, len(batch.messages))
+        self._in_flight = replace(batch, acked=with_earlier_acks(batch.acked, plan.acked(results)))
+        merged = plan.merge(results, _error_code, _proves_nothing_done)
+        if isinstance(merged, BatchFailure):
+            raise _batch_error(merged)
+        return merged
 
     def _settle_group(
         self, direct: DirectPath, group: PartitionGroup, body: object, answer: object
-    ) -> GroupResult:
+    ) -> list[PartitionOffset] | RaftQClientError:
         """One partition's part: the broker's offsets, else the same group through the load
         balancer with its ``partition_id`` and the same sequence."""
         count = len(group.indexes)
@@ -369,12 +371,15 @@ class Producer:
             body["partition_id"] = self.partition_id
         elif batch.partition_count is not None:
             body["partition_count"] = batch.partition_count
-        return body | self._durability_field()
+        durability = self._stated_durability()
+        if durability is not None:
+            body["durability"] = durability.value
+        return body
 
-    def _durability_field(self) -> dict[str, object]:
+    def _stated_durability(self) -> Durability | None:
         if self.durability is Durability.FSYNC:
-            return {}  # the service's default: bodies stay as before
-        return {"durability": self.durability.value}
+            return None  # the service's default: bodies stay as before
+        return self.durability
 
     def _register(self, producer_id: str | None) -> str:
         # Retrying may register a second, unused producer id: harmless, so idempotent=True.
@@ -408,3 +413,42 @@ class Producer:
 def _acked_part(batch: Batch) -> tuple[PartitionOffset | None, ...]:
     """``ProduceError.acked_in_batch``: empty when no message of the batch was acknowledged."""
     return batch.acked if any(o is not None for o in batch.acked) else ()
+
+
+def with_earlier_acks(
+    earlier: Sequence[PartitionOffset | None], now: Sequence[PartitionOffset | None]
+) -> tuple[PartitionOffset | None, ...]:
+    """The acknowledgements of two attempts of one batch: a message acknowledged by either.
+    An ack is never taken back (a resend of a stored group is recognised by its sequence
+    and answered with the same offsets), so the earlier one is kept."""
+    if not earlier:
+        return tuple(now)
+    check(len(earlier) == len(now), "two attempts of one batch have the same messages")
+    return tuple(e if e is not None else n for e, n in zip(earlier, now, strict=True))
+
+
+def _batch_error(failure: BatchFailure[RaftQClientError]) -> RaftQClientError:
+    """The client's form of a failed batch (``protocol.produce_plan``): a partly written one
+    is an unknown outcome (the batch stays queued, resent with its sequence). An
+    UNKNOWN_PRODUCER is raised even then, so that ``_send_registered`` registers again and
+    resends the batch, marked as after an unknown outcome: other groups may have stored."""
+    error = failure.failure
+    if failure.speaks_for_batch:
+        return error
+    if isinstance(error, ApiError) and error.code is ErrorCode.UNKNOWN_PRODUCER:
+        error.after_unknown_outcome = True
+        return error
+    return UnavailableError(failure.partly_written, outcome_unknown=True, attempts=1)
+
+
+def _error_code(failure: RaftQClientError) -> ErrorCode | None:
+    return failure.code if isinstance(failure, ApiError) else None
+
+
+def _proves_nothing_done(failure: RaftQClientError) -> bool:
+    """The failure proves its group stored nothing, on this attempt or any earlier one."""
+    if isinstance(failure, ApiError):
+        return failure.proves_nothing_done
+    if isinstance(failure, UnavailableError):
+        return not failure.outcome_unknown
+    return False

@@ -11,12 +11,11 @@ from collections.abc import Iterator
 import pytest
 
 from protocol.errors import ErrorCode
-from protocol.routing import PartitionGroup, partition_for_key
-from protocol.types import PartitionId
+from protocol.routing import partition_for_key
 from raftq import ApiError, Consumer, PartitionOffset, ProduceError, Producer
-from raftq.batch_groups import acked_offsets, merge_offsets, with_earlier_acks
 from raftq.consumer import PendingPoll
-from raftq.errors import RaftQClientError, UnavailableError
+from raftq.errors import UnavailableError
+from raftq.producer import with_earlier_acks
 from raftq.records import PartitionOffset as Offset
 from unit_tests.raftq.fake_service import FakeService, Handler
 from unit_tests.raftq.fake_service import Reply as Scripted
@@ -335,46 +334,30 @@ def test_a_dropped_batch_reports_its_acknowledged_groups_and_a_clean_one_none(
         assert refused.value.acked_in_batch == ()
 
 
-# --- how a batch's groups combine (pure) ---------------------------------------------------
-
-STORED: list[Offset] = [Offset(0, 7)]
-
-
-def _api(status: int, code: ErrorCode, *, unknown: bool = False) -> ApiError:
-    return ApiError(status, code.value, code.name, after_unknown_outcome=unknown)
-
-
-def _merged(results: list[list[Offset] | RaftQClientError]) -> RaftQClientError:
-    groups = [PartitionGroup(PartitionId(i), (i,)) for i in range(len(results))]
-    with pytest.raises(RaftQClientError) as raised:
-        merge_offsets(groups, results, len(results))
-    return raised.value
-
-
-def test_a_replayed_batch_with_every_part_stored_before_is_out_of_order() -> None:
-    out_of_order = _api(409, ErrorCode.SEQUENCE_OUT_OF_ORDER)
-    assert _merged([STORED, out_of_order]) is out_of_order
-    unknown = UnavailableError("timed out", outcome_unknown=True, attempts=1)
-    failed = _merged([STORED, out_of_order, unknown])
-    assert isinstance(failed, UnavailableError) and failed.outcome_unknown
+def test_a_resend_refused_after_the_managers_forgot_the_producer_may_have_been_stored(
+    service: FakeService, brokers: list[FakeService]
+) -> None:
+    """Partition 0's broker stores its group; partition 1's is not the leader and the LB
+    answers 404 UNKNOWN_PRODUCER. The producer registers again and resends; every group is
+    then refused (401). The first attempt stored part of the batch, so it is dropped as
+    maybe stored, not "rejected"."""
+    serve_map(service, brokers)
+    keys = {int(partition_for_key(f"k{i}", 2)): f"k{i}" for i in range(20)}
+    brokers[0].script("POST", "/logs", Scripted(201, {"partition_id": 0, "offsets": [200]}))
+    brokers[0].default("POST", "/logs", lambda _p: (401, REVOKED.body))
+    brokers[1].default("POST", "/logs", lambda _p: (503, {"error_code": 50302}))
+    service.script("POST", "/logs", UNKNOWN_PRODUCER, REVOKED)
+    producer = Producer(service.url, "t", limits=FAST, first_sequence=2)
+    with pytest.raises(ProduceError) as dropped:
+        producer.produce_batch([("a", keys[0]), ("b", keys[1])])
+    producer.close()
+    assert dropped.value.outcome_unknown and not dropped.value.retained
+    assert dropped.value.acked_in_batch == (Offset(0, 200), None)
+    assert len(service.calls("POST", "/producers")) == 2
 
 
-def test_an_unknown_producer_beside_a_stored_group_comes_first_and_is_marked_unknown() -> None:
-    unknown_producer = _api(404, ErrorCode.UNKNOWN_PRODUCER)
-    assert _merged([STORED, unknown_producer]) is unknown_producer
-    assert unknown_producer.after_unknown_outcome
-    alone = _api(404, ErrorCode.UNKNOWN_PRODUCER)
-    assert _merged([alone]) is alone and not alone.after_unknown_outcome
-
-
-def test_the_stored_groups_of_a_failed_batch_keep_their_offsets() -> None:
-    groups = [PartitionGroup(PartitionId(0), (0, 2)), PartitionGroup(PartitionId(1), (1,))]
-    unknown = UnavailableError("timed out", outcome_unknown=True, attempts=1)
-    results: list[list[Offset] | RaftQClientError] = [[Offset(0, 7), Offset(0, 8)], unknown]
-    assert acked_offsets(groups, results, 3) == (Offset(0, 7), None, Offset(0, 8))
-    with pytest.raises(UnavailableError):
-        merge_offsets(groups, results, 3)
+def test_two_attempts_keep_every_acknowledgement() -> None:
     later = (None, Offset(1, 4), Offset(0, 9))
     assert with_earlier_acks((), later) == later
-    earlier = acked_offsets(groups, results, 3)
+    earlier = (Offset(0, 7), None, Offset(0, 8))
     assert with_earlier_acks(earlier, later) == (Offset(0, 7), Offset(1, 4), Offset(0, 8))

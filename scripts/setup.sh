@@ -9,6 +9,8 @@
 #     root: modprobe fuse, else mknod; the power-loss tests fail without it unless
 #     RAFTQ_ALLOW_SKIPS=1);
 #   - chromium, headless, for the dashboard's test (on Debian, when `chromium` is missing);
+#   - iptables, as root, for the network-partition faults (stress_tests/network_partition.py;
+#     a test that needs them installs it itself otherwise, within a short bound);
 #   - .venv in the repository root;
 #   - requirements-dev.txt and RaftQ itself (editable) installed into it, again only when
 #     requirements*.txt or pyproject.toml changed (a hash of them is kept in .venv).
@@ -88,6 +90,10 @@ ensure_fuse_device() {
 }
 
 chromium_usable() { command -v chromium >/dev/null 2>&1; }
+iptables_usable() {
+    # Only root makes network partitions (stress_tests/network_partition.py); others skip it.
+    [ "$(id -u)" -ne 0 ] || command -v iptables >/dev/null 2>&1
+}
 
 ensure_python() {
     ensure "$PYTHON with venv and pip" python_usable \
@@ -146,6 +152,7 @@ ensure "a Java runtime (17 or newer, for PySpark)" java_usable default-jre-headl
 ensure "libfuse 2 and fusermount (stress_tests/powercut)" libfuse_usable libfuse2 fuse3
 ensure_fuse_device
 ensure "headless chromium (the dashboard's test)" chromium_usable chromium
+ensure "iptables (the network-partition faults)" iptables_usable iptables
 ensure_venv
 ensure_packages
 ensure_executor_venv

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from stress_tests.cluster_view import replica_status
-from stress_tests.polling import poll_until
+from stress_tests.polling import WaitTimeoutError, poll_until
 from unit_tests.cluster.client_ops import (
     checksums,
     create_topic_answer,
@@ -72,12 +72,25 @@ def _pop(
     return poll_until(attempt, wait_s, f"pop {request_id}")
 
 
-def _log_start_everywhere(cluster: Cluster, topic: str, log_start: int) -> bool:
-    """Every replica's log starts at ``log_start`` and holds no row below it."""
-    statuses = replica_status(cluster.local, cluster.http, topic, 0)
-    if len(statuses) != 3 or any(s["log_start_offset"] != log_start for s in statuses.values()):
-        return False
-    return {count for count, _, _ in checksums(cluster, topic, 0, log_start).values()} == {0}
+def _wait_for_log_start_everywhere(cluster: Cluster, topic: str, log_start: int) -> None:
+    """Until every replica's log starts at ``log_start`` and holds no row below it. On a
+    timeout the failure shows what each replica said last (CI once saw it not within 60 s
+    on a loaded machine, with nothing to tell which replica lagged)."""
+    seen: dict[str, object] = {}
+
+    def everywhere() -> bool:
+        statuses = replica_status(cluster.local, cluster.http, topic, 0)
+        seen["log starts"] = {b: s["log_start_offset"] for b, s in statuses.items()}
+        if len(statuses) != 3 or any(s["log_start_offset"] != log_start for s in statuses.values()):
+            return False
+        rows = checksums(cluster, topic, 0, log_start)
+        seen["rows below"] = {b: count for b, (count, _, _) in rows.items()}
+        return {count for count, _, _ in rows.values()} == {0}
+
+    try:
+        poll_until(everywhere, WAIT_S, "retention")
+    except WaitTimeoutError as exc:
+        raise AssertionError(f"{exc}; last seen: {seen}") from exc
 
 
 def test_a_pop_repeated_after_retention_answers_the_retained_part(cluster: Cluster) -> None:
@@ -89,7 +102,7 @@ def test_a_pop_repeated_after_retention_answers_the_retained_part(cluster: Clust
     consumer = register_consumer(cluster, "replayed")
     assert _pop(cluster, consumer, "lost", 100) == list(range(10))  # its answer is lost
     produce(cluster, "p", 2, _values(20, 5), topic="replayed")  # retention: keep 20
-    poll_until(lambda: _log_start_everywhere(cluster, "replayed", 5), WAIT_S, "retention")
+    _wait_for_log_start_everywhere(cluster, "replayed", 5)
 
     replayed = _pop(cluster, consumer, "lost", 100, REPLAY_WAIT_S)
     assert replayed == list(range(5, 10)), "the retained part of the claimed range"

@@ -6,7 +6,7 @@ overridden from the command line) and passed down; nothing reads these constants
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 
 from protocol import snapshot_fields
@@ -376,88 +376,14 @@ class Limits:
         )
 
     def validate(self) -> Limits:
-        """Raise ``LimitsError`` unless every limit is positive and they agree with each other."""
+        """Raise ``LimitsError`` unless every limit is positive and they agree with each other
+        (``_RULES``)."""
         for field in fields(self):
             value = getattr(self, field.name)
             if value <= 0:
                 raise LimitsError(f"{field.name} must be positive, got {value}")
-        _require(self.key_bytes_max <= self.message_bytes_max, "key_bytes_max <= message_bytes_max")
-        _require(
-            self.message_bytes_max <= self.request_bytes_max,
-            "message_bytes_max <= request_bytes_max",
-        )
-        _require(
-            self.flush_batch_messages_max <= self.partition_unflushed_messages_max,
-            "flush_batch_messages_max <= partition_unflushed_messages_max",
-        )
-        _require(
-            self.partition_replica_lag_messages_max < self.partition_unflushed_messages_max,
-            "partition_replica_lag_messages_max < partition_unflushed_messages_max",
-        )
-        _require(
-            self.request_messages_max <= self.partition_unflushed_messages_max,
-            "request_messages_max <= partition_unflushed_messages_max",
-        )
-        _require(
-            self.message_bytes_max <= self.partition_unflushed_bytes_max,
-            "message_bytes_max <= partition_unflushed_bytes_max",
-        )
-        _require(
-            self.raft_election_timeout_min_s < self.raft_election_timeout_max_s,
-            "raft_election_timeout_min_s < raft_election_timeout_max_s",
-        )
-        _require(
-            self.raft_commit_notice_delay_s < self.raft_election_timeout_min_s,
-            "raft_commit_notice_delay_s < raft_election_timeout_min_s",
-        )
-        _require(
-            self.raft_election_timeout_max_s < self.raft_leader_fallback_timeout_s,
-            "raft_election_timeout_max_s < raft_leader_fallback_timeout_s",
-        )
-        _require(
-            self.raft_leader_wait_s_max + self.raft_commit_timeout_s < self.http_timeout_s,
-            "raft_leader_wait_s_max + raft_commit_timeout_s < http_timeout_s",
-        )
-        _require(
-            self.request_messages_max <= self.group_commit_messages_max,
-            "request_messages_max <= group_commit_messages_max",
-        )
-        _require(
-            self.group_commit_queue_wait_s_max
-            + self.raft_leader_wait_s_max
-            + self.raft_commit_timeout_s
-            < self.http_timeout_s,
-            "group_commit_queue_wait_s_max + raft_leader_wait_s_max + raft_commit_timeout_s "
-            "< http_timeout_s (a queued command is answered before its caller gives up)",
-        )
-        _require(
-            self.raft_commit_timeout_s < self.http_timeout_s,
-            "raft_commit_timeout_s < http_timeout_s (a broker answers before its caller gives up)",
-        )
-        _require(
-            self.broker_poll_period_s < self.broker_dead_after_s,
-            "broker_poll_period_s < broker_dead_after_s",
-        )
-        _require(
-            self.broker_dead_after_s <= self.broker_replace_after_s,
-            "broker_dead_after_s <= broker_replace_after_s",
-        )
-        _require(
-            self.http_idle_connection_s_max < self.http_keepalive_idle_s,
-            "http_idle_connection_s_max < http_keepalive_idle_s",
-        )
-        _require(self.replication_factor % 2 == 1, "replication_factor is odd")
-        _require(
-            self.partition_group_leases_max <= self.partition_group_unsettled_max,
-            "partition_group_leases_max <= partition_group_unsettled_max",
-        )
-        _require(
-            self.group_visibility_timeout_ms_min
-            <= self.group_visibility_timeout_ms_default
-            <= self.group_visibility_timeout_ms_max,
-            "group_visibility_timeout_ms_min <= group_visibility_timeout_ms_default "
-            "<= group_visibility_timeout_ms_max",
-        )
+        for rule, holds in _RULES:
+            _require(holds(self), rule)
         return self
 
     def with_overrides(self, overrides: dict[str, str]) -> Limits:
@@ -473,6 +399,96 @@ class Limits:
             except ValueError as exc:
                 raise LimitsError(f"{name}: {exc}") from exc
         return replace(self, **changes).validate()  # type: ignore[arg-type]
+
+
+_RULES: tuple[tuple[str, Callable[[Limits], bool]], ...] = (
+    (
+        "key_bytes_max <= message_bytes_max",
+        lambda limits: limits.key_bytes_max <= limits.message_bytes_max,
+    ),
+    (
+        "message_bytes_max <= request_bytes_max",
+        lambda limits: limits.message_bytes_max <= limits.request_bytes_max,
+    ),
+    (
+        "flush_batch_messages_max <= partition_unflushed_messages_max",
+        lambda limits: limits.flush_batch_messages_max <= limits.partition_unflushed_messages_max,
+    ),
+    (
+        "partition_replica_lag_messages_max < partition_unflushed_messages_max",
+        lambda limits: limits.partition_replica_lag_messages_max
+        < limits.partition_unflushed_messages_max,
+    ),
+    (
+        "request_messages_max <= partition_unflushed_messages_max",
+        lambda limits: limits.request_messages_max <= limits.partition_unflushed_messages_max,
+    ),
+    (
+        "message_bytes_max <= partition_unflushed_bytes_max",
+        lambda limits: limits.message_bytes_max <= limits.partition_unflushed_bytes_max,
+    ),
+    (
+        "raft_election_timeout_min_s < raft_election_timeout_max_s",
+        lambda limits: limits.raft_election_timeout_min_s < limits.raft_election_timeout_max_s,
+    ),
+    (
+        "raft_commit_notice_delay_s < raft_election_timeout_min_s",
+        lambda limits: limits.raft_commit_notice_delay_s < limits.raft_election_timeout_min_s,
+    ),
+    (
+        "raft_election_timeout_max_s < raft_leader_fallback_timeout_s",
+        lambda limits: limits.raft_election_timeout_max_s < limits.raft_leader_fallback_timeout_s,
+    ),
+    (
+        "raft_leader_wait_s_max + raft_commit_timeout_s < http_timeout_s",
+        lambda limits: limits.raft_leader_wait_s_max + limits.raft_commit_timeout_s
+        < limits.http_timeout_s,
+    ),
+    (
+        "request_messages_max <= group_commit_messages_max",
+        lambda limits: limits.request_messages_max <= limits.group_commit_messages_max,
+    ),
+    (
+        "group_commit_queue_wait_s_max + raft_leader_wait_s_max + raft_commit_timeout_s "
+        "< http_timeout_s (a queued command is answered before its caller gives up)",
+        lambda limits: limits.group_commit_queue_wait_s_max
+        + limits.raft_leader_wait_s_max
+        + limits.raft_commit_timeout_s
+        < limits.http_timeout_s,
+    ),
+    (
+        "raft_commit_timeout_s < http_timeout_s (a broker answers before its caller gives up)",
+        lambda limits: limits.raft_commit_timeout_s < limits.http_timeout_s,
+    ),
+    (
+        "broker_poll_period_s < broker_dead_after_s",
+        lambda limits: limits.broker_poll_period_s < limits.broker_dead_after_s,
+    ),
+    (
+        "broker_dead_after_s <= broker_replace_after_s",
+        lambda limits: limits.broker_dead_after_s <= limits.broker_replace_after_s,
+    ),
+    (
+        "http_idle_connection_s_max < http_keepalive_idle_s",
+        lambda limits: limits.http_idle_connection_s_max < limits.http_keepalive_idle_s,
+    ),
+    (
+        "replication_factor is odd",
+        lambda limits: limits.replication_factor % 2 == 1,
+    ),
+    (
+        "partition_group_leases_max <= partition_group_unsettled_max",
+        lambda limits: limits.partition_group_leases_max <= limits.partition_group_unsettled_max,
+    ),
+    (
+        "group_visibility_timeout_ms_min <= group_visibility_timeout_ms_default "
+        "<= group_visibility_timeout_ms_max",
+        lambda limits: limits.group_visibility_timeout_ms_min
+        <= limits.group_visibility_timeout_ms_default
+        <= limits.group_visibility_timeout_ms_max,
+    ),
+)
+"""How the limits must agree with each other, each as its message says."""
 
 
 def _require(condition: bool, rule: str) -> None:

@@ -105,6 +105,12 @@ class ManagerState:
                 return self.create_key(key_id, key_hash, role, topics, name, created_ms, keys_max)
             case RevokeKey(key_id):
                 return self._stamp(self.keys.revoke(key_id))
+        return self._apply_operation(command)
+
+    def _apply_operation(self, command: RegistryCommand | None) -> Outcome:
+        """``apply``'s commands of the operations that run a cluster (moves, drains, manager
+        changes) and of consumer groups."""
+        match command:
             case BeginMove(name, partition_id, replica_id, to_broker, to_address, moves_max):
                 return self.begin_move(
                     name, partition_id, replica_id, to_broker, to_address, moves_max

@@ -195,6 +195,20 @@ def test_a_retried_task_writes_nothing_twice(fail_after: int) -> None:
     assert summary.batches_skipped == max(0, fail_after // 2 - 8)
 
 
+def _paged(url: str, retries_max: int = 2, fail_on_data_loss: bool = True) -> list[list[int]]:
+    """The offsets of each page ``fetch_range`` reads of ``[0, 3)`` from the service at
+    ``url``, two messages a page."""
+    pages = fetch_range(
+        Endpoint(url),
+        OffsetRange("t", 0, 0, 3),
+        2,
+        retries_max=retries_max,
+        fail_on_data_loss=fail_on_data_loss,
+        sleep=lambda _s: None,
+    )
+    return [[m.offset for m in page] for page in pages]
+
+
 def test_fetch_range_pages_retries_short_reads_and_detects_gaps() -> None:
     service = FakeService()
     pages = iter([[0, 1], [], [2]])
@@ -216,57 +230,16 @@ def test_fetch_range_pages_retries_short_reads_and_detects_gaps() -> None:
         }
 
     service.default("GET", "/logs", fetch)
-    r = OffsetRange("t", 0, 0, 3)
     try:
-        got = list(
-            fetch_range(
-                Endpoint(service.url),
-                r,
-                2,
-                retries_max=2,
-                fail_on_data_loss=True,
-                sleep=lambda _s: None,
-            )
-        )
-        assert [[m.offset for m in page] for page in got] == [[0, 1], [2]]
+        assert _paged(service.url) == [[0, 1], [2]]
         pages = iter([[0, 2]])
         with pytest.raises(DataLossError, match="not contiguous"):
-            list(
-                fetch_range(
-                    Endpoint(service.url),
-                    r,
-                    2,
-                    retries_max=2,
-                    fail_on_data_loss=True,
-                    sleep=lambda _s: None,
-                )
-            )
+            _paged(service.url)
         pages = iter([])
         with pytest.raises(DataLossError, match="unreadable"):
-            list(
-                fetch_range(
-                    Endpoint(service.url),
-                    r,
-                    2,
-                    retries_max=2,
-                    fail_on_data_loss=True,
-                    sleep=lambda _s: None,
-                )
-            )
+            _paged(service.url)
         pages = iter([])
-        assert (
-            list(
-                fetch_range(
-                    Endpoint(service.url),
-                    r,
-                    2,
-                    retries_max=1,
-                    fail_on_data_loss=False,
-                    sleep=lambda _s: None,
-                )
-            )
-            == []
-        )
+        assert _paged(service.url, retries_max=1, fail_on_data_loss=False) == []
     finally:
         service.stop()
 

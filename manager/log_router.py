@@ -226,12 +226,7 @@ class LogRouter:
         return {"messages": messages}
 
     def fetch(self, request: Fetch, deadline: Deadline | None = None) -> dict[str, object]:
-        topic = self._active_topic(request.topic)
-        if request.partition_id >= topic.active_count:
-            raise RaftQError(
-                ErrorCode.UNKNOWN_PARTITION,
-                f"{topic.name!r} has no partition {request.partition_id}",
-            )
+        topic = self._active_partition(request.topic, request.partition_id)
         params = request.to_params()
         return {"messages": self._read(topic, request.partition_id, params, deadline)}
 
@@ -322,12 +317,7 @@ class LogRouter:
     def redrive(self, request: GroupRedrive, deadline: Deadline | None = None) -> tuple[int, int]:
         """One partition's part of a redrive (``manager.redrive``), at its leader: the
         messages made deliverable again there, and those retention had removed."""
-        topic = self._active_topic(request.topic)
-        if request.partition_id >= topic.active_count:
-            raise RaftQError(
-                ErrorCode.UNKNOWN_PARTITION,
-                f"{topic.name!r} has no partition {request.partition_id}",
-            )
+        topic = self._active_partition(request.topic, request.partition_id)
         answer = self._send(
             topic.partitions[request.partition_id],
             topic.name,
@@ -401,6 +391,15 @@ class LogRouter:
             ErrorCode.UNAVAILABLE if outcome_unknown else ErrorCode.REFUSED,
             f"no replica of {topic}/{partition.partition_id} took the request: {last_reason}",
         )
+
+    def _active_partition(self, name: str, partition_id: int) -> TopicRecord:
+        """The topic, which has an active partition ``partition_id``."""
+        topic = self._active_topic(name)
+        if partition_id >= topic.active_count:
+            raise RaftQError(
+                ErrorCode.UNKNOWN_PARTITION, f"{topic.name!r} has no partition {partition_id}"
+            )
+        return topic
 
     def _active_topic(self, name: str) -> TopicRecord:
         topic = self._raft.read(lambda s: s.topics.get(name))

@@ -214,16 +214,20 @@ class GroupReceive:
 
     @classmethod
     def parse(cls, params: Params, group: str, limits: Limits) -> GroupReceive:
-        request = get_str(params, "request_id", limits.id_chars_max, required=False)
         return cls(
             topic=topic_name(params, limits),
             group=group_name(group, limits),
             max_messages=_max_messages(params, limits),
-            request_id=None if request is None else RequestId(request),
+            request_id=_request_id(params, limits),
             wait_ms=get_int(
                 params, "wait_ms", minimum=0, maximum=limits.group_receive_wait_ms_max, default=0
             ),
         )
+
+
+def _request_id(params: Params, limits: Limits) -> RequestId | None:
+    request = get_str(params, "request_id", limits.id_chars_max, required=False)
+    return None if request is None else RequestId(request)
 
 
 def _max_messages(params: Params, limits: Limits) -> int:
@@ -245,14 +249,13 @@ class BrokerReceive:
     @classmethod
     def parse(cls, params: Params, group: str, limits: Limits) -> BrokerReceive:
         topic, partition_id = partition_ref(params, limits)
-        request = get_str(params, "request_id", limits.id_chars_max, required=False)
         return cls(
             topic=topic,
             partition_id=partition_id,
             group=group_name(group, limits),
             settings=GroupSettingsParams.parse(params, limits),
             max_messages=_max_messages(params, limits),
-            request_id=None if request is None else RequestId(request),
+            request_id=_request_id(params, limits),
         )
 
     def to_params(self) -> dict[str, str]:
@@ -411,7 +414,6 @@ class RedriveRequest:
 
     @classmethod
     def parse(cls, params: Params, group: str, limits: Limits) -> RedriveRequest:
-        request = get_str(params, "request_id", limits.id_chars_max, required=False)
         return cls(
             topic=topic_name(params, limits),
             group=group_name(group, limits),
@@ -422,7 +424,7 @@ class RedriveRequest:
                 maximum=limits.fetch_messages_max,
                 default=limits.fetch_messages_max,
             ),
-            request_id=None if request is None else RequestId(request),
+            request_id=_request_id(params, limits),
         )
 
 
@@ -456,13 +458,12 @@ class GroupRedrive:
     @classmethod
     def parse(cls, params: Params, group: str, limits: Limits) -> GroupRedrive:
         topic, partition_id = partition_ref(params, limits)
-        request = get_str(params, "request_id", limits.id_chars_max, required=False)
         return cls(
             topic=topic,
             partition_id=partition_id,
             group=group_name(group, limits),
             max_messages=_max_messages(params, limits),
-            request_id=None if request is None else RequestId(request),
+            request_id=_request_id(params, limits),
             letters=_letters(params.get("letters", []), limits),
         )
 

@@ -66,7 +66,9 @@ def cluster_up(directory: Path, base_port: int, limits: Mapping[str, str]) -> Lo
 
 def kill_every_node(cluster: LocalCluster, timeout_s: float = KILL_TIMEOUT_S) -> None:
     """kill -9 every running node's process group at once, then wait (bounded) until no
-    process of those groups runs any more (so none writes to the disk after the cut)."""
+    process of those groups runs any more (so none writes to the disk after the cut).
+    The nodes ``cluster`` started itself are reaped (a handle never polled warns when it
+    is collected)."""
     groups = []
     for name in cluster.node_names:
         pid = cluster.pid(name)
@@ -79,6 +81,7 @@ def kill_every_node(cluster: LocalCluster, timeout_s: float = KILL_TIMEOUT_S) ->
         "every node's processes gone after kill -9",
         period_s=0.05,
     )
+    cluster.detach()
 
 
 def save_logs(cluster: LocalCluster, into: Path) -> None:
@@ -158,11 +161,15 @@ def power_cut_cluster(
         raise RuntimeError(f"the power-cut file system cannot run here: {reason}")
     disk = PowerCutFS(backing_dir, strict_directories=True)
     directory = disk.mount() / CLUSTER_DIR_NAME
+    switch: PowerSwitch | None = None
     try:
         cluster_up(directory, base_port, limits)
-        yield PowerSwitch(disk, directory, base_port, limits)
+        switch = PowerSwitch(disk, directory, base_port, limits)
+        yield switch
     finally:
         stop_everything(directory, disk)
+        if switch is not None:
+            switch.cluster.detach()  # reaps the nodes it started (killed by now)
 
 
 def _group_runs(pgid: int) -> bool:

@@ -488,7 +488,7 @@ def run_fresh(
         with cluster_session(directory, base_port, log) as cluster:
             return run_lease(cluster, config, out_dir, log)
     shutil.rmtree(directory, ignore_errors=True)
-    directory.mkdir(parents=True)
+    directory.mkdir(parents=True, exist_ok=True)
     with power_cut_cluster(directory, base_port, COMPACTION_LIMITS) as power:
         return run_lease(power.cluster, config, out_dir, log, power)
 

@@ -2,7 +2,7 @@
 ``python -m stress_tests.chaos --tier long`` (about 40 minutes: network partitions and mixed
 chaos too, several seeds, then the power-loss run of ``power_loss.py`` on a cluster of its own
 on the power-cut file system, then the membership tier, then a 3-minute at-least-once run of
-a consumer group, ``lease_run.py``) and ``--tier membership`` (the
+a consumer group with 4 power cuts, ``lease_run.py``) and ``--tier membership`` (the
 membership nemesis of ``nemesis.py``, several seeds, a fresh cluster each). One cluster per
 tier (per seed for membership); exits 1 when any run fails."""
 
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from stress_tests.lease_run import BASE_PORT as LEASE_BASE_PORT
-from stress_tests.lease_run import LeaseConfig, run_lease
+from stress_tests.lease_run import LeaseConfig, run_fresh
 from stress_tests.membership_plan import MEMBERSHIP_LONG, MEMBERSHIP_LONG_SEEDS
 from stress_tests.membership_run import MembershipConfig, membership_cluster, run_membership
 from stress_tests.power_loss import run_long as run_power_loss
@@ -45,6 +45,7 @@ for ``MEMBERSHIP_LONG.broker_ids_max`` brokers (broker ids only grow), below the
 range, clear of the tests' blocks and of the other tiers'."""
 LEASE_LONG_S = 180.0
 LEASE_LONG_MESSAGES = 50_000
+LEASE_LONG_POWER_CUTS = 4
 FAST_MESSAGES_TARGET = 3_000
 """Enough above the 1,000-message validity floor, small enough for the CI time budget."""
 
@@ -92,11 +93,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def lease_tier(seed: int, directory: Path, out_dir: Path) -> bool:
-    """The consumer group's at-least-once run (issue 20), long, on a fresh cluster."""
-    config = LeaseConfig(seed, duration_s=LEASE_LONG_S, messages=LEASE_LONG_MESSAGES)
-    cluster_dir = directory.with_name(f"{directory.name}-lease-{seed}")
-    with cluster_session(cluster_dir, LEASE_BASE_PORT) as cluster:
-        report = run_lease(cluster, config, out_dir / f"lease-{seed}")
+    """The consumer group's at-least-once run (issue 20), long, with power cuts, on a fresh
+    cluster on the power-cut disk."""
+    config = LeaseConfig(
+        seed,
+        duration_s=LEASE_LONG_S,
+        messages=LEASE_LONG_MESSAGES,
+        power_cuts=LEASE_LONG_POWER_CUTS,
+    )
+    disk_dir = directory.with_name(f"{directory.name}-lease-{seed}")
+    report = run_fresh(disk_dir, LEASE_BASE_PORT, config, out_dir / f"lease-{seed}")
     for line in report.lines():
         print(line)
     return report.passed

@@ -56,6 +56,11 @@ Must be 0 (``MUST_BE_ZERO``):
 - one_delivery_two_members: one delivery received by two workers. Each lease raises the
   delivery count, so a delivery is leased by one receive; only a repeat of that receive's
   request id, by the same worker, returns it again.
+- one_delivery_two_receives: one delivery in two answered receives of one worker, sent at
+  different times. A worker repeats a receive's request id (keeping its first send time)
+  only until an answer comes, so two send times are two requests, and the later one leased
+  the delivery again: the partition had forgotten the first lease (a power cut that lost an
+  answered receive; handed to another worker, it is ``one_delivery_two_members``).
 - count_skipped_back: a ``Received`` of delivery count n sent after an answer had handed out
   a higher count of the same message. Counts only grow: its lease began after a later one.
 - receipt_mismatch: a receipt that does not name the delivery it came with
@@ -74,6 +79,25 @@ settled by it (not ``lost``). Must be 0:
   another value or producer's headers, another group, or a delivery count other than
   ``max_deliveries`` (a message dies when a delivery numbered ``max_deliveries`` ends).
 - delivered_past_max: a delivery numbered above ``max_deliveries``.
+
+Power cuts (``LeaseHistory.power_cuts``): every node killed at once, losing what it had
+not synced, then the cluster started again. Leases, delivery counts and settles are Raft
+state at the ``fsync`` level: a command is answered only once a majority has it on disk,
+so what an answer showed survives a cut, and every rule holds across cuts as it is. An
+ack answered ``done`` (or ``already``) before a cut keeps its message settled after it
+(else ``redelivered_after_ack``); a lease answered before a cut holds after it (else
+``early_redelivery``, or, handed out again with the same count, ``one_delivery_two_members``
+or ``one_delivery_two_receives``); counts do not go back (``count_skipped_back``). Partition
+time does not go back either: the restarted leaders propose from the same clock. What a cut
+may lose is what no answer showed, and the rules already allow it: an ack, nack or extend
+whose answer the cut swallowed (``error``) may or may not have acted (an ack is asked
+again until answered); a receive whose answer it swallowed is repeated with its request id
+and its first send time. A cut is also an outage (not timed). Nothing is concluded from the
+cut itself; the figures say what the cuts put to the test: ``acks_done_before_cuts`` (acks
+answered ``done`` within ``ACKED_BEFORE_CUT_MS`` before a cut), ``leases_live_at_cuts``
+(deliveries answered within the visibility timeout before a cut and not shown settled by
+then) and ``settles_unanswered_at_cuts`` (sent before a cut, ``error``). The workers are not
+cut: they stand for clients on other machines, and their ledgers are whole.
 
 Reported, not must-be-zero (``late_redelivery``): for each delivery whose lease ended by
 expiry (no nack ``done`` or ``error`` sent before the redelivery, no ack ``done``) and that
@@ -113,6 +137,7 @@ MUST_BE_ZERO = (
     "redelivered_after_ack",
     "early_redelivery",
     "one_delivery_two_members",
+    "one_delivery_two_receives",
     "count_skipped_back",
     "receipt_mismatch",
     "poison_not_dead_lettered",
@@ -125,6 +150,8 @@ LATE_REDELIVERY = "late_redelivery"
 EXAMPLES_PER_KIND_MAX = 5
 REDELIVERY_SLACK_MS_DEFAULT = 1000
 """Issue 20's target: redelivered within the visibility timeout plus this, p99."""
+ACKED_BEFORE_CUT_MS = 1_000
+"""An ack answered ``done`` this close before a power cut counts as put to the test by it."""
 ERROR = "error"
 """The outcome of an action that got no answer: it may or may not have taken effect."""
 OUTCOMES = (*(outcome.value for outcome in Outcome), ERROR)
@@ -286,12 +313,23 @@ class LeaseHistory:
     receive_calls: tuple[ReceiveCall, ...] = ()
     """Every answered receive (with them, a redelivery is timed only when a receive with
     room to spare was made after the lease ended: see ``late_redelivery``)."""
+    power_cuts: tuple[tuple[int, int], ...] = ()
+    """``(cut_ms, back_ms)``: every node killed at ``cut_ms``, what it had not synced lost;
+    acks answered again from ``back_ms`` on. Each is an outage too."""
 
     def __post_init__(self) -> None:
         if self.visibility_timeout_ms <= 0:
             raise ValueError(f"visibility_timeout_ms must be > 0: {self.visibility_timeout_ms}")
         if self.clock_tolerance_ms < 0:
             raise ValueError(f"clock_tolerance_ms must be >= 0: {self.clock_tolerance_ms}")
+        for cut_ms, back_ms in self.power_cuts:
+            if back_ms < cut_ms:
+                raise ValueError(f"a power cut ends before it began: {(cut_ms, back_ms)}")
+
+    @property
+    def impaired(self) -> tuple[tuple[int, int], ...]:
+        """Every window in which the service was impaired on purpose: outages and cuts."""
+        return (*self.outages, *self.power_cuts)
 
 
 @dataclass
@@ -423,11 +461,14 @@ def check(
     check_acks_follow_work(history, index, verdict)
     check_settled_stays_settled(index, verdict)
     check_one_member_per_delivery(index, verdict)
+    check_one_receive_per_delivery(index, verdict)
     check_counts_grow(index, verdict)
     check_redeliveries(history, index, verdict)
     if history.max_deliveries:
         check_dead_letters(history, verdict)
     count_figures(history, index, verdict)
+    if history.power_cuts:
+        count_power_cuts(history, index, verdict)
     return verdict
 
 
@@ -482,6 +523,19 @@ def check_one_member_per_delivery(index: HistoryIndex, verdict: LeaseVerdict) ->
         workers = sorted({received.worker for received in receives})
         if len(workers) > 1:
             verdict.flag("one_delivery_two_members", f"{delivery} to {', '.join(workers)}")
+
+
+def check_one_receive_per_delivery(index: HistoryIndex, verdict: LeaseVerdict) -> None:
+    """One worker's receives of a delivery share the first send of one request id."""
+    for delivery, receives in sorted(index.deliveries.items()):
+        sent_ms: dict[str, set[int]] = defaultdict(set)
+        for received in receives:
+            sent_ms[received.worker].add(received.sent_ms)
+        for worker, sends in sorted(sent_ms.items()):
+            if len(sends) > 1:
+                shown = ", ".join(map(str, sorted(sends)))
+                example = f"{delivery} to {worker} by receives sent at {shown}"
+                verdict.flag("one_delivery_two_receives", example)
 
 
 def check_counts_grow(index: HistoryIndex, verdict: LeaseVerdict) -> None:
@@ -593,7 +647,7 @@ def time_redelivery(
     seen_ms = index.deliveries[previous][0].at_ms + history.visibility_timeout_ms
     extended_ms = [s.at_ms + s.duration_ms for s in extends_done(settles)]
     ended_ms = max([seen_ms, *extended_ms])
-    if any(start <= redelivered_ms and ended_ms <= end for start, end in history.outages):
+    if any(start <= redelivered_ms and ended_ms <= end for start, end in history.impaired):
         verdict.info["redeliveries_in_outages"] = verdict.info.get("redeliveries_in_outages", 0) + 1
         return
     asked_ms = _first_ask_ms(history, ended_ms, redelivery.sent_ms)
@@ -670,3 +724,29 @@ def count_figures(history: LeaseHistory, index: HistoryIndex, verdict: LeaseVerd
         for outcome in OUTCOMES:
             verdict.info[f"{action}s_{outcome}"] = actions[(action, outcome)]
     verdict.duplicate_rate = duplicates / len(produced) if produced else 0.0
+
+
+def count_power_cuts(history: LeaseHistory, index: HistoryIndex, verdict: LeaseVerdict) -> None:
+    """What the cuts put to the test (figures: the rules above judge it)."""
+    acked = live = unanswered = 0
+    for cut_ms, _back_ms in history.power_cuts:
+        for settled in history.settled:
+            if settled.outcome == ERROR and settled.sent_ms <= cut_ms <= settled.at_ms:
+                unanswered += 1
+            elif (
+                settled.action == "ack"
+                and settled.outcome == Outcome.DONE.value
+                and cut_ms - ACKED_BEFORE_CUT_MS <= settled.at_ms <= cut_ms
+            ):
+                acked += 1
+        for (partition_id, offset, _count), receives in index.deliveries.items():
+            answered_ms = receives[0].at_ms
+            settled_ms = index.settled_ms.get((partition_id, offset), cut_ms + 1)
+            if cut_ms - history.visibility_timeout_ms < answered_ms <= cut_ms < settled_ms:
+                live += 1
+    verdict.info.update(
+        power_cuts=len(history.power_cuts),
+        acks_done_before_cuts=acked,
+        leases_live_at_cuts=live,
+        settles_unanswered_at_cuts=unanswered,
+    )

@@ -9,8 +9,13 @@ an acked one never again; redelivery within the visibility timeout plus one seco
 One message in ``poison_every`` is poison (every worker nacks it): each must be in the
 group's dead-letter topic once, after exactly ``max_deliveries``, with its headers.
 
-Not covered here: a power cut of the whole cluster (``power_loss`` covers the produce side
-only), and redrive (not built yet).
+With ``power_cuts``, the cluster lives on the power-cut file system (``power_switch.py``)
+and the nemesis also cuts the power of every node at once, right after a worker's ack was
+answered, then restores it (``_PowerCuts``): every answered ack, lease and count must
+survive (the checker's rules, unchanged across cuts). The workers are not cut (clients on
+other machines).
+
+Not covered here: redrive (not built yet).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +33,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
@@ -35,14 +42,15 @@ import requests
 
 from protocol import dead_letters
 from protocol.types import NewMessage
-from raftq import Admin, GroupMember, Producer
+from raftq import Admin, GroupMember, PartitionOffset, ProduceError, Producer
 from raftq.cluster import LocalCluster
 from raftq.errors import RaftQClientError
 from stress_tests import lease_checker as checker
 from stress_tests.cluster_view import partition_leader
 from stress_tests.credentials import client_session, node_session, require_admin_key
-from stress_tests.lease_worker import POISON_PREFIX
+from stress_tests.lease_worker import POISON_PREFIX, now_ms
 from stress_tests.polling import WaitTimeoutError, poll_until
+from stress_tests.power_switch import COMPACTION_LIMITS, PowerSwitch, power_cut_cluster
 from stress_tests.session import cluster_session
 
 WORKER_STOP_WAIT_S = 10.0
@@ -62,6 +70,12 @@ SWEEP_MARGIN_MS = 2_000
 """How long after a lease's latest possible end the drain's sweep may ack its receipt."""
 BASE_PORT = 14_000
 """The command's cluster (clear of CI's port blocks and of the other tiers')."""
+CUT_MOMENT_WAIT_S = 15.0
+"""Longest wait for an ack answered ``done`` to cut right after (a cut without is invalid)."""
+CUT_MOMENT_PERIOD_S = 0.005
+"""How often the ledgers are looked at for that ack: the cut follows it within about this."""
+SERVE_WAIT_S = 60.0
+"""From the power back on until an ack sent after the cut is answered ``done``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +93,9 @@ class LeaseConfig:
     ran out four times (its workers killed or paused) dies too."""
     poison_every: int = 97
     """Every this many produced messages, one is poison (every worker nacks it)."""
+    power_cuts: int = 0
+    """Whole-cluster power cuts, due at seeded times spread over ``duration_s`` (the
+    cluster must be on the power-cut disk: ``run_lease``'s ``power``)."""
     backlog_max: int = 2_000
     """The producer waits while the group has this many messages not settled: the
     workers, not the machine's speed, set the pace, so the drain's bound holds on a
@@ -112,10 +129,14 @@ class LeaseReport:
     verdict: checker.LeaseVerdict
     faults: list[str] = field(default_factory=list)
     produced: int = 0
+    problems: list[str] = field(default_factory=list)
+    """Why the run proves less than it claims (each fails it): a power cut not made, made
+    without an ack answered just before, or with no ack answered after it; the producer
+    crashed."""
 
     @property
     def passed(self) -> bool:
-        return self.verdict.passed and self.produced > 0
+        return self.verdict.passed and self.produced > 0 and not self.problems
 
     def lines(self) -> list[str]:
         head = "PASS" if self.passed else "FAIL"
@@ -123,16 +144,49 @@ class LeaseReport:
             f"== {head} lease run seed={self.config.seed}: {self.produced} acked produces, "
             f"{len(self.faults)} faults",
             *(f"  {fault}" for fault in self.faults),
+            *(f"  {problem}" for problem in self.problems),
             *self.verdict.lines(),
         ]
+
+
+@dataclass(frozen=True, slots=True)
+class PowerCut:
+    """One whole-cluster power cut of the run, in wall-clock ms (the workers' clock)."""
+
+    number: int
+    acked_ms: int | None
+    """When the ack it followed was answered (None: none within ``CUT_MOMENT_WAIT_S``)."""
+    cut_ms: int
+    """When every node was killed (the disk then lost what was not synced)."""
+    up_ms: int
+    """When ``raftq cluster up`` returned."""
+    back_ms: int | None
+    """When the first ack sent after the cut was answered ``done`` (None: not within
+    ``SERVE_WAIT_S``)."""
+
+    @property
+    def window(self) -> tuple[int, int]:
+        """The outage: from the cut until ``RECOVERY_MS`` after the acks came back."""
+        back_ms = self.up_ms + int(SERVE_WAIT_S * 1000) if self.back_ms is None else self.back_ms
+        return (self.cut_ms, back_ms + RECOVERY_MS)
+
+    def line(self) -> str:
+        after = "no ack seen" if self.acked_ms is None else f"{self.cut_ms - self.acked_ms} ms"
+        back = "never" if self.back_ms is None else f"{(self.back_ms - self.cut_ms) / 1000:.1f} s"
+        return (
+            f"power_cut #{self.number} of every node, {after} after an ack was answered: "
+            f"cluster up {(self.up_ms - self.cut_ms) / 1000:.1f} s, acks answered again "
+            f"{back} after the cut"
+        )
 
 
 class _Workers:
     """The worker processes; each new one (a replacement after a kill) has its own name
     and ledger file."""
 
-    def __init__(self, cluster: LocalCluster, config: LeaseConfig, out_dir: Path) -> None:
-        self._cluster, self._config, self._out_dir = cluster, config, out_dir
+    def __init__(self, lb_url: str, api_key: str, config: LeaseConfig, out_dir: Path) -> None:
+        self._lb_url, self._api_key = lb_url, api_key
+        self._config, self._out_dir = config, out_dir
         self._random = random.Random(f"workers/{config.seed}")
         self.running: dict[str, subprocess.Popen[bytes]] = {}
         self._started = 0
@@ -140,13 +194,13 @@ class _Workers:
     def start(self) -> str:
         name = f"w{self._started}"
         self._started += 1
-        env = {**os.environ, "RAFTQ_API_KEY": require_admin_key(self._cluster)}
+        env = {**os.environ, "RAFTQ_API_KEY": self._api_key}
         command = [
             sys.executable,
             "-m",
             "stress_tests.lease_worker",
             "--url",
-            self._cluster.lb_url,
+            self._lb_url,
             "--topic",
             self._config.topic,
             "--group",
@@ -184,9 +238,109 @@ class _Workers:
                 process.wait()
 
 
+class _PowerCuts:
+    """The run's whole-cluster power cuts (``LeaseConfig.power_cuts``), due at seeded times
+    spread over the run. Each waits for the next ack answered ``done`` and cuts right
+    after it (an answered ack must survive: the sharpest moment to ask), restores the
+    power, and waits until an ack sent after the cut is answered ``done``."""
+
+    def __init__(self, power: PowerSwitch | None, config: LeaseConfig, out_dir: Path) -> None:
+        if config.power_cuts and power is None:
+            raise ValueError("power cuts need the cluster on the power-cut disk (power=...)")
+        self._power, self._out_dir = power, out_dir
+        rng = random.Random(f"power/{config.seed}")
+        span_s = config.duration_s / (config.power_cuts + 1)
+        self._due_s = [
+            span_s * (number + 1) + rng.uniform(-span_s / 4, span_s / 4)
+            for number in range(config.power_cuts)
+        ]
+        """Seconds into the run at which each cut is due."""
+        self.records: list[PowerCut] = []
+        self.problems: list[str] = []
+
+    @property
+    def left(self) -> int:
+        return len(self._due_s) - len(self.records)
+
+    def due(self, elapsed_s: float) -> bool:
+        return self.left > 0 and elapsed_s >= self._due_s[len(self.records)]
+
+    def cut(self) -> tuple[LocalCluster, PowerCut]:
+        """Cut the power right after an ack, restore it: the cluster as restarted."""
+        power = self._power
+        if power is None:
+            raise RuntimeError("a power cut without a power switch")
+        number = len(self.records)
+        watch = _AckWatch(self._out_dir)
+        acked = self._wait(watch, 0, CUT_MOMENT_WAIT_S, f"power cut #{number}: an ack to follow")
+        cut_ms = now_ms()
+        power.cut(self._out_dir / "node-logs" / f"cut-{number}")
+        cluster = power.restore()
+        up_ms = now_ms()
+        back = self._wait(watch, cut_ms, SERVE_WAIT_S, f"power cut #{number}: an ack after it")
+        record = PowerCut(
+            number,
+            None if acked is None else acked.at_ms,
+            cut_ms,
+            up_ms,
+            None if back is None else back.at_ms,
+        )
+        self.records.append(record)
+        return cluster, record
+
+    def _wait(
+        self, watch: _AckWatch, sent_from_ms: int, timeout_s: float, what: str
+    ) -> checker.Settled | None:
+        """The next ack answered ``done`` and sent from ``sent_from_ms`` on, or None (a
+        problem of the run: the cut did not test what it should)."""
+        try:
+            return poll_until(
+                lambda: watch.next_done(sent_from_ms), timeout_s, what, CUT_MOMENT_PERIOD_S
+            )
+        except WaitTimeoutError as exc:
+            self.problems.append(f"invalid: {exc}")
+            return None
+
+
+class _AckWatch:
+    """What the workers' ledgers gained since the last look, searched for acks answered
+    ``done``. Whole lines only: a line being written is read at the next look."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self._out_dir = out_dir
+        self._read_bytes = {path: path.stat().st_size for path in out_dir.glob("w*.jsonl")}
+
+    def next_done(self, sent_from_ms: int) -> checker.Settled | None:
+        """The first ack ``done`` sent at or after ``sent_from_ms`` among the lines written
+        since the last look, or None."""
+        found: checker.Settled | None = None
+        for path in sorted(self._out_dir.glob("w*.jsonl")):
+            start = self._read_bytes.get(path, 0)
+            with open(path, "rb") as ledger:
+                ledger.seek(start)
+                gained = ledger.read()
+            whole = gained[: gained.rfind(b"\n") + 1]
+            self._read_bytes[path] = start + len(whole)
+            for line in whole.decode("utf-8", errors="replace").splitlines():
+                event = _ledger_event(line)
+                if (
+                    found is None
+                    and isinstance(event, checker.Settled)
+                    and (event.action, event.outcome) == ("ack", "done")
+                    and event.sent_ms >= sent_from_ms
+                ):
+                    found = event
+        return found
+
+
 class _Nemesis:
-    def __init__(self, cluster: LocalCluster, config: LeaseConfig, workers: _Workers) -> None:
-        self._cluster, self._config, self._workers = cluster, config, workers
+    """The faults, one at a time, on the caller's thread. ``cluster`` is the cluster as
+    last started (a power cut's restore starts new processes)."""
+
+    def __init__(
+        self, cluster: LocalCluster, config: LeaseConfig, workers: _Workers, cuts: _PowerCuts
+    ) -> None:
+        self.cluster, self._config, self._workers, self._cuts = cluster, config, workers, cuts
         self._random = random.Random(f"nemesis/{config.seed}")
         self._session = node_session(cluster)
         self.records: list[str] = []
@@ -201,9 +355,13 @@ class _Nemesis:
             self._kill_partition_leader,
             self._pause_partition_leader,
         ]
+        started_s = time.monotonic()
         while time.monotonic() < until_s:
             time.sleep(self._random.uniform(*NEMESIS_GAP_S))
             self._workers.keep_running()
+            if self._cuts.due(time.monotonic() - started_s):
+                self._cut_power()
+                continue
             fault = self._random.choice(faults)
             started = time.monotonic()
             started_ms = int(time.time() * 1000)
@@ -213,7 +371,13 @@ class _Nemesis:
             self.records.append(
                 f"{fault.__name__.lstrip('_')} {target} in {time.monotonic() - started:.1f} s"
             )
+        while self._cuts.left:  # due within the run, but the faults before took the time
+            self._cut_power()
         self._session.close()
+
+    def _cut_power(self) -> None:
+        self.cluster, cut = self._cuts.cut()
+        self.records.append(cut.line())
 
     def _kill_worker(self) -> str:
         name, process = self._workers.pick(self._random)
@@ -231,24 +395,24 @@ class _Nemesis:
 
     def _kill_partition_leader(self) -> str:
         broker = self._leader()
-        self._cluster.signal_node(broker, signal.SIGKILL)
-        poll_until(lambda: not self._cluster.is_running(broker), WORKER_STOP_WAIT_S, broker)
+        self.cluster.signal_node(broker, signal.SIGKILL)
+        poll_until(lambda: not self.cluster.is_running(broker), WORKER_STOP_WAIT_S, broker)
         time.sleep(BROKER_DOWN_S)
-        self._cluster.start_node(broker)
+        self.cluster.start_node(broker)
         return broker
 
     def _pause_partition_leader(self) -> str:
         broker = self._leader()
-        self._cluster.signal_node(broker, signal.SIGSTOP)
+        self.cluster.signal_node(broker, signal.SIGSTOP)
         time.sleep(BROKER_PAUSE_S)
-        self._cluster.signal_node(broker, signal.SIGCONT)
+        self.cluster.signal_node(broker, signal.SIGCONT)
         return broker
 
     def _leader(self) -> str:
         partition_id = self._random.randrange(self._config.partitions)
         topic = self._config.topic
         found = poll_until(
-            lambda: partition_leader(self._cluster, self._session, topic, partition_id),
+            lambda: partition_leader(self.cluster, self._session, topic, partition_id),
             LEADER_WAIT_S,
             f"a leader of {topic}/{partition_id}",
         )
@@ -256,11 +420,82 @@ class _Nemesis:
 
 
 def run_lease(
-    cluster: LocalCluster, config: LeaseConfig, out_dir: Path, log: Callable[[str], None] = print
+    cluster: LocalCluster,
+    config: LeaseConfig,
+    out_dir: Path,
+    log: Callable[[str], None] = print,
+    power: PowerSwitch | None = None,
 ) -> LeaseReport:
+    """One run on ``cluster`` (running). ``power``: the power switch of ``cluster`` (on the
+    power-cut disk), needed for ``config.power_cuts``; after a cut the run goes on with the
+    cluster the switch restarted."""
     out_dir.mkdir(parents=True, exist_ok=True)
     api_key = require_admin_key(cluster)
-    with Admin(cluster.lb_url, api_key=api_key) as admin:
+    _create_group(cluster.lb_url, api_key, config)
+    produced: list[checker.Produced] = []
+    problems: list[str] = []
+    dead_letters = _DeadLetters(cluster, config, api_key)
+    workers = _Workers(cluster.lb_url, api_key, config, out_dir)
+    cuts = _PowerCuts(power, config, out_dir)
+    nemesis = _Nemesis(cluster, config, workers, cuts)
+    try:  # however it ends, no worker process is left behind
+        with _producing(cluster.lb_url, config, api_key, produced, problems):
+            for _ in range(config.workers):
+                workers.start()
+            nemesis.run(time.monotonic() + config.duration_s)
+        log(f"  faults done; {len(produced)} produces acknowledged; draining")
+        try:
+            nemesis.cluster.up()  # every node that a fault left down
+            workers.keep_running()
+            with GroupMember(cluster.lb_url, config.topic, config.group, api_key=api_key) as m:
+                _wait_drained(out_dir, produced, m, dead_letters)
+        except WaitTimeoutError as exc:
+            log(f"  {exc}")
+    finally:
+        workers.stop_all()
+    ledgers = read_ledgers(out_dir)
+    history = checker.LeaseHistory(
+        produced=tuple(produced),
+        received=ledgers.received,
+        finished=ledgers.finished,
+        settled=ledgers.settled,
+        receive_calls=ledgers.receive_calls,
+        visibility_timeout_ms=config.visibility_timeout_ms,
+        outages=tuple(nemesis.outages),
+        max_deliveries=config.max_deliveries,
+        group=config.group,
+        dead_letters=dead_letters.read() or (),
+        power_cuts=tuple(cut.window for cut in cuts.records),
+    )
+    verdict = checker.check(history)
+    report = LeaseReport(config, verdict, nemesis.records, len(produced), problems + cuts.problems)
+    (out_dir / "report.txt").write_text("\n".join(report.lines()) + "\n", encoding="utf-8")
+    return report
+
+
+def run_fresh(
+    directory: Path,
+    base_port: int,
+    config: LeaseConfig,
+    out_dir: Path,
+    log: Callable[[str], None] = print,
+) -> LeaseReport:
+    """One run on a fresh cluster in ``directory`` (emptied first). With power cuts, the
+    cluster is on the power-cut disk whose backing directory is ``directory`` (the cluster
+    in ``<mount>/cluster``), with frequent log compactions (a cut then finds group state in
+    full dumps too); without FUSE that raises ``RuntimeError``, saying why."""
+    if not config.power_cuts:
+        with cluster_session(directory, base_port, log) as cluster:
+            return run_lease(cluster, config, out_dir, log)
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True, exist_ok=True)
+    with power_cut_cluster(directory, base_port, COMPACTION_LIMITS) as power:
+        return run_lease(power.cluster, config, out_dir, log, power)
+
+
+def _create_group(lb_url: str, api_key: str, config: LeaseConfig) -> None:
+    """The run's topic, its dead-letter topic and its group."""
+    with Admin(lb_url, api_key=api_key) as admin:
         admin.create_topic(config.topic, config.partitions, 3)
         admin.create_topic(config.dead_letter_topic, DEAD_LETTER_PARTITIONS, 3)
         admin.create_group(
@@ -270,55 +505,26 @@ def run_lease(
             max_deliveries=config.max_deliveries,
             dead_letter_topic=config.dead_letter_topic,
         )
-    produced: list[checker.Produced] = []
-    dead_letters = _DeadLetters(cluster, config, api_key)
-    workers = _Workers(cluster, config, out_dir)
-    nemesis = _Nemesis(cluster, config, workers)
-    with _producing(cluster, config, api_key, produced):
-        for _ in range(config.workers):
-            workers.start()
-        nemesis.run(time.monotonic() + config.duration_s)
-    log(f"  faults done; {len(produced)} produces acknowledged; draining")
-    try:
-        cluster.up()  # every node that a fault left down
-        workers.keep_running()
-        with GroupMember(cluster.lb_url, config.topic, config.group, api_key=api_key) as sweeper:
-            _wait_drained(out_dir, produced, sweeper, dead_letters)
-    except WaitTimeoutError as exc:
-        log(f"  {exc}")
-    finally:
-        workers.stop_all()
-    ledgers = read_ledgers(out_dir)
-    history = checker.LeaseHistory(
-        produced=tuple(produced),
-        received=ledgers.received,
-        finished=ledgers.finished,
-        settled=ledgers.settled,
-        visibility_timeout_ms=config.visibility_timeout_ms,
-        outages=tuple(nemesis.outages),
-        max_deliveries=config.max_deliveries,
-        group=config.group,
-        dead_letters=dead_letters.read() or (),
-        receive_calls=ledgers.receive_calls,
-    )
-    report = LeaseReport(config, checker.check(history), nemesis.records, len(produced))
-    (out_dir / "report.txt").write_text("\n".join(report.lines()) + "\n", encoding="utf-8")
-    return report
 
 
 @contextmanager
 def _producing(
-    cluster: LocalCluster, config: LeaseConfig, api_key: str, produced: list[checker.Produced]
+    lb_url: str,
+    config: LeaseConfig,
+    api_key: str,
+    produced: list[checker.Produced],
+    problems: list[str],
 ) -> Iterator[None]:
     """A producer thread through the load balancer until ``config.messages`` are
     acknowledged or the block ends; only acknowledged batches are recorded (a batch whose
-    outcome stayed open may be stored: the checker does not require it)."""
+    outcome stayed open may be stored: the checker does not require it). A producer that
+    crashed is one of the run's ``problems``."""
     stop = threading.Event()
 
     def produce() -> None:
         with (
-            Producer(cluster.lb_url, config.topic, api_key=api_key, direct=False) as producer,
-            Admin(cluster.lb_url, api_key=api_key) as admin,
+            Producer(lb_url, config.topic, api_key=api_key, direct=False) as producer,
+            Admin(lb_url, api_key=api_key) as admin,
         ):
             sent = 0
             backlog = _Backlog(admin, config)
@@ -328,10 +534,6 @@ def _producing(
                     continue
                 batch = [config.message(sent + i) for i in range(config.batch_messages)]
                 sent += len(batch)
-                try:
-                    offsets = producer.produce_batch(batch)
-                except RaftQClientError:
-                    continue
                 produced.extend(
                     checker.Produced(
                         o.partition_id,
@@ -340,17 +542,45 @@ def _producing(
                         poison=m.value.startswith(POISON_PREFIX),
                         headers=m.headers,
                     )
-                    for o, m in zip(offsets, batch, strict=True)
+                    for o, m in _acknowledged(producer, batch, stop)
                 )
                 time.sleep(PRODUCE_PAUSE_S)
 
-    thread = threading.Thread(target=produce, name="lease-producer", daemon=True)
+    def guarded() -> None:
+        try:
+            produce()
+        except Exception as exc:  # a run whose producer died proves less: said, not hidden
+            problems.append(f"producer crashed: {exc!r}")
+
+    thread = threading.Thread(target=guarded, name="lease-producer", daemon=True)
     thread.start()
     try:
         yield
     finally:
         stop.set()
         thread.join()
+
+
+def _acknowledged(
+    producer: Producer, batch: list[NewMessage], stop: threading.Event
+) -> list[tuple[PartitionOffset, NewMessage]]:
+    """The messages of ``batch`` acknowledged, each with its offset. A batch the client
+    retained after a failure (its outcome open) is resent with its sequence until answered
+    or the run stops: the next ``produce_batch`` would resend it first and answer both
+    batches' offsets at once (seen when a power cut took the load balancer down). A batch
+    it dropped counts for the part its partitions acknowledged (``acked_in_batch``)."""
+    send: Callable[[], list[PartitionOffset]] = partial(producer.produce_batch, batch)
+    while True:  # bounded by the run: ``stop`` ends it
+        try:
+            return list(zip(send(), batch, strict=True))
+        except ProduceError as exc:
+            if not exc.retained or stop.is_set():
+                parts = zip(exc.acked_in_batch, batch, strict=False)
+                return [(offset, message) for offset, message in parts if offset is not None]
+        except RaftQClientError:
+            return []
+        send = producer.flush
+        time.sleep(BACKLOG_PAUSE_S)
 
 
 class _Backlog:
@@ -513,43 +743,63 @@ class Ledgers:
     receive_calls: tuple[checker.ReceiveCall, ...] = ()
 
 
+LedgerEvent = checker.Received | checker.Finished | checker.Settled | checker.ReceiveCall
+LEDGER_KINDS: dict[str, type[LedgerEvent]] = {
+    "received": checker.Received,
+    "finished": checker.Finished,
+    "settled": checker.Settled,
+    "receive": checker.ReceiveCall,
+}
+"""A ledger line's ``kind`` (``lease_worker``) and the checker's event it records."""
+
+
 def read_ledgers(out_dir: Path) -> Ledgers:
     """Every worker's ledger as the checker's events (a torn last line, from a kill -9 in
     the middle of a write, is skipped)."""
-    received: list[checker.Received] = []
-    finished: list[checker.Finished] = []
-    settled: list[checker.Settled] = []
-    calls: list[checker.ReceiveCall] = []
-    for path in sorted(out_dir.glob("w*.jsonl")):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                entry = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            kind = entry.pop("kind")
-            if kind == "received":
-                received.append(checker.Received(**entry))
-            elif kind == "finished":
-                finished.append(checker.Finished(**entry))
-            elif kind == "settled":
-                settled.append(checker.Settled(**entry))
-            elif kind == "receive":
-                calls.append(checker.ReceiveCall(**entry))
-    return Ledgers(tuple(received), tuple(finished), tuple(settled), tuple(calls))
+    events = [
+        event
+        for path in sorted(out_dir.glob("w*.jsonl"))
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if (event := _ledger_event(line)) is not None
+    ]
+    return Ledgers(
+        tuple(e for e in events if isinstance(e, checker.Received)),
+        tuple(e for e in events if isinstance(e, checker.Finished)),
+        tuple(e for e in events if isinstance(e, checker.Settled)),
+        tuple(e for e in events if isinstance(e, checker.ReceiveCall)),
+    )
+
+
+def _ledger_event(line: str) -> LedgerEvent | None:
+    """One ledger line as the checker's event; None for a torn line (or a line's tail, read
+    from where a look at a growing ledger began)."""
+    try:
+        entry = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(entry, dict):
+        return None
+    kind = LEDGER_KINDS.get(entry.pop("kind", None))
+    return None if kind is None else kind(**entry)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m stress_tests.lease_run --seed N``: one run on a fresh local cluster."""
+    """``python -m stress_tests.lease_run --seed N [--power-cuts K]``: one run on a fresh
+    local cluster (on the power-cut disk in ``--dir`` unless ``--power-cuts 0``)."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seed", type=int, default=int(time.time()) % 100_000)
     parser.add_argument("--duration-s", type=float, default=120.0)
     parser.add_argument("--dir", type=Path, default=Path("/tmp/raftq-lease-run"))
     parser.add_argument("--out", type=Path, default=Path("/tmp/raftq-lease-report"))
     parser.add_argument("--base-port", type=int, default=BASE_PORT)
+    parser.add_argument(
+        "--power-cuts", type=int, default=3, help="whole-cluster power cuts (0: a plain disk)"
+    )
     args = parser.parse_args(argv)
-    config = LeaseConfig(args.seed, duration_s=args.duration_s, messages=100_000)
-    with cluster_session(args.dir, args.base_port) as cluster:
-        report = run_lease(cluster, config, args.out)
+    config = LeaseConfig(
+        args.seed, duration_s=args.duration_s, messages=100_000, power_cuts=args.power_cuts
+    )
+    report = run_fresh(args.dir, args.base_port, config, args.out)
     print("\n".join(report.lines()))
     return 0 if report.passed else 1
 

@@ -1,11 +1,6 @@
-"""Whole-cluster power loss (issue 7): a local cluster whose whole directory (cluster.json,
-the secret, every node's Raft journals and dumps and SQLite database) lives on the power-cut
-file system (``stress_tests/powercut``), and a cut of power to all of it at once.
-
-A cut is what a power failure of every machine does: kill -9 of every node's process group
-(nothing gets to flush or close), then ``PowerCutFS.cut()`` (everything not fsynced is gone,
-and names whose directory was not fsynced). Restoring power is a remount and the same
-``raftq cluster up --dir D`` a user would run again.
+"""Whole-cluster power loss (issue 7): a local cluster whose whole directory lives on the
+power-cut file system, and cuts of power to all of it at once (``power_switch.py``: what a
+cut and a restore are, shared with the consumer group's run).
 
 The long version is a command (not run by CI)::
 
@@ -24,25 +19,22 @@ from __future__ import annotations
 import enum
 import random
 import shutil
-import signal
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from raftq import Admin, ClientLimits
 from raftq.cluster import LocalCluster
-from raftq.cluster_layout import CLUSTER_FILE
 from stress_tests.checker import Verdict, check
 from stress_tests.credentials import require_admin_key
 from stress_tests.final_read import final_read
 from stress_tests.history import FaultRecord, Recorder
 from stress_tests.polling import WaitTimeoutError, poll_until
-from stress_tests.powercut import PowerCutFS, fuse_unavailable_reason
+from stress_tests.power_switch import COMPACTION_LIMITS, PowerSwitch, power_cut_cluster
+from stress_tests.powercut import fuse_unavailable_reason
 from stress_tests.runner import RunReport, publish
 from stress_tests.session import base_arguments, seed_or_clock, work_dir
 from stress_tests.validity import ConsumerEnd, consumer_problems
@@ -54,125 +46,8 @@ from stress_tests.workload import (
     run_bounded,
 )
 
-REPO_DIR = Path(__file__).resolve().parents[1]
-CLI_TIMEOUT_S = 180.0
-"""``raftq cluster up`` waits up to 90 s for the cluster itself; this bounds the command."""
-KILL_TIMEOUT_S = 10.0
-"""From kill -9 of every node until no process of any node's group is left."""
 DEFAULT_BASE_PORT = 23100
 """The long run's ports: 23100..23499 (clear of the test and benchmark blocks)."""
-CLUSTER_DIR_NAME = "cluster"
-"""The cluster directory inside the mount: the mount root also holds FUSE's own entries."""
-
-
-# --- the cluster on the power-cut disk ----------------------------------------------------
-
-
-def cluster_up(directory: Path, base_port: int, limits: Mapping[str, str]) -> LocalCluster:
-    """``raftq cluster up --dir D --base-port P [--limit k=v ...]``, as a user starts (and,
-    after a cut, restarts) the cluster; returns it for node operations."""
-    argv = ["cluster", "up", "--dir", str(directory), "--base-port", str(base_port)]
-    for name, value in limits.items():
-        argv += ["--limit", f"{name}={value}"]
-    done = subprocess.run(
-        [sys.executable, "-m", "raftq.cli", *argv],
-        cwd=REPO_DIR,
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT_S,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"raftq {' '.join(argv)} failed:\n{done.stdout}\n{done.stderr}")
-    return LocalCluster(directory)
-
-
-def kill_every_node(cluster: LocalCluster, timeout_s: float = KILL_TIMEOUT_S) -> None:
-    """kill -9 every running node's process group at once, then wait (bounded) until no
-    process of those groups runs any more (so none writes to the disk after the cut)."""
-    groups = []
-    for name in cluster.node_names:
-        pid = cluster.pid(name)
-        if pid is not None and cluster.is_running(name):
-            cluster.signal_node(name, signal.SIGKILL)
-            groups.append(pid)
-    poll_until(
-        lambda: not any(_group_runs(pgid) for pgid in groups),
-        timeout_s,
-        "every node's processes gone after kill -9",
-        period_s=0.05,
-    )
-
-
-def save_logs(cluster: LocalCluster, into: Path) -> None:
-    """Copy every node's log as the processes left it (a cut keeps only what was synced, and
-    nothing syncs a log): diagnostics for a failure after the cut."""
-    into.mkdir(parents=True, exist_ok=True)
-    for name in cluster.node_names:
-        source = cluster.node(name).log_file
-        if source.exists():
-            shutil.copyfile(source, into / f"{name}.log")
-
-
-def cut_power(cluster: LocalCluster, disk: PowerCutFS, logs_dir: Path | None = None) -> None:
-    """A power cut of every node at once: kill -9 all, then the disk loses what was not
-    synced. The disk is unmounted afterwards (``restore_power`` mounts it again)."""
-    kill_every_node(cluster)
-    if logs_dir is not None:
-        save_logs(cluster, logs_dir)
-    disk.cut()
-
-
-def restore_power(
-    disk: PowerCutFS, directory: Path, base_port: int, limits: Mapping[str, str]
-) -> LocalCluster:
-    """Mount the disk as the cut left it and start the cluster again on the same directory."""
-    disk.mount()
-    return cluster_up(directory, base_port, limits)
-
-
-def stop_everything(directory: Path, disk: PowerCutFS) -> None:
-    """However a run ended: no node left running on the mount, and no mount left. The
-    nodes are found from ``cluster.json`` on the disk (a ``cluster up`` that failed halfway
-    may have started some that no ``LocalCluster`` object of the caller knows)."""
-    try:
-        if disk.mounted and (directory / CLUSTER_FILE).exists():
-            kill_every_node(LocalCluster(directory))
-    finally:
-        disk.unmount()
-
-
-@contextmanager
-def power_cut_cluster(
-    backing_dir: Path, base_port: int, limits: Mapping[str, str]
-) -> Iterator[tuple[PowerCutFS, Path]]:
-    """A mounted power-cut disk (strict directory semantics) with a running cluster in
-    ``<mount>/cluster``: yields (disk, cluster directory). Nodes are killed and the disk
-    unmounted however the block ends (the caller may have cut and remounted meanwhile)."""
-    reason = fuse_unavailable_reason()
-    if reason is not None:
-        raise RuntimeError(f"the power-cut file system cannot run here: {reason}")
-    disk = PowerCutFS(backing_dir, strict_directories=True)
-    directory = disk.mount() / CLUSTER_DIR_NAME
-    try:
-        cluster_up(directory, base_port, limits)
-        yield disk, directory
-    finally:
-        stop_everything(directory, disk)
-
-
-def _group_runs(pgid: int) -> bool:
-    """Whether any process of group ``pgid`` still runs (zombies hold no files: not counted)."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # gone meanwhile
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
 
 
 # --- the long version: continuous load, cuts at seeded moments -----------------------------
@@ -188,13 +63,6 @@ class CutMoment(enum.Enum):
     wrote its dump and is dropping (or has dropped) the journal entries it holds."""
 
 
-COMPACTION_LIMITS = {
-    # A partition's log compacts after 64 KiB of entries (about 40 batches of 25), not 32 MiB;
-    # every group (managers too) at least every 10 s or 300 entries.
-    "raft_log_compaction_bytes_min": str(64 * 1024),
-    "raft_log_compaction_entries_min": "300",
-    "raft_log_compaction_time_min_s": "10",
-}
 WORKER_LIMITS = ClientLimits(connect_timeout_s=1.0, request_timeout_s=12.0, attempts_max=4)
 MOMENT_WAIT_S_MAX = 30.0
 """Longest wait for an acknowledgement or a compaction to cut right after."""
@@ -309,8 +177,8 @@ class PowerLossRun:
         limits = dict(self.config.limits)
         moments = cut_moments(self.config.seed, self.config.cycles)
         self.log(f"power loss seed={self.config.seed}: cuts {', '.join(m.value for m in moments)}")
-        with power_cut_cluster(self.backing_dir, self.base_port, limits) as (disk, directory):
-            cluster = LocalCluster(directory)
+        with power_cut_cluster(self.backing_dir, self.base_port, limits) as power:
+            cluster = power.cluster
             api_key = require_admin_key(cluster)
             self._make_workers(cluster.lb_url, api_key)
             Admin(cluster.lb_url, api_key=api_key).create_topic(
@@ -319,7 +187,7 @@ class PowerLossRun:
             threads = self._start_workers()
             try:
                 for cycle, moment in enumerate(moments):
-                    cluster = self._cycle(cycle, moment, disk, directory, cluster)
+                    cluster = self._cycle(cycle, moment, power)
                 self.stop.wait(self.config.tail_s)
             finally:
                 self.stop.set()  # also when a cut or a restart failed: no worker left running
@@ -352,21 +220,14 @@ class PowerLossRun:
         except BaseException as exc:  # reported as a problem of the run, not swallowed
             self.errors.append(exc)
 
-    def _cycle(
-        self,
-        cycle: int,
-        moment: CutMoment,
-        disk: PowerCutFS,
-        directory: Path,
-        cluster: LocalCluster,
-    ) -> LocalCluster:
+    def _cycle(self, cycle: int, moment: CutMoment, power: PowerSwitch) -> LocalCluster:
         """Load for a seeded while, wait for the moment, cut, restart, wait for writes."""
         self.stop.wait(self.random.uniform(self.config.gap_s_min, self.config.gap_s_max))
-        note = self._wait_for(moment, directory)
+        note = self._wait_for(moment, power.directory)
         acked = self.recorder.acked_messages()
         cut_s = time.monotonic()
-        cut_power(cluster, disk, self.backing_dir / "node-logs" / f"cut-{cycle}")
-        cluster = restore_power(disk, directory, self.base_port, dict(self.config.limits))
+        power.cut(self.backing_dir / "node-logs" / f"cut-{cycle}")
+        cluster = power.restore()
         record = CutRecord(cycle, moment, acked, time.monotonic() - cut_s, note=note)
         acked_at_restart = self.recorder.acked_messages()
         try:

@@ -35,7 +35,7 @@ from stress_tests.checker import check, reference_logs
 from stress_tests.final_read import final_read, wait_converged
 from stress_tests.history import Entry, Outcome, Position, Read, Recorder, Send
 from stress_tests.polling import poll_until
-from stress_tests.power_loss import CLUSTER_DIR_NAME, cut_power, stop_everything
+from stress_tests.power_switch import CLUSTER_DIR_NAME, cut_power, stop_everything
 from stress_tests.powercut import PowerCutFS, fuse_unavailable_reason
 from unit_tests.cluster.client_ops import (
     checksums,

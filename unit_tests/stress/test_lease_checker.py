@@ -1,7 +1,9 @@
 """The lease checker on synthetic histories (issue 20): a realistic run of two workers
 passes, and each kind of broken consumer group (a message never acked, an ack before the
-work, an acked message back, a lease cut short, one delivery to two members, a count that
-went back, a receipt that names another delivery) fails in exactly its kind. Boundaries of
+work, an acked message back, a lease cut short, one delivery to two members or in two
+requests of one, a count that went back, a receipt that names another delivery) fails in
+exactly its kind; across a power cut, what an answer showed must hold and what it did not
+show need not. Boundaries of
 the early-redelivery bound at the clock tolerance, the redelivery percentiles on a
 hand-computed example, and a verdict independent of the order events were recorded in."""
 
@@ -400,14 +402,32 @@ def test_a_lower_count_sent_after_a_higher_one_was_returned_skipped_back() -> No
     history = clean()  # C: delivery 2 returned at 1150; w1 then gets delivery 1 again
     back = with_(history, received=(*history.received, got("w1", C, 1, 1160, 1165)))
     verdict = check(back)
-    assert failing(verdict) == {"count_skipped_back": 1}
+    # by a second request of w1's too (sent at 1160, not at its first receive's 0)
+    assert failing(verdict) == {"count_skipped_back": 1, "one_delivery_two_receives": 1}
     assert "after count 2" in verdict.examples["count_skipped_back"][0]
 
 
 def test_a_lower_count_sent_as_the_higher_one_returned_may_be_a_repeat() -> None:
     history = clean()  # sent at 1150, the ms delivery 2 was returned: not provably after
     repeat = with_(history, received=(*history.received, got("w1", C, 1, 1150, 1165)))
-    assert check(repeat).ok
+    # not skipped back; but a repeat of w1's first request would carry its send, 0
+    assert failing(check(repeat)) == {"one_delivery_two_receives": 1}
+
+
+def test_one_delivery_in_two_requests_of_one_worker_is_flagged() -> None:
+    history = clean()  # A: w1 received delivery 1 by a receive sent at 0; again, sent at 20
+    again = with_(history, received=(*history.received, got("w1", A, 1, 20, 30)))
+    verdict = check(again)
+    assert failing(verdict) == {"one_delivery_two_receives": 1}
+    assert verdict.examples["one_delivery_two_receives"] == [
+        "(0, 0, 1) to w1 by receives sent at 0, 20"
+    ]
+
+
+def test_a_repeat_of_one_request_keeps_its_first_send_and_is_not_flagged() -> None:
+    history = clean()  # E: w1's receive sent at 400 answered twice (450, 480)
+    assert {r.sent_ms for r in history.received if r.message == E} == {400}
+    assert check(history).ok
 
 
 def test_a_receipt_naming_another_delivery_is_a_mismatch() -> None:
@@ -530,6 +550,7 @@ def test_the_broken_history_fails_in_each_of_its_kinds() -> None:
     assert failing(check(broken())) == {
         "lost": 7,
         "one_delivery_two_members": 1,
+        "one_delivery_two_receives": 1,
         "count_skipped_back": 1,
         "redelivered_after_ack": 2,
     }
@@ -543,6 +564,7 @@ def test_the_broken_history_fails_in_each_of_its_kinds() -> None:
         (lambda: got("w", A, 0, 0, 1), "delivery_count"),
         (lambda: LeaseHistory((), (), (), (), 0), "visibility_timeout_ms"),
         (lambda: LeaseHistory((), (), (), (), VISIBILITY_MS, -1), "clock_tolerance_ms"),
+        (lambda: LeaseHistory((), (), (), (), VISIBILITY_MS, power_cuts=((9, 8),)), "ends"),
     ],
 )
 def test_invalid_records_are_refused(make: Any, message: str) -> None:
@@ -679,3 +701,68 @@ def test_without_recorded_calls_a_redelivery_is_timed_from_the_leases_end() -> N
     verdict = check(late_j(()))
     assert verdict.counts[LATE_REDELIVERY] == 1
     assert 1640 in verdict.redelivery_latencies_ms
+
+
+# --- power cuts -------------------------------------------------------------------------------
+
+CUT = (10_000, 15_000)
+"""Every node killed at 10,000 ms; acks answered again from 15,000."""
+K1, K2, K3 = (2, 0), (2, 1), (2, 2)
+
+
+def across_a_cut() -> LeaseHistory:
+    """K1 acked (answered ``done``) 490 ms before the cut; K2's ack sent 10 ms before it,
+    its answer lost (``error``), then delivered again after the cut and acked; K3 leased
+    300 ms before the cut, its lease ended in the dark, delivered again after and acked."""
+    received = (
+        got("w1", K1, 1, 9000, 9010),
+        got("w1", K2, 1, 9600, 9610),
+        got("w2", K3, 1, 9700, 9710),
+        got("w2", K2, 2, 15_500, 15_510),
+        got("w1", K3, 2, 15_500, 15_520),
+    )
+    finished = (
+        fin("w1", K1, 1, 9400),
+        fin("w1", K2, 1, 9900),
+        fin("w2", K2, 2, 15_550),
+        fin("w1", K3, 2, 15_560),
+    )
+    settled = (
+        act("w1", "ack", K1, 1, "done", 9500),
+        Settled("w1", "ack", *K2, 1, "error", 9990, 14_000),
+        act("w2", "ack", K2, 2, "done", 15_600),
+        act("w1", "ack", K3, 2, "done", 15_610),
+    )
+    produced = tuple(Produced(*m, f"v{m}") for m in (K1, K2, K3))
+    return LeaseHistory(
+        produced, received, finished, settled, VISIBILITY_MS, TOLERANCE_MS, power_cuts=(CUT,)
+    )
+
+
+def test_what_no_answer_showed_may_change_across_a_cut() -> None:
+    verdict = check(across_a_cut())
+    assert verdict.ok, verdict.lines()
+    assert verdict.info["power_cuts"] == 1
+    assert verdict.info["acks_done_before_cuts"] == 1  # K1's
+    assert verdict.info["settles_unanswered_at_cuts"] == 1  # K2's ack
+    assert verdict.info["leases_live_at_cuts"] == 2  # K2's and K3's first deliveries
+    assert verdict.info["redeliveries_in_outages"] == 2  # a cut is an outage: not timed
+    assert verdict.redelivery_latencies_ms == []
+
+
+def test_an_ack_answered_before_a_cut_must_outlive_it() -> None:
+    history = across_a_cut()
+    back = with_(history, received=(*history.received, got("w2", K1, 2, 15_500, 15_530)))
+    verdict = check(back)
+    assert failing(verdict) == {"redelivered_after_ack": 1}
+    assert "settled at 9510" in verdict.examples["redelivered_after_ack"][0]
+
+
+@pytest.mark.parametrize(
+    ("worker", "kind"), [("w1", "one_delivery_two_members"), ("w2", "one_delivery_two_receives")]
+)
+def test_a_lease_answered_before_a_cut_must_outlive_it(worker: str, kind: str) -> None:
+    history = across_a_cut()  # K3's first lease forgotten: delivery 1 handed out again
+    again = got(worker, K3, 1, 15_400, 15_410)
+    verdict = check(with_(history, received=(*history.received, again)))
+    assert failing(verdict) == {kind: 1}

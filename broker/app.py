@@ -34,7 +34,7 @@ from runtime.metrics import Metrics
 def create_app(config: BrokerConfig) -> App:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     make_directories(config.data_dir)
-    store = SqlMessageStore(config.db_url)
+    store = SqlMessageStore.open(config.db_url)
 
     link = PeerLink.of(config.secret, config.tls)
     peers = PeerCopy(config.limits, link)

@@ -10,7 +10,13 @@ from dataclasses import dataclass, field
 from broker.persistence.sql_store import check_database_url
 from protocol.limits import Limits
 from protocol.redaction import url_password
-from runtime.command_line import add_limit_option, limits_from, read_secret
+from runtime.command_line import (
+    add_limit_option,
+    add_metrics_token_option,
+    limits_from,
+    read_metrics_token,
+    read_secret,
+)
 from runtime.tls import NO_TLS, TlsFiles, add_tls_options, tls_from
 
 
@@ -33,6 +39,8 @@ class BrokerConfig:
     limits_may_differ: bool = False
     """Start even when a running broker has other limits (a rolling change of limits);
     otherwise such a start is refused (``broker/limits_check.py``)."""
+    metrics_token: str | None = field(default=None, repr=False)
+    """Opt-in bearer for ``/metrics`` only (``--metrics-token-file``)."""
 
     @property
     def address(self) -> str:
@@ -57,6 +65,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="start even when a running broker has other limits (a rolling change)",
     )
     add_tls_options(parser)
+    add_metrics_token_option(parser)
     return parser.parse_args(argv)
 
 
@@ -82,6 +91,7 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
         limits=limits,
         tls=tls_from(args),
         limits_may_differ=args.limits_may_differ,
+        metrics_token=read_metrics_token(args.metrics_token_file),
     )
 
 

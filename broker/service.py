@@ -7,6 +7,7 @@ threads call it concurrently; Raft calls block until the command is applied loca
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
@@ -575,6 +576,38 @@ class BrokerService:
                 consumers.append(self._lag_of(replica, consumer_id, offset, end))
             partitions.append(self._lag_of(replica, None, start, end))
         return consumers, partitions
+
+    def lag_figures(
+        self, consumers_max: int
+    ) -> tuple[list[dict[str, object]], dict[tuple[str, int], int]]:
+        """For ``/metrics``: in each partition this broker leads, the ``consumers_max`` most
+        lagging consumers' figures (as ``consumer_lag`` gives them: one database read each,
+        for the age), and each partition's consumer count. Bounded by the partitions led,
+        not by the consumers anyone registered (the pick is one pass over the offsets in
+        memory)."""
+        with self._lock:
+            replicas = list(self._replicas.values())
+        shown: list[dict[str, object]] = []
+        counts: dict[tuple[str, int], int] = {}
+        for replica in replicas:
+            if replica.partition.status().role is not RaftRole.LEADER:
+                continue
+            end, count, lowest = replica.partition.read(
+                lambda log: (
+                    log.end_offset,
+                    len(log.consumers),
+                    heapq.nsmallest(
+                        consumers_max,
+                        (
+                            (max(s.offset, log.log_start_offset), c)
+                            for c, s in log.consumers.items()
+                        ),
+                    ),
+                )
+            )
+            counts[(replica.spec.topic, replica.spec.partition_id)] = count
+            shown.extend(self._lag_of(replica, c, offset, end) for offset, c in lowest)
+        return shown, counts
 
     def group_figures(self, topic: str) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
         """For each partition of ``topic`` this broker leads: each consumer group's figures

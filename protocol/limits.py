@@ -358,6 +358,17 @@ class Limits:
     retry_after_s: int = 1
     """Value of the Retry-After header on 429 and 503."""
 
+    # --- metrics (issue 23: a scrape's cost does not grow with what callers make) ------------
+    metrics_refresh_s: float = 10.0
+    """A broker computes its consumer and group figures for ``/metrics`` (an offset per
+    consumer in memory, a database read per figure shown) at most this often, however
+    often it is scraped; scrapes in between get the last figures."""
+    metrics_consumers_per_partition_max: int = 10
+    """Consumers shown per partition in ``consumer_lag_*`` (the most lagging ones; every
+    partition also shows its consumer count and its largest lag): the series of a scrape,
+    and its database reads, are bounded by the partitions, not by the consumers anyone
+    registers."""
+
     def partition_limits(self) -> PartitionLimits:
         """The partition limits a manager records for a topic it creates."""
         return PartitionLimits(

@@ -720,7 +720,8 @@ def _partition_limits(body: object) -> PartitionLimits | None:
 @dataclass(frozen=True, slots=True)
 class CreateKeyRequest:
     """``POST /keys {"role", "topics"?, "name"?}``: ``topics`` (names, prefixes ending in
-    ``*``, or ``*``) is required for a producer or consumer key and ignored for an admin."""
+    ``*``, or ``*``) is required for a producer or consumer key and ignored for an admin or
+    metrics key (which concern no topic)."""
 
     role: Role
     topics: tuple[str, ...]
@@ -741,10 +742,11 @@ class CreateKeyRequest:
             topics = check_topic_patterns(raw_topics, limits.topic_name_chars_max)
         except ValueError as exc:
             raise invalid(f"field 'topics': {exc}") from None
-        if role is not Role.ADMIN and not topics:
+        topicless = role in (Role.ADMIN, Role.METRICS)
+        if not topicless and not topics:
             raise invalid(f"a {role.value} key needs 'topics' (names, 'prefix*' or '*')")
         name = get_str(params, "name", KEY_NAME_CHARS_MAX, required=False) or ""
-        return cls(role, () if role is Role.ADMIN else topics, name)
+        return cls(role, () if topicless else topics, name)
 
 
 @dataclass(frozen=True, slots=True)

@@ -194,7 +194,7 @@ def _add_key_commands(
     key = commands.add_parser("key", help="create, list and revoke API keys (admin)")
     key_commands = key.add_subparsers(dest="key_command", required=True, metavar="ACTION")
     make = key_commands.add_parser("create", parents=[target], help="create an API key")
-    make.add_argument("--role", required=True, choices=["admin", "producer", "consumer"])
+    make.add_argument("--role", required=True, choices=["admin", "producer", "consumer", "metrics"])
     make.add_argument(
         "--topic",
         action="append",

@@ -73,18 +73,18 @@ class DatabaseError(RuntimeError):
 
 
 class SqlMessageStore:
-    @classmethod
-    def open(cls, url: str) -> SqlMessageStore:
-        """The store of ``url``, or ``DatabaseError`` (nothing in it quotes the password:
-        it goes to the node's log and to whoever started it)."""
+    def __init__(self, url: str) -> None:
+        """Open (and create, or bring up to date) the database of ``url``; ``DatabaseError``
+        when it cannot be used (nothing in it quotes the password: it goes to the node's
+        log and to whoever started it)."""
         try:
-            return cls(url)
+            self._open(url)
         except (SQLAlchemyError, OSError, ValueError) as exc:
             reason = without_secrets(f"{type(exc).__name__}: {exc}", [url_password(url)])
             shown = url_without_password(url)
             raise DatabaseError(f"cannot open the database {shown}: {reason}") from None
 
-    def __init__(self, url: str) -> None:
+    def _open(self, url: str) -> None:
         _create_database_if_missing(url)
         self._engine = _engine(url)
         self._is_postgresql = self._engine.dialect.name == "postgresql"

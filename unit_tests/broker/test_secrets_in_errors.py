@@ -41,7 +41,7 @@ def test_a_url_the_driver_would_misread_is_refused_without_quoting_it() -> None:
 
 def test_an_unreachable_database_is_reported_without_its_password() -> None:
     with pytest.raises(DatabaseError) as refused:
-        SqlMessageStore.open(_closed_port_url())
+        SqlMessageStore(_closed_port_url())
     assert PASSWORD not in str(refused.value)
     assert "raftq:***@127.0.0.1" in str(refused.value)
 

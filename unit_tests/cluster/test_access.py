@@ -206,11 +206,44 @@ def test_no_secret_or_key_appears_in_answers_metrics_or_logs(
     texts = [_call("GET", f"{cluster.lb_url}/cluster", cluster.admin_key).text]
     texts.append(_call("GET", f"{cluster.lb_url}/keys", cluster.admin_key).text)
     for node in cluster.info["nodes"]:
-        texts.append(requests.get(f"{node['http_address']}/metrics", timeout=10).text)
+        texts.append(cluster.http.get(f"{node['http_address']}/metrics", timeout=10).text)
         texts.append(Path(node["log_file"]).read_text(errors="replace"))
     for text in texts:
         for value in (secret, token, cluster.admin_key, *keys.values()):
             assert value not in text
+
+
+def test_metrics_refuse_an_unauthenticated_scrape_and_client_keys(
+    cluster: Cluster, keys: dict[str, str]
+) -> None:
+    """Issue 23, hole 3: every broker's and manager's /metrics needs a metrics (or admin)
+    key; without one it answers 401 and shows no topic or consumer; producer and consumer
+    keys get 403. Scraping changes nothing."""
+    with Consumer(cluster.lb_url, "granted", api_key=keys["consumer"]) as consumer:
+        poll_until(lambda: consumer.poll(1) is not None, WAIT_S, "a pop")  # a consumer id
+        me = consumer.consumer_id
+    with Admin(cluster.lb_url, api_key=cluster.admin_key) as admin:
+        scraper = admin.create_key("metrics", [], "prometheus")
+    before = _state(cluster)
+    nodes = [n for n in cluster.info["nodes"] if n["role"] in ("broker", "manager")]
+    for node in nodes:
+        url = f"{node['http_address']}/metrics"
+        for key in (None, "junk", _fake_key(scraper.key)):
+            refused = _call("GET", url, key)
+            assert refused.status_code == 401, (url, key)
+            assert "granted" not in refused.text and me not in refused.text
+        for role in ("producer", "consumer"):
+            assert _call("GET", url, keys[role]).status_code == 403, (url, role)
+    shown = [_call("GET", f"{n['http_address']}/metrics", scraper.key) for n in nodes]
+    assert all(answer.status_code == 200 for answer in shown)
+    assert any('topic="granted"' in answer.text for answer in shown)
+    # The metrics key reads metrics, nothing else.
+    assert _call("GET", f"{cluster.lb_url}/topics", scraper.key).status_code == 200  # describe
+    assert (
+        _call("POST", f"{cluster.lb_url}/producers", scraper.key, {"topic": "granted"}).status_code
+        == 403
+    )
+    assert _state(cluster)[:2] == before[:2] and _state(cluster)[3] == before[3]
 
 
 def _evil_frame(marker: Path) -> bytes:

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from broker.access import KeyVerifier
+from broker.access import ClientVerifier, KeyVerifier
 from broker.api.groups import add_group_routes
 from broker.api.logs import add_log_routes
 from broker.api.partitions import add_partition_routes
@@ -53,12 +53,13 @@ def create_app(config: BrokerConfig) -> App:
     _register_client_gauges(metrics, service, config.limits)
 
     keys = KeyVerifier(config.managers_url, config.limits, link)
+    clients = ClientVerifier(config.managers_url, config.limits, link)
     app = App(
         "broker", config.limits, authenticator(link.node_token, keys.grant, config.metrics_token)
     )
     add_status_routes(app, service, config.broker_id, metrics, config.limits)
     add_document_route(app, api_document(Node.BROKER))
-    add_log_routes(app, service, config.limits, metrics)
+    add_log_routes(app, service, config.limits, metrics, clients)
     add_group_routes(app, service, config.limits, metrics)
     add_partition_routes(app, service, config.broker_id, config.limits)
     count_requests(app, metrics)

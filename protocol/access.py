@@ -152,6 +152,19 @@ def require_topic(principal: Principal | None, action: Action, topic: str) -> No
         )
 
 
+def require_owner(principal: Principal | None, what: str, owner: str | None) -> None:
+    """The id rule (issue 23): a producer or consumer id belongs to the key that registered
+    it (``owner``, a key id; ``None``: registered by a node or before owners were kept).
+    Another key may not act as it (403); admins and nodes may (super-users)."""
+    if not isinstance(principal, Grant) or principal.role is Role.ADMIN:
+        return
+    if owner is not None and owner != principal.key_id:
+        raise RaftQError(
+            ErrorCode.FORBIDDEN,
+            f"{what} belongs to another API key than {principal.key_id}",
+        )
+
+
 # --- keys and tokens -----------------------------------------------------------------------
 
 

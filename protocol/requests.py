@@ -772,6 +772,23 @@ class VerifyKey:
         return cls(_key_id(params), require_str(params, "key_hash", 64))
 
 
+@dataclass(frozen=True, slots=True)
+class VerifyClient:
+    """``POST /clients/verify {"kind", "client_id"}``: a broker asks about a producer or
+    consumer id a direct-path client sends (issue 23): registered? for which topic? whose?"""
+
+    kind: str
+    """``producer`` or ``consumer``."""
+    client_id: str
+
+    @classmethod
+    def parse(cls, params: Params, limits: Limits) -> VerifyClient:
+        kind = require_str(params, "kind", 20)
+        if kind not in ("producer", "consumer"):
+            raise invalid(f"field 'kind' must be producer or consumer, got {kind!r}")
+        return cls(kind, require_str(params, "client_id", limits.id_chars_max))
+
+
 def _key_id(params: Params) -> str:
     key_id = require_str(params, "key_id", KEY_ID_CHARS)
     if not re.fullmatch(r"[0-9a-f]+", key_id) or len(key_id) != KEY_ID_CHARS:

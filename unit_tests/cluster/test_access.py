@@ -311,7 +311,7 @@ def test_ids_belong_to_their_key_and_made_up_ids_are_refused(
         )  # fmt: skip
         assert answer.status_code == 200, answer.text
         got.extend(m["offset"] for m in answer.json()["messages"])
-        return len(got) >= end
+        return bool(len(got) >= end)
 
     poll_until(popped_all, WAIT_S, "the victim to pop its partition")
     assert got == list(range(end))

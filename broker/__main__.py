@@ -5,7 +5,12 @@ from __future__ import annotations
 import sys
 
 from broker.app import create_app
-from broker.config import BrokerConfig, build_config, parse_args
+from broker.config import (
+    BrokerConfig,
+    build_config,
+    parse_args,
+    refuse_password_on_command_line,
+)
 from broker.limits_check import check_limits_agree
 from runtime.command_line import ServeOptions, check_before_start, expand_config, run_server
 
@@ -16,6 +21,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _checked_config(args: list[str]) -> BrokerConfig:
+    refuse_password_on_command_line(args)
     config = build_config(parse_args(expand_config("broker", args)))
     check_before_start(
         config.limits, config.secret, config.tls, lambda client: check_limits_agree(config, client)

@@ -12,9 +12,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from protocol.access import Grant, Role, key_hash, parse_key
+from protocol.access import Grant, Principal, Role, key_hash, parse_key, require_owner
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 from runtime.http_client import JsonHttpClient, PeerLink
@@ -85,3 +85,88 @@ def _grant(key_id: str, body: dict[str, object]) -> Grant:
     if not isinstance(topics, list) or not all(isinstance(t, str) for t in topics):
         raise RaftQError(ErrorCode.REFUSED, "the managers' answer about a key is malformed")
     return Grant(key_id, parsed, tuple(topics))
+
+
+@dataclass(frozen=True, slots=True)
+class ClientRecord:
+    """What the managers hold of a producer or consumer id (``POST /clients/verify``)."""
+
+    topic: str
+    partition_id: int | None
+    owner: str | None
+    """The key id that registered it (``None``: a node, or before owners were kept)."""
+
+
+class ClientVerifier:
+    """What a broker knows about the producer and consumer ids its direct-path clients
+    send (issue 23): an id must be registered with the managers, for the request's topic,
+    and belong to the caller's key. Asked of the manager leader as ``KeyVerifier`` asks
+    about keys, and kept as long (``key_cache_s``, at most ``key_cache_entries_max``
+    ids), "unknown" too: an id registered a moment ago is refused here for up to that long
+    (the client then goes through the load balancer, which the managers answer at once).
+    Thread-safe."""
+
+    def __init__(
+        self,
+        managers_url: str,
+        limits: Limits,
+        link: PeerLink,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._url = f"{managers_url}/clients/verify"
+        self._client = JsonHttpClient(
+            replace(limits, http_retries_max=1), link, timeout_s=limits.http_connect_timeout_s
+        )
+        self._ttl_s = limits.key_cache_s
+        self._entries_max = limits.key_cache_entries_max
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._entries: dict[tuple[str, str], tuple[float, ClientRecord | None]] = {}
+
+    def check(self, principal: Principal | None, kind: str, client_id: str, topic: str) -> None:
+        """Raise unless ``principal`` may act as ``kind`` ``client_id`` on ``topic``: 404
+        UNKNOWN_PRODUCER/CONSUMER for an id the managers do not hold (register it through
+        the load balancer), 400 for another topic, 403 for another key's id. A node is
+        trusted (the manager checked what it forwards)."""
+        if not isinstance(principal, Grant):
+            return
+        what = f"{kind} {client_id!r}"
+        record = self._record(kind, client_id)
+        if record is None:
+            code = ErrorCode.UNKNOWN_PRODUCER if kind == "producer" else ErrorCode.UNKNOWN_CONSUMER
+            raise RaftQError(code, f"unknown {kind}; register it first")
+        if record.topic != topic:
+            raise RaftQError(
+                ErrorCode.INVALID_FIELD, f"{what} is registered for topic {record.topic!r}"
+            )
+        require_owner(principal, what, record.owner)
+
+    def _record(self, kind: str, client_id: str) -> ClientRecord | None:
+        now_s = self._clock()
+        with self._lock:
+            entry = self._entries.get((kind, client_id))
+        if entry is not None and entry[0] > now_s:
+            return entry[1]
+        found = self._ask(kind, client_id)
+        with self._lock:
+            if len(self._entries) >= self._entries_max:
+                self._entries.clear()  # bounded; the ids in use are asked again
+            self._entries[(kind, client_id)] = (now_s + self._ttl_s, found)
+        return found
+
+    def _ask(self, kind: str, client_id: str) -> ClientRecord | None:
+        answer = self._client.call(
+            "POST", self._url, {"kind": kind, "client_id": client_id}, idempotent=True
+        )
+        if answer.status == 404:
+            return None
+        body = answer.body
+        if answer.status != 200 or not isinstance(body, dict):
+            raise RaftQError(
+                ErrorCode.REFUSED,
+                f"cannot check the {kind} id with the managers now ({answer.status}): retry",
+            )
+        topic, partition_id, owner = body.get("topic"), body.get("partition_id"), body.get("owner")
+        if not isinstance(topic, str) or not isinstance(owner, str | None):
+            raise RaftQError(ErrorCode.REFUSED, "the managers' answer about an id is malformed")
+        return ClientRecord(topic, partition_id if isinstance(partition_id, int) else None, owner)

@@ -8,8 +8,9 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from broker.access import KeyVerifier
+from broker.access import ClientVerifier, KeyVerifier
 from broker.api.groups import add_group_routes
 from broker.api.logs import add_log_routes
 from broker.api.partitions import add_partition_routes
@@ -22,13 +23,14 @@ from broker.registration import Registration
 from broker.replica import HostedReplica
 from broker.service import BrokerService, ReplicaStatus
 from protocol.durable_files import make_directories
+from protocol.limits import Limits
 from protocol.openapi import Node, api_document
 from protocol.requests import RegisterBroker
 from protocol.types import BrokerId, ReplicaSpec
 from runtime.http_api import App, add_document_route, count_requests
 from runtime.http_auth import authenticator
 from runtime.http_client import PeerLink
-from runtime.metrics import Metrics
+from runtime.metrics import Metrics, Refreshed
 
 
 def create_app(config: BrokerConfig) -> App:
@@ -48,12 +50,16 @@ def create_app(config: BrokerConfig) -> App:
     service.start()
     metrics = Metrics("raftq_broker")
     _register_gauges(metrics, service)
+    _register_client_gauges(metrics, service, config.limits)
 
     keys = KeyVerifier(config.managers_url, config.limits, link)
-    app = App("broker", config.limits, authenticator(link.node_token, keys.grant))
+    clients = ClientVerifier(config.managers_url, config.limits, link)
+    app = App(
+        "broker", config.limits, authenticator(link.node_token, keys.grant, config.metrics_token)
+    )
     add_status_routes(app, service, config.broker_id, metrics, config.limits)
     add_document_route(app, api_document(Node.BROKER))
-    add_log_routes(app, service, config.limits, metrics)
+    add_log_routes(app, service, config.limits, metrics, clients)
     add_group_routes(app, service, config.limits, metrics)
     add_partition_routes(app, service, config.broker_id, config.limits)
     count_requests(app, metrics)
@@ -121,37 +127,63 @@ def _register_gauges(metrics: Metrics, service: BrokerService) -> None:
     metrics.gauge("partition_raft_term", raft("term"))
     metrics.gauge("partition_raft_commit_index", raft("commit_index"))
 
+
+@dataclass(frozen=True, slots=True)
+class _ClientFigures:
+    consumers: list[dict[str, object]]
+    """The most lagging consumers of each partition led (``BrokerService.lag_figures``)."""
+    consumer_counts: dict[tuple[str, int], int]
+    groups: list[dict[str, object]]
+    """Each group's figures in each partition led (at most ``partition_groups_max`` each,
+    defined by admins)."""
+
+
+def _register_client_gauges(metrics: Metrics, service: BrokerService, limits: Limits) -> None:
+    """Consumer and group figures: computed at most every ``metrics_refresh_s`` (each costs
+    database reads), however often ``/metrics`` is scraped, and bounded per partition."""
+
+    def compute() -> _ClientFigures:
+        consumers, counts = service.lag_figures(limits.metrics_consumers_per_partition_max)
+        topics = sorted({s.spec.topic for s in service.statuses() if s.is_leader})
+        groups = [g for topic in topics for g in service.group_figures(topic)[0]]
+        return _ClientFigures(consumers, counts, groups)
+
+    figures = Refreshed(compute, limits.metrics_refresh_s)
+
     def consumer_lag(field: str) -> Callable[[], dict[Labels, float]]:
         def values() -> dict[Labels, float]:
-            topics = {s.spec.topic for s in service.statuses() if s.is_leader}
             return {
                 (
                     ("consumer", str(c["consumer_id"])),
                     ("partition", str(c["partition_id"])),
                     ("topic", str(c["topic"])),
                 ): _number(c[field])
-                for topic in sorted(topics)
-                for c in service.consumer_lag(topic)[0]
+                for c in figures().consumers
             }
 
         return values
 
     metrics.gauge("consumer_lag_messages", consumer_lag("lag_messages"))
     metrics.gauge("consumer_lag_seconds", consumer_lag("lag_s"))
+    metrics.gauge(
+        "partition_consumers",
+        lambda: {
+            (("partition", str(p)), ("topic", t)): float(n)
+            for (t, p), n in figures().consumer_counts.items()
+        },
+    )
 
     def group_figure(field: str) -> Callable[[], dict[Labels, float]]:
         """Each consumer group's figure in each partition this broker leads (issue 20)."""
 
         def values() -> dict[Labels, float]:
-            topics = {s.spec.topic for s in service.statuses() if s.is_leader}
             return {
                 (
                     ("group", str(g["group"])),
                     ("partition", str(g["partition_id"])),
                     ("topic", str(g["topic"])),
                 ): _number(g[field])
-                for topic in sorted(topics)
-                for g in service.group_figures(topic)[0]
+                for g in figures().groups
             }
 
         return values

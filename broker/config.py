@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
+from broker.persistence.sql_store import check_database_url
 from protocol.limits import Limits
-from runtime.command_line import add_limit_option, limits_from, read_secret
+from protocol.redaction import url_password
+from runtime.command_line import (
+    add_limit_option,
+    add_metrics_token_option,
+    limits_from,
+    read_metrics_token,
+    read_secret,
+)
 from runtime.tls import NO_TLS, TlsFiles, add_tls_options, tls_from
 
 
@@ -19,16 +28,19 @@ class BrokerConfig:
     raft_port_min: int
     raft_port_max: int
     data_dir: str
-    db_url: str
+    db_url: str = field(repr=False)
+    """May hold the database's password: never shown (``protocol.redaction``)."""
     managers_url: str
     """Where the broker registers: the load balancer (or a manager)."""
-    secret: str
+    secret: str = field(repr=False)
     """The cluster secret: the password of every Raft group."""
     limits: Limits
     tls: TlsFiles = NO_TLS
     limits_may_differ: bool = False
     """Start even when a running broker has other limits (a rolling change of limits);
     otherwise such a start is refused (``broker/limits_check.py``)."""
+    metrics_token: str | None = field(default=None, repr=False)
+    """Opt-in bearer for ``/metrics`` only (``--metrics-token-file``)."""
 
     @property
     def address(self) -> str:
@@ -53,6 +65,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="start even when a running broker has other limits (a rolling change)",
     )
     add_tls_options(parser)
+    add_metrics_token_option(parser)
     return parser.parse_args(argv)
 
 
@@ -64,6 +77,7 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
         raise ValueError("need 0 < --raft-port-min <= --raft-port-max <= 65535")
     data_dir = os.path.abspath(args.data_dir)
     db_url = args.db_url or f"sqlite:///{os.path.join(data_dir, 'broker.sqlite3')}"
+    check_database_url(db_url)
     return BrokerConfig(
         broker_id=args.broker_id,
         host=args.host,
@@ -77,4 +91,25 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
         limits=limits,
         tls=tls_from(args),
         limits_may_differ=args.limits_may_differ,
+        metrics_token=read_metrics_token(args.metrics_token_file),
     )
+
+
+def refuse_password_on_command_line(argv: Sequence[str]) -> None:
+    """``ValueError`` when the process's own command line (not a node file's settings, which
+    never reach it) holds a ``--db-url`` with a password: every user of the host reads a
+    command line in the process list (``ps``, ``/proc/PID/cmdline``)."""
+    for index, arg in enumerate(argv):
+        if arg == "--db-url" and index + 1 < len(argv):
+            value = argv[index + 1]
+        elif arg.startswith("--db-url="):
+            value = arg.partition("=")[2]
+        else:
+            continue
+        if url_password(value) is not None:
+            raise ValueError(
+                "--db-url holds a password, which every user of this host can read in the "
+                "process list: give the URL in the node file instead (db_url = ..., file mode "
+                "0600; python -m broker --config FILE or raftq node run --config FILE), or "
+                "leave the password out of the URL and put it in ~/.pgpass (or PGPASSFILE)"
+            )

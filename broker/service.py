@@ -7,6 +7,7 @@ threads call it concurrently; Raft calls block until the command is applied loca
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
@@ -45,6 +46,27 @@ from protocol.types import (
 )
 
 _log = logging.getLogger(__name__)
+
+
+def _last_sequence(log: PartitionLog, producer_id: str) -> int | None:
+    producer = log.producers.get(producer_id)
+    return None if producer is None else producer.last_sequence
+
+
+def _check_pop_sequence(sequence: int | None, now_ms: int, ahead_s_max: float) -> None:
+    """Refuse (400, nothing claimed) a pop sequence further ahead of this broker's clock
+    than ``pop_sequence_ahead_s_max``: the partition would refuse every later pop of its
+    consumer until the clock caught up (issue 23)."""
+    if sequence is None:
+        return
+    bound_us = (now_ms + int(ahead_s_max * 1000)) * 1000
+    if sequence > bound_us:
+        raise RaftQError(
+            ErrorCode.INVALID_FIELD,
+            f"pop sequence {sequence} is more than {ahead_s_max:g} s ahead of this broker's "
+            "clock in microseconds since the epoch (pop_sequence_ahead_s_max): use the "
+            "current time in microseconds, or a counter",
+        )
 
 
 def _pending_dead(log: PartitionLog, most: int) -> list[tuple[str, DeadLetter]]:
@@ -207,6 +229,16 @@ class BrokerService:
     ) -> tuple[list[Offset], Ack]:
         """The batch's offsets and what its acknowledgement achieved (``Ack``)."""
         replica = self._replica(topic, partition_id)
+        if producer_id is not None and sequence is not None:
+            step_max = self._limits.producer_sequence_step_max
+            last = replica.partition.read(lambda log: _last_sequence(log, producer_id))
+            if last is not None and sequence - last > step_max:
+                raise RaftQError(
+                    ErrorCode.INVALID_FIELD,
+                    f"sequence {sequence} is more than {step_max} past producer "
+                    f"{producer_id!r}'s last ({last}) in this partition "
+                    "(producer_sequence_step_max)",
+                )
         if not _stored(replica, producer_id, sequence):  # a repeat is answered, not refused
             self._check_in_sync(replica)
         batch: list[KeyValue] = [
@@ -347,9 +379,11 @@ class BrokerService:
         """The consumer's next messages. Refused before anything is claimed when this replica
         could not read them (its database lags behind what left memory); once the pop is
         applied, a failed read is an unknown outcome (see ``_read``)."""
+        now_ms = self._clock_ms()
+        _check_pop_sequence(sequence, now_ms, self._limits.pop_sequence_ahead_s_max)
         replica = self._readable_replica(topic, partition_id)
         consumed = replica.partition.consume(
-            consumer_id, max_messages, request_id, self._clock_ms(), sequence, deadline
+            consumer_id, max_messages, request_id, now_ms, sequence, deadline
         )
         return self._read(replica, consumed.start, consumed.end, claimed=True)
 
@@ -575,6 +609,38 @@ class BrokerService:
                 consumers.append(self._lag_of(replica, consumer_id, offset, end))
             partitions.append(self._lag_of(replica, None, start, end))
         return consumers, partitions
+
+    def lag_figures(
+        self, consumers_max: int
+    ) -> tuple[list[dict[str, object]], dict[tuple[str, int], int]]:
+        """For ``/metrics``: in each partition this broker leads, the ``consumers_max`` most
+        lagging consumers' figures (as ``consumer_lag`` gives them: one database read each,
+        for the age), and each partition's consumer count. Bounded by the partitions led,
+        not by the consumers anyone registered (the pick is one pass over the offsets in
+        memory)."""
+        with self._lock:
+            replicas = list(self._replicas.values())
+        shown: list[dict[str, object]] = []
+        counts: dict[tuple[str, int], int] = {}
+        for replica in replicas:
+            if replica.partition.status().role is not RaftRole.LEADER:
+                continue
+            end, count, lowest = replica.partition.read(
+                lambda log: (
+                    log.end_offset,
+                    len(log.consumers),
+                    heapq.nsmallest(
+                        consumers_max,
+                        (
+                            (max(s.offset, log.log_start_offset), c)
+                            for c, s in log.consumers.items()
+                        ),
+                    ),
+                )
+            )
+            counts[(replica.spec.topic, replica.spec.partition_id)] = count
+            shown.extend(self._lag_of(replica, c, offset, end) for offset, c in lowest)
+        return shown, counts
 
     def group_figures(self, topic: str) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
         """For each partition of ``topic`` this broker leads: each consumer group's figures

@@ -12,8 +12,10 @@ from load_balancer.config import LoadBalancerConfig
 from runtime.command_line import (
     ServeOptions,
     add_limit_option,
+    add_metrics_token_option,
     expand_config,
     limits_from,
+    read_metrics_token,
     run_server,
 )
 from runtime.tls import add_tls_options, tls_from
@@ -31,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_limit_option(parser)
     add_tls_options(parser)
+    add_metrics_token_option(parser)
     return parser
 
 
@@ -43,6 +46,7 @@ def build_config(argv: Sequence[str]) -> LoadBalancerConfig:
         manager_urls=urls,
         limits=limits_from(args.limit),
         tls=tls_from(args),
+        metrics_token=read_metrics_token(args.metrics_token_file),
     ).validate()
 
 

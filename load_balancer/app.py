@@ -15,6 +15,7 @@ from load_balancer.leader_tracker import LeaderTracker
 from protocol.access import Action
 from protocol.openapi import Node, api_document
 from runtime.http_api import App, add_document_route, count_requests, json_response, text_response
+from runtime.http_auth import scrape_authenticator
 from runtime.http_server import HttpRequest, HttpResponse
 from runtime.metrics import Metrics
 from runtime.tls import client_context
@@ -37,8 +38,11 @@ def create_app(config: LoadBalancerConfig) -> App:
     tracker = LeaderTracker(config.manager_urls, config.limits, config.tls.ca_path)
     forwarder = Forwarder(tracker, config.limits, metrics, client_context(config.tls))
     metrics.gauge("leader_known", lambda: {(): 0.0 if tracker.leader_url is None else 1.0})
-    app = App("load_balancer", config.limits)
-    _add_own_routes(app, tracker, metrics)
+    token = config.metrics_token
+    app = App(
+        "load_balancer", config.limits, None if token is None else scrape_authenticator(token)
+    )
+    _add_own_routes(app, tracker, metrics, Action.OPEN if token is None else Action.METRICS)
     count_requests(app, metrics)
     _add_dashboard(app)
     add_document_route(app, api_document(Node.LOAD_BALANCER))
@@ -48,7 +52,12 @@ def create_app(config: LoadBalancerConfig) -> App:
     return app
 
 
-def _add_own_routes(app: App, tracker: LeaderTracker, metrics: Metrics) -> None:
+def _add_own_routes(
+    app: App, tracker: LeaderTracker, metrics: Metrics, metrics_action: Action
+) -> None:
+    """``metrics_action``: METRICS when the load balancer has a scrape token, else OPEN (it
+    holds no cluster secret and checks no API key; its figures name no topic or client)."""
+
     @app.get("/", Action.OPEN)
     def health(_http: HttpRequest) -> HttpResponse:
         return json_response(
@@ -64,7 +73,7 @@ def _add_own_routes(app: App, tracker: LeaderTracker, metrics: Metrics) -> None:
             }
         )
 
-    @app.get("/metrics", Action.OPEN)
+    @app.get("/metrics", metrics_action)
     def metrics_text(_http: HttpRequest) -> HttpResponse:
         return text_response(metrics.render())
 

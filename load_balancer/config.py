@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from protocol.limits import Limits
 from runtime.tls import NO_TLS, TlsFiles
@@ -20,6 +20,9 @@ class LoadBalancerConfig:
     """Base URLs of every manager, e.g. ``http://127.0.0.1:17111``, without a trailing slash."""
     limits: Limits
     tls: TlsFiles = NO_TLS
+    metrics_token: str | None = field(default=None, repr=False)
+    """Opt-in bearer for ``/metrics`` (``--metrics-token-file``); without it the load
+    balancer's ``/metrics`` is open: it names no topic, client or key."""
 
     def validate(self) -> LoadBalancerConfig:
         if not 1 <= self.port <= 65535:

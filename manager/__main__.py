@@ -13,9 +13,11 @@ from manager.peer_check import check_peers_agree
 from runtime.command_line import (
     ServeOptions,
     add_limit_option,
+    add_metrics_token_option,
     check_before_start,
     expand_config,
     limits_from,
+    read_metrics_token,
     read_secret,
     run_server,
 )
@@ -35,6 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--secret-file", type=Path, required=True, help="the cluster secret")
     add_limit_option(parser)
     add_tls_options(parser)
+    add_metrics_token_option(parser)
     return parser
 
 
@@ -50,6 +53,7 @@ def config_from_args(argv: list[str]) -> ManagerConfig:
         secret=read_secret(args.secret_file),
         limits=limits_from(args.limit),
         tls=tls_from(args),
+        metrics_token=read_metrics_token(args.metrics_token_file),
     )
 
 

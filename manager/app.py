@@ -62,7 +62,9 @@ def create_app(config: ManagerConfig) -> App:
     view = ClusterView(config, raft, service, request_executor, link)
     metrics = _metrics(raft)
 
-    app = App("manager", limits, authenticator(link.node_token, service.grant))
+    app = App(
+        "manager", limits, authenticator(link.node_token, service.grant, config.metrics_token)
+    )
     _install_leader_gate(app, raft, view)
     _install_refusal_passthrough(app)
     count_requests(app, metrics)

@@ -51,6 +51,8 @@ class ManagerConfig:
     secret: str = field(repr=False)
     limits: Limits
     tls: TlsFiles = NO_TLS
+    metrics_token: str | None = field(default=None, repr=False)
+    """Opt-in bearer for ``/metrics`` only (``--metrics-token-file``)."""
 
     def __post_init__(self) -> None:
         if not self.secret:

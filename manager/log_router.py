@@ -31,6 +31,7 @@ from manager.broker_client import BrokerClient, BrokerRefusalError
 from manager.broker_monitor import BrokerMonitor
 from manager.log_routing import broker_order, pop_order, routing_count
 from manager.registry.brokers import BrokerRecord
+from manager.registry.clients import ConsumerRecord, ProducerRecord
 from manager.registry.topics import PartitionRecord, TopicRecord
 from manager.replicated import ReplicatedRegistry
 from protocol import consume_plan, produce_plan
@@ -171,8 +172,14 @@ class LogRouter:
     # --- consume -----------------------------------------------------------------------------
     def consumer_topic(self, consumer_id: str) -> str | None:
         """The topic a registered consumer reads (what its pops are checked against)."""
-        consumer = self._raft.read(lambda s: s.clients.consumer(consumer_id))
+        consumer = self.consumer(consumer_id)
         return None if consumer is None else consumer.topic
+
+    def consumer(self, consumer_id: str) -> ConsumerRecord | None:
+        return self._raft.read(lambda s: s.clients.consumer(consumer_id))
+
+    def producer(self, producer_id: str) -> ProducerRecord | None:
+        return self._raft.read(lambda s: s.clients.producer(producer_id))
 
     def pop(self, request: Pop, deadline: Deadline | None = None) -> dict[str, object]:
         consumer = self._raft.read(lambda s: s.clients.consumer(request.consumer_id))

@@ -36,7 +36,16 @@ from manager.views import (
     topic_created,
     topic_summary,
 )
-from protocol.access import KEY_ID_CHARS, Grant, key_hash, make_key, parse_key, same_secret
+from protocol.access import (
+    KEY_ID_CHARS,
+    Grant,
+    Principal,
+    Role,
+    key_hash,
+    make_key,
+    parse_key,
+    same_secret,
+)
 from protocol.errors import ErrorCode, RaftQError
 from protocol.group_requests import CreateGroup
 from protocol.limits import Limits
@@ -47,6 +56,7 @@ from protocol.requests import (
     RegisterConsumer,
     RegisterProducer,
     TopicRef,
+    VerifyClient,
 )
 from protocol.types import BrokerId, ReplicaAddress, ReplicaSpec
 
@@ -608,9 +618,13 @@ class ManagerService:
         ]
 
     # --- producers and consumers -------------------------------------------------------------
-    def register_producer(self, request: RegisterProducer) -> tuple[dict[str, object], bool]:
+    def register_producer(
+        self, request: RegisterProducer, principal: Principal | None = None
+    ) -> tuple[dict[str, object], bool]:
         """Register a producer; True when it is new (a known id with the same topic is not).
-        The answer carries the producer's pinned ``partition_count``, if it has one."""
+        The answer carries the producer's pinned ``partition_count``, if it has one. The id
+        belongs to the key that registered it (``principal``): another key's registration
+        of it is refused (409 ID_TAKEN), except an admin's, which renews it."""
         topic = self._topic(request.topic)
         count = request.partition_count
         if count is not None:
@@ -621,6 +635,9 @@ class ManagerService:
         known = self._held(lambda s: s.clients.producer(producer_id), now_ms)
         if known is not None and known.topic != request.topic:
             raise _id_taken(f"producer {producer_id!r}", f"topic {known.topic!r}")
+        owner = _claim(
+            f"producer {producer_id!r}", None if known is None else known.owner, principal
+        )
         outcome = self._raft.propose(
             commands.RegisterProducer(
                 producer_id,
@@ -629,6 +646,7 @@ class ManagerService:
                 now_ms,
                 self._idle_expiry_ms,
                 count,
+                owner,
             )
         )
         check_outcome(outcome, f"producer {producer_id!r}", ErrorCode.ID_TAKEN)
@@ -638,7 +656,10 @@ class ManagerService:
             body["partition_count"] = record.partition_count
         return body, outcome is Outcome.CREATED
 
-    def register_consumer(self, request: RegisterConsumer) -> dict[str, object]:
+    def register_consumer(
+        self, request: RegisterConsumer, principal: Principal | None = None
+    ) -> dict[str, object]:
+        """Register a consumer; its id belongs to the registering key (as a producer's)."""
         topic = self._topic(request.topic)
         if request.partition_id is not None and request.partition_id >= len(topic.partitions):
             raise RaftQError(
@@ -654,6 +675,9 @@ class ManagerService:
         ):
             partitions = "all" if known.partition_id is None else f"partition {known.partition_id}"
             raise _id_taken(f"consumer {consumer_id!r}", f"topic {known.topic!r} ({partitions})")
+        owner = _claim(
+            f"consumer {consumer_id!r}", None if known is None else known.owner, principal
+        )
         outcome = self._raft.propose(
             commands.RegisterConsumer(
                 consumer_id,
@@ -662,10 +686,28 @@ class ManagerService:
                 self._limits.registry_clients_max,
                 now_ms,
                 self._idle_expiry_ms,
+                owner,
             )
         )
         check_outcome(outcome, f"consumer {consumer_id!r}", ErrorCode.ID_TAKEN)
         return {"consumer_id": consumer_id, **self._lease()}
+
+    def verify_client(self, request: VerifyClient) -> dict[str, object]:
+        """For a broker (direct-path produce or pop): the registration of a producer or
+        consumer id, with its owner's key id, else 404 UNKNOWN_PRODUCER/CONSUMER."""
+        if request.kind == "producer":
+            producer = self._raft.read(lambda s: s.clients.producer(request.client_id))
+            if producer is None:
+                raise RaftQError(ErrorCode.UNKNOWN_PRODUCER, "unknown producer; register it first")
+            return {"topic": producer.topic, "partition_id": None, "owner": producer.owner}
+        consumer = self._raft.read(lambda s: s.clients.consumer(request.client_id))
+        if consumer is None:
+            raise RaftQError(ErrorCode.UNKNOWN_CONSUMER, "unknown consumer; register it first")
+        return {
+            "topic": consumer.topic,
+            "partition_id": consumer.partition_id,
+            "owner": consumer.owner,
+        }
 
     def expire_idle_clients(self) -> int:
         """Leader duty: forget registrations not renewed for ``client_idle_expiry_s``. Proposes
@@ -755,3 +797,16 @@ def _summed(per_partition: list[dict[str, object]]) -> dict[str, object]:
         "dead_letters_pending": total("dead_letters_pending"),
         "dead_lettered": total("dead_lettered"),
     }
+
+
+def _claim(what: str, owner: str | None, principal: Principal | None) -> str | None:
+    """The owner a registration by ``principal`` records for an id ``owner`` holds
+    (``None``: no claim). Another key's id is refused, unless the caller is an admin (a
+    super-user, as in Kafka: it acts for any id and claims none it does not own)."""
+    if not isinstance(principal, Grant):
+        return None  # a node (the managers' own clients) claims nothing
+    if owner is None or owner == principal.key_id:
+        return principal.key_id
+    if principal.role is Role.ADMIN:
+        return None
+    raise RaftQError(ErrorCode.ID_TAKEN, f"{what} belongs to another API key: register a new id")

@@ -7,9 +7,12 @@ replicated state; brokers ask the manager leader about a key they have not seen 
 (``broker.access``). A node sends ``X-RaftQ-Node: <token>``, an HMAC of a fixed label under
 the cluster secret: it proves the caller holds the secret, and may do anything.
 
-Roles (Kafka's ACL operations folded into three): ``admin`` does everything; ``producer``
-writes to its topics; ``consumer`` reads its topics. Every key may describe the cluster
-(topics, partitions, brokers): clients need partition leaders for the direct path.
+Roles (Kafka's ACL operations folded into three, and one for monitoring): ``admin`` does
+everything; ``producer`` writes to its topics; ``consumer`` reads its topics; ``metrics``
+reads ``/metrics`` (as admins do). Every key may describe the cluster (topics, partitions,
+brokers): clients need partition leaders for the direct path. A node may also be given a
+scrape token (``--metrics-token-file``): a bearer that reads that node's ``/metrics`` and
+nothing else, for a Prometheus that should not depend on the managers to be let in.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ class Role(Enum):
     ADMIN = "admin"
     PRODUCER = "producer"
     CONSUMER = "consumer"
+    METRICS = "metrics"
+    """Reads ``/metrics`` (and describes the cluster, as every key may)."""
 
 
 class Action(Enum):
@@ -52,6 +57,8 @@ class Action(Enum):
     """Topics, partitions and keys."""
     NODE = "node"
     """Only another node: broker registration, replica creation, checksums, internals."""
+    METRICS = "metrics"
+    """``/metrics``: admin and metrics keys, nodes, and the node's scrape token."""
 
 
 _ROLES_FOR = {
@@ -60,6 +67,7 @@ _ROLES_FOR = {
     Action.CONSUME: frozenset({Role.ADMIN, Role.CONSUMER}),
     Action.ADMIN: frozenset({Role.ADMIN}),
     Action.NODE: frozenset[Role](),
+    Action.METRICS: frozenset({Role.ADMIN, Role.METRICS}),
 }
 
 
@@ -83,8 +91,14 @@ class Node:
     """Another node of the cluster (it proved it holds the cluster secret)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Scraper:
+    """Whoever showed this node's scrape token: may read its ``/metrics``, nothing more."""
+
+
 NODE = Node()
-Principal = Grant | Node
+SCRAPER = Scraper()
+Principal = Grant | Node | Scraper
 
 
 def _matches(pattern: str, topic: str) -> bool:
@@ -100,6 +114,7 @@ _DOING = {
     Action.CONSUME: "consume",
     Action.ADMIN: "administer topics, partitions and keys",
     Action.NODE: "call an endpoint for nodes only",
+    Action.METRICS: "read metrics",
 }
 """For the 403's message."""
 
@@ -116,6 +131,10 @@ def require(principal: Principal | None, action: Action) -> None:
             if action is not Action.NODE
             else "this endpoint is for cluster nodes only",
         )
+    if isinstance(principal, Scraper):
+        if action is not Action.METRICS:
+            raise RaftQError(ErrorCode.FORBIDDEN, "the scrape token may only read /metrics")
+        return
     if principal.role not in _ROLES_FOR[action]:
         raise RaftQError(
             ErrorCode.FORBIDDEN,
@@ -130,6 +149,19 @@ def require_topic(principal: Principal | None, action: Action, topic: str) -> No
         raise RaftQError(
             ErrorCode.FORBIDDEN,
             f"key {principal.key_id} may not {action.value} topic {topic!r}",
+        )
+
+
+def require_owner(principal: Principal | None, what: str, owner: str | None) -> None:
+    """The id rule (issue 23): a producer or consumer id belongs to the key that registered
+    it (``owner``, a key id; ``None``: registered by a node or before owners were kept).
+    Another key may not act as it (403); admins and nodes may (super-users)."""
+    if not isinstance(principal, Grant) or principal.role is Role.ADMIN:
+        return
+    if owner is not None and owner != principal.key_id:
+        raise RaftQError(
+            ErrorCode.FORBIDDEN,
+            f"{what} belongs to another API key than {principal.key_id}",
         )
 
 

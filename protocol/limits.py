@@ -209,6 +209,16 @@ class Limits:
     consumer's offset costs a re-read of the partition, so the longer of the two."""
     replication_factor: int = 3
     """Replicas per partition."""
+    pop_sequence_ahead_s_max: float = 60.0
+    """A pop's ``sequence`` (microseconds since the epoch, as the client library sends) may
+    be at most this far ahead of the broker's clock (issue 23): a partition refuses any pop
+    of that consumer older than its last, so one pop with a sequence far in the future
+    would lock its consumer out until then. Counters (raw clients: 1, 2, 3) are far below."""
+    producer_sequence_step_max: int = 1 << 40
+    """How far a producer's batch ``sequence`` may move past the last one the partition
+    holds for it (issue 23): one batch at 2^63-1 would make every later batch of that
+    producer out of order. Gaps are allowed (a producer's sequences are spread over its
+    partitions): 2^40 batches at a million a second elsewhere take 12 days."""
 
     # --- group commit (concurrent commands to one partition share one Raft entry) -------------
     group_commit_commands_max: int = 1_000
@@ -357,6 +367,17 @@ class Limits:
     """Threads a manager uses for parallel calls to brokers (polls, produce groups)."""
     retry_after_s: int = 1
     """Value of the Retry-After header on 429 and 503."""
+
+    # --- metrics (issue 23: a scrape's cost does not grow with what callers make) ------------
+    metrics_refresh_s: float = 10.0
+    """A broker computes its consumer and group figures for ``/metrics`` (an offset per
+    consumer in memory, a database read per figure shown) at most this often, however
+    often it is scraped; scrapes in between get the last figures."""
+    metrics_consumers_per_partition_max: int = 10
+    """Consumers shown per partition in ``consumer_lag_*`` (the most lagging ones; every
+    partition also shows its consumer count and its largest lag): the series of a scrape,
+    and its database reads, are bounded by the partitions, not by the consumers anyone
+    registers."""
 
     def partition_limits(self) -> PartitionLimits:
         """The partition limits a manager records for a topic it creates."""

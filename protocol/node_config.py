@@ -43,6 +43,7 @@ _KEYS: dict[str, dict[str, _Key]] = {
         "peers": _Key(list),
         "data_dir": _Key(str, path=True),
         "secret_file": _Key(str, path=True),
+        "metrics_token_file": _Key(str, required=False, path=True),
     },
     "broker": {
         "role": _Key(str),
@@ -55,8 +56,14 @@ _KEYS: dict[str, dict[str, _Key]] = {
         "managers_url": _Key(str),
         "secret_file": _Key(str, path=True),
         "limits_may_differ": _Key(bool, required=False),
+        "metrics_token_file": _Key(str, required=False, path=True),
     },
-    "load_balancer": {"role": _Key(str), **_ADDRESS, "managers": _Key(list)},
+    "load_balancer": {
+        "role": _Key(str),
+        **_ADDRESS,
+        "managers": _Key(list),
+        "metrics_token_file": _Key(str, required=False, path=True),
+    },
 }
 _TABLES = ("limits", "tls")
 _TLS_KEYS = ("cert", "key", "ca")

@@ -720,7 +720,8 @@ def _partition_limits(body: object) -> PartitionLimits | None:
 @dataclass(frozen=True, slots=True)
 class CreateKeyRequest:
     """``POST /keys {"role", "topics"?, "name"?}``: ``topics`` (names, prefixes ending in
-    ``*``, or ``*``) is required for a producer or consumer key and ignored for an admin."""
+    ``*``, or ``*``) is required for a producer or consumer key and ignored for an admin or
+    metrics key (which concern no topic)."""
 
     role: Role
     topics: tuple[str, ...]
@@ -741,10 +742,11 @@ class CreateKeyRequest:
             topics = check_topic_patterns(raw_topics, limits.topic_name_chars_max)
         except ValueError as exc:
             raise invalid(f"field 'topics': {exc}") from None
-        if role is not Role.ADMIN and not topics:
+        topicless = role in (Role.ADMIN, Role.METRICS)
+        if not topicless and not topics:
             raise invalid(f"a {role.value} key needs 'topics' (names, 'prefix*' or '*')")
         name = get_str(params, "name", KEY_NAME_CHARS_MAX, required=False) or ""
-        return cls(role, () if role is Role.ADMIN else topics, name)
+        return cls(role, () if topicless else topics, name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -768,6 +770,23 @@ class VerifyKey:
     @classmethod
     def parse(cls, params: Params, limits: Limits) -> VerifyKey:
         return cls(_key_id(params), require_str(params, "key_hash", 64))
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyClient:
+    """``POST /clients/verify {"kind", "client_id"}``: a broker asks about a producer or
+    consumer id a direct-path client sends (issue 23): registered? for which topic? whose?"""
+
+    kind: str
+    """``producer`` or ``consumer``."""
+    client_id: str
+
+    @classmethod
+    def parse(cls, params: Params, limits: Limits) -> VerifyClient:
+        kind = require_str(params, "kind", 20)
+        if kind not in ("producer", "consumer"):
+            raise invalid(f"field 'kind' must be producer or consumer, got {kind!r}")
+        return cls(kind, require_str(params, "client_id", limits.id_chars_max))
 
 
 def _key_id(params: Params) -> str:

@@ -194,7 +194,7 @@ def _add_key_commands(
     key = commands.add_parser("key", help="create, list and revoke API keys (admin)")
     key_commands = key.add_subparsers(dest="key_command", required=True, metavar="ACTION")
     make = key_commands.add_parser("create", parents=[target], help="create an API key")
-    make.add_argument("--role", required=True, choices=["admin", "producer", "consumer"])
+    make.add_argument("--role", required=True, choices=["admin", "producer", "consumer", "metrics"])
     make.add_argument(
         "--topic",
         action="append",
@@ -379,7 +379,12 @@ def _add_cluster_commands(commands: argparse._SubParsersAction[argparse.Argument
         help="silence after which a dead broker's replicas move to live brokers (the limit "
         "broker_replace_after_s, default 60)",
     )
-    up.add_argument("--db-url", help="PostgreSQL URL; broker i uses database <name>_broker_i")
+    up.add_argument(
+        "--db-url",
+        default=os.environ.get("RAFTQ_DB_URL"),
+        help="PostgreSQL URL; broker i uses database <name>_broker_i (default: $RAFTQ_DB_URL, "
+        "which keeps a password off the process list)",
+    )
     up.add_argument("--limit", action="append", type=_limit, metavar="NAME=VALUE", default=None)
     up.add_argument("--timeout-s", type=float, default=90.0, help="readiness wait (default 90)")
     up.add_argument(

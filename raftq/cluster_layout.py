@@ -13,6 +13,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from protocol.node_config import Peer, node_file_text
+from protocol.redaction import url_without_password
 
 MANAGER_COUNT = 3
 """Managers a cluster starts with."""
@@ -189,7 +190,8 @@ def broker_db_url(db_url: str, broker_id: int) -> str:
         raise LayoutError("--db-url must be a postgresql:// URL (without it brokers use SQLite)")
     name = parts.path.lstrip("/")
     if not name or "/" in name:
-        raise LayoutError(f"--db-url must name a database, e.g. .../raftq: {db_url!r}")
+        shown = url_without_password(db_url)  # never the password: this is printed
+        raise LayoutError(f"--db-url must name a database, e.g. .../raftq: {shown!r}")
     return urlunsplit(parts._replace(path=f"/{name}_broker_{broker_id}"))
 
 

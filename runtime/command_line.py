@@ -85,6 +85,31 @@ def read_secret(path: str | Path) -> str:
     return secret
 
 
+def add_metrics_token_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--metrics-token-file",
+        type=Path,
+        help="file holding a token that may read this node's /metrics (Authorization: Bearer)",
+    )
+
+
+def read_metrics_token(path: Path | None) -> str | None:
+    """The node's opt-in scrape token (None without the option); refuse a short one: it is
+    a bearer credential like an API key."""
+    if path is None:
+        return None
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ValueError(f"cannot read the scrape token from {path}: {exc.strerror}") from None
+    if len(token) < SECRET_CHARS_MIN or any(c.isspace() for c in token):
+        raise ValueError(
+            f"the scrape token in {path} must be at least {SECRET_CHARS_MIN} characters "
+            "without spaces"
+        )
+    return token
+
+
 def run_server(
     role: str,
     build: Callable[[], _Config],

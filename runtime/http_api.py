@@ -70,15 +70,20 @@ def json_response(body: object, status: int = 200) -> HttpResponse:
     return HttpResponse(status, orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS), _JSON)
 
 
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
+"""Methods counted under their own name; any other a caller sends counts as ``other``."""
+
+
 def count_requests(app: App, metrics: Metrics) -> None:
     """Every answer counted by method, route and status, and its handling time observed per
-    route (``route``: the matched path, or ``other``: forwarded or unknown; bounded)."""
+    route (``route``: the matched path, or ``other``: forwarded or unknown). Every label is
+    bounded whatever callers send: a made-up method or path adds no series (each one is
+    kept, and rendered at every scrape, for the life of the process)."""
 
     def count(request: HttpRequest, response: HttpResponse, route: str | None) -> None:
         label = route or "other"
-        metrics.inc(
-            "http_requests", method=request.method, route=label, status=str(response.status)
-        )
+        method = request.method if request.method in _METHODS else "other"
+        metrics.inc("http_requests", method=method, route=label, status=str(response.status))
         metrics.observe("http_request_seconds", time.monotonic() - request.received_s, route=label)
 
     app.after_request(count)

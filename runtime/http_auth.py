@@ -15,6 +15,7 @@ from protocol.access import (
     AUTHORIZATION_HEADER,
     NODE,
     NODE_HEADER,
+    SCRAPER,
     Grant,
     Principal,
     bearer_key,
@@ -28,7 +29,11 @@ KeyLookup = Callable[[str], Grant | None]
 """The grant of a well-formed key, or ``None`` when nobody issued it (or it was revoked)."""
 
 
-def authenticator(node_token: str, lookup: KeyLookup) -> Authenticator:
+def authenticator(
+    node_token: str, lookup: KeyLookup, scrape_token: str | None = None
+) -> Authenticator:
+    """``scrape_token``: this node's opt-in bearer for ``/metrics`` only (``Scraper``)."""
+
     def authenticate(request: HttpRequest) -> Principal | None:
         token = request.header(NODE_HEADER)
         if token is not None:
@@ -43,6 +48,8 @@ def authenticator(node_token: str, lookup: KeyLookup) -> Authenticator:
             raise RaftQError(
                 ErrorCode.UNAUTHENTICATED, "expected 'Authorization: Bearer <API key>'"
             )
+        if scrape_token is not None and same_secret(key, scrape_token):
+            return SCRAPER
         grant = lookup(key)
         if grant is None:
             raise RaftQError(ErrorCode.UNAUTHENTICATED, "unknown or revoked API key")
@@ -54,3 +61,14 @@ def authenticator(node_token: str, lookup: KeyLookup) -> Authenticator:
 def node_headers(node_token: str) -> dict[str, str]:
     """What a node sends with every call to another node."""
     return {NODE_HEADER: node_token}
+
+
+def scrape_authenticator(scrape_token: str) -> Authenticator:
+    """The load balancer's: it holds no cluster secret and checks no API key (the managers
+    do, for what it forwards); its own ``/metrics`` takes its scrape token."""
+
+    def authenticate(request: HttpRequest) -> Principal | None:
+        key = bearer_key(request.header(AUTHORIZATION_HEADER))
+        return SCRAPER if key is not None and same_secret(key, scrape_token) else None
+
+    return authenticate

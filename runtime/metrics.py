@@ -9,12 +9,15 @@ request counter and latency histogram.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
+from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+T = TypeVar("T")
 Labels = tuple[tuple[str, str], ...]
 """A gauge value's labels: ``(name, value)`` pairs, always in the same order."""
 GaugeRead = Callable[[], Mapping[Labels, float]]
@@ -80,6 +83,33 @@ class Metrics:
 
     def render(self) -> str:
         return generate_latest(self._registry).decode("utf-8")
+
+
+class Refreshed(Generic[T]):
+    """A value computed at most once per ``period_s``, however often it is asked for: a
+    scrape of figures that cost database reads then costs them at the node's own pace, not
+    the scrapers'. Thread-safe; a caller that finds it stale computes it (the others wait
+    and take that)."""
+
+    def __init__(
+        self,
+        compute: Callable[[], T],
+        period_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._compute = compute
+        self._period_s = period_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._value: tuple[float, T] | None = None
+        """(when computed, value)."""
+
+    def __call__(self) -> T:
+        with self._lock:
+            now_s = self._clock()
+            if self._value is None or now_s - self._value[0] >= self._period_s:
+                self._value = (now_s, self._compute())
+            return self._value[1]
 
 
 class _Gauges(Collector):

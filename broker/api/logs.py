@@ -6,6 +6,7 @@ fetched."""
 
 from __future__ import annotations
 
+from broker.access import ClientVerifier
 from broker.service import BrokerService
 from protocol.access import Action, Node, require_topic
 from protocol.limits import Limits
@@ -16,7 +17,16 @@ from runtime.http_server import HttpRequest, HttpResponse
 from runtime.metrics import Metrics
 
 
-def add_log_routes(api: App, service: BrokerService, limits: Limits, metrics: Metrics) -> None:
+def add_log_routes(
+    api: App,
+    service: BrokerService,
+    limits: Limits,
+    metrics: Metrics,
+    clients: ClientVerifier | None = None,
+) -> None:
+    """``clients``: checks that a client's producer or consumer id is registered to its key
+    (issue 23); ``None`` (tests of the routes alone) trusts every id."""
+
     @api.post("/logs", Action.PRODUCE)
     def produce(http: HttpRequest) -> HttpResponse:
         trusted = isinstance(http.principal, Node)  # a dead letter's copy, from a manager
@@ -24,6 +34,8 @@ def add_log_routes(api: App, service: BrokerService, limits: Limits, metrics: Me
             request_params(http), limits, trusted=trusted
         )
         require_topic(http.principal, Action.PRODUCE, request.topic)
+        if clients is not None and request.producer_id is not None:
+            clients.check(http.principal, "producer", request.producer_id, request.topic)
         offsets, ack = service.produce(
             request.topic,
             partition_id,
@@ -44,6 +56,8 @@ def add_log_routes(api: App, service: BrokerService, limits: Limits, metrics: Me
         require_topic(http.principal, Action.CONSUME, topic)
         if params.get("consumer_id") is not None:
             pop = Pop.parse(params, limits)
+            if clients is not None:
+                clients.check(http.principal, "consumer", pop.consumer_id, topic)
             messages = service.pop(
                 topic,
                 partition_id,

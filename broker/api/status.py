@@ -25,6 +25,6 @@ def add_status_routes(
         replicas = service.raft_statuses()
         return json_response({"broker_id": broker_id, "replicas": replicas, "limits": limits_json})
 
-    @api.get("/metrics", Action.OPEN)
+    @api.get("/metrics", Action.METRICS)
     def prometheus(_http: HttpRequest) -> HttpResponse:
         return text_response(metrics.render())

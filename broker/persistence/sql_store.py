@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+from urllib.parse import unquote
 
 from sqlalchemy import (
     Connection,
@@ -24,12 +25,14 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from broker.persistence.models import Base, Log, PartitionRaft
 from broker.persistence.store import FlushBatch, RangeChecksum, headers_from_text, range_checksum
 from protocol.durable_files import fsync_directory
 from protocol.limits import PartitionLimits
+from protocol.redaction import url_password, url_without_password, without_secrets
 from protocol.types import (
     BrokerId,
     Offset,
@@ -43,8 +46,45 @@ from protocol.types import (
 _PARTITION_RAFT_TABLE = Base.metadata.tables[PartitionRaft.__tablename__]
 
 
+def check_database_url(url: str) -> None:
+    """``ValueError`` unless SQLAlchemy can use ``url`` and reads its password as written
+    (a ``@`` or ``:`` in a password must be percent-encoded: SQLAlchemy would take part of
+    it for the host, which a driver's error then quotes). The message never holds the
+    password."""
+    shown = url_without_password(url)
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        raise ValueError(  # not shown: what cannot be read may hold a password anywhere
+            "the database URL is not one SQLAlchemy can use "
+            "(dialect://user:password@host:port/database, or sqlite:///path)"
+        ) from None
+    written = url_password(url)
+    if written is not None and parsed.password != unquote(written):
+        raise ValueError(
+            f"the password in {shown} holds a character that must be percent-encoded "
+            "('@' as %40, ':' as %3A, '/' as %2F)"
+        )
+
+
+class DatabaseError(RuntimeError):
+    """The broker's database cannot be opened; the message names the URL without its
+    password and quotes the driver's reason with the password removed."""
+
+
 class SqlMessageStore:
     def __init__(self, url: str) -> None:
+        """Open (and create, or bring up to date) the database of ``url``; ``DatabaseError``
+        when it cannot be used (nothing in it quotes the password: it goes to the node's
+        log and to whoever started it)."""
+        try:
+            self._open(url)
+        except (SQLAlchemyError, OSError, ValueError) as exc:
+            reason = without_secrets(f"{type(exc).__name__}: {exc}", [url_password(url)])
+            shown = url_without_password(url)
+            raise DatabaseError(f"cannot open the database {shown}: {reason}") from None
+
+    def _open(self, url: str) -> None:
         _create_database_if_missing(url)
         self._engine = _engine(url)
         self._is_postgresql = self._engine.dialect.name == "postgresql"

@@ -15,4 +15,4 @@ def add_routes(api: App, service: ManagerService, limits: Limits) -> None:
     def register_consumer(http: HttpRequest) -> HttpResponse:
         request = RegisterConsumer.parse(request_params(http), limits)
         require_topic(http.principal, Action.CONSUME, request.topic)
-        return json_response(service.register_consumer(request), 201)
+        return json_response(service.register_consumer(request, http.principal), 201)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from manager.service import ManagerService
 from protocol.access import Action
 from protocol.limits import Limits
-from protocol.requests import CreateKeyRequest, KeyRef, VerifyKey
+from protocol.requests import CreateKeyRequest, KeyRef, VerifyClient, VerifyKey
 from runtime.http_api import App, json_response, request_params
 from runtime.http_server import HttpRequest, HttpResponse
 
@@ -28,3 +28,9 @@ def add_routes(api: App, service: ManagerService, limits: Limits) -> None:
     def verify_key(http: HttpRequest) -> HttpResponse:
         request = VerifyKey.parse(request_params(http), limits)
         return json_response(service.verify_key(request.key_id, request.key_hash))
+
+    @api.post("/clients/verify", Action.NODE)
+    def verify_client(http: HttpRequest) -> HttpResponse:
+        return json_response(
+            service.verify_client(VerifyClient.parse(request_params(http), limits))
+        )

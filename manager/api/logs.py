@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from manager.log_router import LogRouter
-from protocol.access import Action, require_topic
+from protocol.access import Action, require_owner, require_topic
 from protocol.limits import Limits
 from protocol.requests import Fetch, Pop, Produce
 from runtime.http_api import App, json_response, request_deadline, request_params
@@ -16,6 +16,10 @@ def add_routes(api: App, router: LogRouter, limits: Limits) -> None:
     def produce(http: HttpRequest) -> HttpResponse:
         request = Produce.parse(request_params(http), limits)
         require_topic(http.principal, Action.PRODUCE, request.topic)
+        if request.producer_id is not None:  # an unknown one gets its 404 from the router
+            producer = router.producer(request.producer_id)
+            owner = None if producer is None else producer.owner
+            require_owner(http.principal, f"producer {request.producer_id!r}", owner)
         return json_response(router.produce(request, request_deadline(http, limits)), 201)
 
     @api.get("/logs", Action.CONSUME)
@@ -24,9 +28,10 @@ def add_routes(api: App, router: LogRouter, limits: Limits) -> None:
         deadline = request_deadline(http, limits)
         if params.get("consumer_id") is not None:
             pop = Pop.parse(params, limits)
-            topic = router.consumer_topic(pop.consumer_id)
-            if topic is not None:  # an unknown consumer gets its 404 from the router
-                require_topic(http.principal, Action.CONSUME, topic)
+            consumer = router.consumer(pop.consumer_id)
+            if consumer is not None:  # an unknown consumer gets its 404 from the router
+                require_topic(http.principal, Action.CONSUME, consumer.topic)
+                require_owner(http.principal, f"consumer {pop.consumer_id!r}", consumer.owner)
             return json_response(router.pop(pop, deadline))
         fetch = Fetch.parse(params, limits)
         require_topic(http.principal, Action.CONSUME, fetch.topic)

@@ -15,5 +15,5 @@ def add_routes(api: App, service: ManagerService, limits: Limits) -> None:
     def register_producer(http: HttpRequest) -> HttpResponse:
         request = RegisterProducer.parse(request_params(http), limits)
         require_topic(http.principal, Action.PRODUCE, request.topic)
-        body, created = service.register_producer(request)
+        body, created = service.register_producer(request, http.principal)
         return json_response(body, 201 if created else 200)

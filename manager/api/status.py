@@ -23,6 +23,6 @@ def add_routes(api: App, manager_id: int, view: ClusterView, metrics: Metrics) -
             return json_response(status)
         return json_response({k: status[k] for k in PUBLIC_RAFT_STATUS if k in status})
 
-    @api.get("/metrics", Action.OPEN)
+    @api.get("/metrics", Action.METRICS)
     def metrics_text(http: HttpRequest) -> HttpResponse:
         return text_response(metrics.render())

@@ -27,6 +27,10 @@ class ProducerRecord:
     partition_count: int | None = None
     """Pinned by the first registration that asked (``RegisterProducer``); ``None``: the
     producer routes by its partition map."""
+    owner: str | None = None
+    """The key id of the API key that registered it (issue 23): only that key (or an
+    admin, or a node) may produce as it. ``None``: registered by a node, or before owners
+    were recorded; the next key that registers it claims it."""
 
     def __getstate__(self) -> list[object]:
         return snapshot_fields.state_of(self)
@@ -42,6 +46,16 @@ class ConsumerRecord:
     partition_id: PartitionId | None
     """The one partition it pops from, or None for every partition of its topic."""
     version: int
+    owner: str | None = None
+    """As ``ProducerRecord.owner``: only this key (or an admin, or a node) pops as it."""
+
+    # Snapshots before ``owner`` hold four values: pickled by field order (a missing
+    # trailing field takes its default; dataclass pickling would leave it unset).
+    def __getstate__(self) -> list[object]:
+        return snapshot_fields.state_of(self)
+
+    def __setstate__(self, state: list[object]) -> None:
+        snapshot_fields.restore(self, state)
 
 
 _CONSUMER = "c"
@@ -136,25 +150,34 @@ class ClientRegistry:
         clients_max: int,
         version: int,
         partition_count: int | None = None,
+        owner: str | None = None,
     ) -> Outcome:
         """Register (CREATED) or renew (UNCHANGED) a producer. A pinned partition count is
         never replaced: a registration that brings one for a producer without one pins it
-        (UPDATED); any other count it brings is ignored, so a replay routes as before."""
+        (UPDATED); any other count it brings is ignored, so a replay routes as before.
+        ``owner``: the registering key's id, which claims a producer without an owner
+        (UPDATED); one owned by another key is EXISTS. ``None`` (a node, an admin acting
+        for another key) changes no owner."""
         if not (isinstance(producer_id, str) and producer_id and isinstance(topic, str)):
+            return Outcome.INVALID
+        if owner is not None and not isinstance(owner, str):
             return Outcome.INVALID
         key = ProducerId(producer_id)
         known = self._producers.get(key)
-        if known is not None and known.topic != topic:
+        if known is not None and (known.topic != topic or _taken(known.owner, owner)):
             return Outcome.EXISTS
         if known is None and len(self) >= clients_max:
             return Outcome.TOO_MANY
         outcome = Outcome.UNCHANGED
         if known is None:
-            self._producers[key] = ProducerRecord(key, topic, version, partition_count)
+            self._producers[key] = ProducerRecord(key, topic, version, partition_count, owner)
             outcome = Outcome.CREATED
-        elif known.partition_count is None and partition_count is not None:
-            self._producers[key] = ProducerRecord(key, topic, version, partition_count)
-            outcome = Outcome.UPDATED
+        else:
+            count = known.partition_count if known.partition_count is not None else partition_count
+            claimed = known.owner if known.owner is not None else owner
+            if (count, claimed) != (known.partition_count, known.owner):
+                self._producers[key] = ProducerRecord(key, topic, version, count, claimed)
+                outcome = Outcome.UPDATED
         self._renew(_PRODUCER, producer_id)
         return outcome
 
@@ -166,20 +189,36 @@ class ClientRegistry:
         *,
         clients_max: int,
         version: int,
+        owner: str | None = None,
     ) -> Outcome:
+        """As ``add_producer`` (``owner`` the same way)."""
         if not (isinstance(consumer_id, str) and consumer_id and isinstance(topic, str)):
             return Outcome.INVALID
         if partition_id is not None and not isinstance(partition_id, int):
             return Outcome.INVALID
+        if owner is not None and not isinstance(owner, str):
+            return Outcome.INVALID
         pid = None if partition_id is None else PartitionId(partition_id)
-        known = self._consumers.get(ConsumerId(consumer_id))
-        if known is not None and (known.topic, known.partition_id) != (topic, pid):
+        key = ConsumerId(consumer_id)
+        known = self._consumers.get(key)
+        if known is not None and (
+            (known.topic, known.partition_id) != (topic, pid) or _taken(known.owner, owner)
+        ):
             return Outcome.EXISTS
         if known is None and len(self) >= clients_max:
             return Outcome.TOO_MANY
+        outcome = Outcome.UNCHANGED
         if known is None:
-            self._consumers[ConsumerId(consumer_id)] = ConsumerRecord(
-                ConsumerId(consumer_id), topic, pid, version
-            )
+            self._consumers[key] = ConsumerRecord(key, topic, pid, version, owner)
+            outcome = Outcome.CREATED
+        elif known.owner is None and owner is not None:
+            self._consumers[key] = ConsumerRecord(key, topic, pid, version, owner)
+            outcome = Outcome.UPDATED
         self._renew(_CONSUMER, consumer_id)
-        return Outcome.UNCHANGED if known is not None else Outcome.CREATED
+        return outcome
+
+
+def _taken(owner: str | None, claimant: str | None) -> bool:
+    """A registration by ``claimant`` (a key id; ``None``: no claim) of an id ``owner``
+    holds: refused only when both are keys and differ."""
+    return owner is not None and claimant is not None and owner != claimant

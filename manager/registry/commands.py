@@ -155,6 +155,9 @@ class RegisterProducer:
     partition_count: int | None = None
     """The partition count to pin for this producer (``None``: pin nothing). Added later:
     commands journaled before it have no such field."""
+    owner: str | None = None
+    """The registering API key's id (issue 23; ``None``: a node, or an admin acting for
+    another key's id). Added later, like ``partition_count``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +170,8 @@ class RegisterConsumer:
     clients_max: int
     now_ms: int
     expiry_ms: int
+    owner: str | None = None
+    """As ``RegisterProducer.owner`` (added later)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,7 +319,15 @@ def command_name(command: RegistryCommand) -> str:
 
 
 def to_wire(command: RegistryCommand) -> tuple[object, ...]:
-    values = (getattr(command, spec.name) for spec in fields(command))
+    """The command as plain data. Trailing fields at their defaults are left out: the
+    decoder gives them back (``_arity_ok``), and a manager of an older version, which
+    knows fewer fields, still applies a command that uses none of the newer ones."""
+    specs = fields(command)
+    values = [getattr(command, spec.name) for spec in specs]
+    while specs and values and specs[len(values) - 1].default is not MISSING:
+        if values[-1] != specs[len(values) - 1].default:
+            break
+        values.pop()
     return (_TAG_OF[type(command)], *(_plain(value) for value in values))
 
 

@@ -91,13 +91,15 @@ class ManagerState:
                 return self.register_broker(broker_id, address, host, low, high, brokers_max)
             case SetBrokerAlive(broker_id, alive):
                 return self.set_broker_alive(broker_id, alive)
-            case RegisterProducer(producer_id, topic, clients_max, now_ms, expiry_ms, count):
+            case RegisterProducer(producer_id, topic, clients_max, now_ms, expiry_ms, count, owner):
                 return self.register_producer(
-                    producer_id, topic, clients_max, now_ms, expiry_ms, count
+                    producer_id, topic, clients_max, now_ms, expiry_ms, count, owner
                 )
-            case RegisterConsumer(consumer_id, topic, partition_id, clients_max, now, expiry):
+            case RegisterConsumer(
+                consumer_id, topic, partition_id, clients_max, now, expiry, owner
+            ):
                 return self.register_consumer(
-                    consumer_id, topic, partition_id, clients_max, now, expiry
+                    consumer_id, topic, partition_id, clients_max, now, expiry, owner
                 )
             case ExpireIdleClients(now_ms, expiry_ms, count_max):
                 return self.expire_idle_clients(now_ms, expiry_ms, count_max)
@@ -293,6 +295,7 @@ class ManagerState:
         now_ms: int | None = None,
         expiry_ms: int | None = None,
         partition_count: int | None = None,
+        owner: str | None = None,
     ) -> Outcome:
         """Register, or renew the lease of, a producer; pin ``partition_count`` for it
         unless one is pinned already (``ClientRegistry.add_producer``)."""
@@ -312,6 +315,7 @@ class ManagerState:
                 clients_max=clients_max,
                 version=self.revision + 1,
                 partition_count=partition_count,
+                owner=owner,
             )
         )
 
@@ -323,6 +327,7 @@ class ManagerState:
         clients_max: int,
         now_ms: int | None = None,
         expiry_ms: int | None = None,
+        owner: str | None = None,
     ) -> Outcome:
         """Register, or renew the lease of, a consumer."""
         record = self.topics.get(topic) if isinstance(topic, str) else None
@@ -341,6 +346,7 @@ class ManagerState:
                 partition_id,
                 clients_max=clients_max,
                 version=self.revision + 1,
+                owner=owner,
             )
         )
 

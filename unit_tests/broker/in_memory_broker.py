@@ -37,7 +37,11 @@ def _twin(spec: ReplicaSpec, _replica_dir: str, _secret: str, limits: Limits) ->
 
 @contextmanager
 def broker_app(
-    data_dir: Path, store: MemoryMessageStore, limits: Limits, port: int = 1
+    data_dir: Path,
+    store: MemoryMessageStore,
+    limits: Limits,
+    port: int = 1,
+    metrics_token: str | None = None,
 ) -> Iterator[tuple[App, BrokerService]]:
     """The app and its service; the twins stay patched in while it is used (the broker
     builds a replica's Raft group when ``POST /partitions`` asks, long after ``create_app``)."""
@@ -64,6 +68,7 @@ def broker_app(
             managers_url="http://127.0.0.1:1",  # unused: registration is not started
             secret=SECRET,
             limits=limits,
+            metrics_token=metrics_token,
         )
         app = broker.app.create_app(config)
         try:

@@ -9,6 +9,7 @@ import os
 import pickle
 import socket
 import struct
+import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -206,11 +207,114 @@ def test_no_secret_or_key_appears_in_answers_metrics_or_logs(
     texts = [_call("GET", f"{cluster.lb_url}/cluster", cluster.admin_key).text]
     texts.append(_call("GET", f"{cluster.lb_url}/keys", cluster.admin_key).text)
     for node in cluster.info["nodes"]:
-        texts.append(requests.get(f"{node['http_address']}/metrics", timeout=10).text)
+        texts.append(cluster.http.get(f"{node['http_address']}/metrics", timeout=10).text)
         texts.append(Path(node["log_file"]).read_text(errors="replace"))
     for text in texts:
         for value in (secret, token, cluster.admin_key, *keys.values()):
             assert value not in text
+
+
+def test_metrics_refuse_an_unauthenticated_scrape_and_client_keys(
+    cluster: Cluster, keys: dict[str, str]
+) -> None:
+    """Issue 23, hole 3: every broker's and manager's /metrics needs a metrics (or admin)
+    key; without one it answers 401 and shows no topic or consumer; producer and consumer
+    keys get 403. Scraping changes nothing."""
+    with Consumer(cluster.lb_url, "granted", api_key=keys["consumer"]) as consumer:
+        poll_until(lambda: consumer.poll(1) is not None, WAIT_S, "a pop")  # a consumer id
+        me = consumer.consumer_id
+    with Admin(cluster.lb_url, api_key=cluster.admin_key) as admin:
+        scraper = admin.create_key("metrics", [], "prometheus")
+    before = _state(cluster)
+    nodes = [n for n in cluster.info["nodes"] if n["role"] in ("broker", "manager")]
+    for node in nodes:
+        url = f"{node['http_address']}/metrics"
+        for key in (None, "junk", _fake_key(scraper.key)):
+            refused = _call("GET", url, key)
+            assert refused.status_code == 401, (url, key)
+            assert "granted" not in refused.text and me not in refused.text
+        for role in ("producer", "consumer"):
+            assert _call("GET", url, keys[role]).status_code == 403, (url, role)
+    shown = [_call("GET", f"{n['http_address']}/metrics", scraper.key) for n in nodes]
+    assert all(answer.status_code == 200 for answer in shown)
+    assert any('topic="granted"' in answer.text for answer in shown)
+    # The metrics key reads metrics, nothing else.
+    assert _call("GET", f"{cluster.lb_url}/topics", scraper.key).status_code == 200  # describe
+    assert (
+        _call("POST", f"{cluster.lb_url}/producers", scraper.key, {"topic": "granted"}).status_code
+        == 403
+    )
+    assert _state(cluster)[:2] == before[:2] and _state(cluster)[3] == before[3]
+
+
+def _consumer_count(cluster: Cluster, broker_url: str, topic: str, partition_id: int) -> float:
+    """``partition_consumers`` of a partition at its leader's broker (scraped as admin)."""
+    text = cluster.http.get(f"{broker_url}/metrics", timeout=10).text
+    label = f'raftq_broker_partition_consumers{{partition="{partition_id}",topic="{topic}"}} '
+    found = [line for line in text.splitlines() if line.startswith(label)]
+    return float(found[0].rsplit(" ", 1)[1]) if found else 0.0
+
+
+def test_ids_belong_to_their_key_and_made_up_ids_are_refused(
+    cluster: Cluster, keys: dict[str, str]
+) -> None:
+    """Issue 23, hole 4, against real processes: another consumer key pops as a victim's
+    consumer (stealing its messages) and sends it a pop with sequence 2^63-1 (which would
+    refuse every later pop of the victim), on the direct path and through the load
+    balancer, and registers the victim's id as its own; keys send made-up consumer and
+    producer ids straight to the partition leader. Every attack is refused, and the
+    victim then pops every message; nothing was stored or changed."""
+    with Admin(cluster.lb_url, api_key=cluster.admin_key) as admin:
+        mallory = admin.create_key("consumer", ["granted"], "another tenant").key
+    victim = {"topic": "granted", "consumer_id": "victim", "partition_id": 0}
+    assert _call("POST", f"{cluster.lb_url}/consumers", keys["consumer"], victim).status_code == 201
+    with Producer(cluster.lb_url, "granted", api_key=keys["producer"], direct=False) as producer:
+        producer.produce_batch((f"for the victim {i}", "k") for i in range(10))
+    leader = _leader_address(cluster, "granted", 0)
+    consumers_before = _consumer_count(cluster, leader, "granted", 0)
+    before = _state(cluster)
+    huge = 2**63 - 1
+    pop = {"topic": "granted", "partition_id": "0", "consumer_id": "victim"}
+    for sequence in (None, huge):
+        extra = {"max_messages": "100"} | ({} if sequence is None else {"sequence": str(sequence)})
+        direct = _call("GET", f"{leader}/logs", mallory, **pop, **extra)
+        assert direct.status_code == 403, direct.text
+        via_lb = _call("GET", f"{cluster.lb_url}/logs", mallory, consumer_id="victim", **extra)
+        assert via_lb.status_code == 403, via_lb.text
+    taken = _call("POST", f"{cluster.lb_url}/consumers", mallory, victim)
+    assert taken.status_code == 409 and taken.json()["error_code"] == 40904, taken.text
+    # The owner itself cannot lock its consumer out either.
+    own = _call(
+        "GET", f"{leader}/logs", keys["consumer"], **pop, max_messages="1", sequence=str(huge)
+    )
+    assert own.status_code == 400, own.text
+    made_up = {
+        "topic": "granted",
+        "partition_id": "0",
+        "consumer_id": "made-up",
+        "max_messages": "1",
+    }
+    assert _call("GET", f"{leader}/logs", mallory, **made_up).status_code == 404
+    body = {"topic": "granted", "partition_id": 0, "messages": [{"message": "x"}]}
+    forged = body | {"producer_id": "made-up", "sequence": 1}
+    assert _call("POST", f"{leader}/logs", keys["producer"], forged).status_code == 404
+    assert _state(cluster) == before
+    assert _consumer_count(cluster, leader, "granted", 0) == consumers_before
+    # The victim gets every message of its partition, from the log start.
+    end = before[1]["granted"][0]
+    got: list[int] = []
+
+    def popped_all() -> bool:
+        answer = _call(
+            "GET", f"{cluster.lb_url}/logs", keys["consumer"], consumer_id="victim",
+            max_messages="100", sequence=str(time.time_ns() // 1000),
+        )  # fmt: skip
+        assert answer.status_code == 200, answer.text
+        got.extend(m["offset"] for m in answer.json()["messages"])
+        return bool(len(got) >= end)
+
+    poll_until(popped_all, WAIT_S, "the victim to pop its partition")
+    assert got == list(range(end))
 
 
 def _evil_frame(marker: Path) -> bytes:

@@ -7,6 +7,7 @@ import pytest
 
 from protocol.access import (
     NODE,
+    SCRAPER,
     Action,
     Grant,
     Role,
@@ -20,7 +21,7 @@ from protocol.access import (
     require_topic,
 )
 from protocol.errors import ErrorCode, RaftQError
-from runtime.http_auth import authenticator
+from runtime.http_auth import authenticator, scrape_authenticator
 from runtime.http_server import HttpRequest
 
 KEY = make_key("0123456789ab", "s" * 43)
@@ -103,3 +104,23 @@ def test_the_authenticator_refuses_credentials_nobody_issued() -> None:
             authenticate(_request(headers))
         assert refused.value.code is ErrorCode.UNAUTHENTICATED
         assert KEY not in refused.value.message and token not in refused.value.message
+
+
+def test_metrics_need_a_metrics_or_admin_key_or_the_scrape_token() -> None:
+    """Issue 23, hole 3: ``/metrics`` is not open; the scrape token reads it and no more."""
+    metrics = Grant("0123456789ab", Role.METRICS)
+    assert _code(lambda: require(None, Action.METRICS)) is ErrorCode.UNAUTHENTICATED
+    for grant in (PRODUCER, CONSUMER):
+        assert _code(lambda g=grant: require(g, Action.METRICS)) is ErrorCode.FORBIDDEN
+    for allowed in (metrics, ADMIN, NODE, SCRAPER):
+        assert _code(lambda a=allowed: require(a, Action.METRICS)) is None
+    assert _code(lambda: require(metrics, Action.CONSUME)) is ErrorCode.FORBIDDEN
+    for action in (Action.DESCRIBE, Action.CONSUME, Action.ADMIN, Action.NODE):
+        assert _code(lambda a=action: require(SCRAPER, a)) is ErrorCode.FORBIDDEN
+    authenticate = authenticator("n" * 64, lambda key: None, scrape_token="t" * 32)
+    shown = HttpRequest("GET", "/metrics", [("Authorization", "Bearer " + "t" * 32)], b"")
+    assert authenticate(shown) is SCRAPER
+    wrong = HttpRequest("GET", "/metrics", [("Authorization", "Bearer " + "u" * 32)], b"")
+    assert _code(lambda: authenticate(wrong)) is ErrorCode.UNAUTHENTICATED
+    lb = scrape_authenticator("t" * 32)
+    assert lb(shown) is SCRAPER and lb(wrong) is None

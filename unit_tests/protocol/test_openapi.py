@@ -62,6 +62,7 @@ from protocol.requests import (
     ReplicaConsumer,
     ReplicaRef,
     TopicRef,
+    VerifyClient,
     VerifyKey,
     invalid,
     parse_replica_spec,
@@ -488,6 +489,9 @@ PARSED = [
     Parsed(M, "GET", "/groups", ListGroups.parse, {"topic": "orders"}),
     Parsed(M, "POST", "/keys/revoke", KeyRef.parse, {"key_id": "0123456789ab"}),
     Parsed(M, "POST", "/keys/verify", VerifyKey.parse, {"key_id": "0123456789ab", "key_hash": "a"}),
+    Parsed(
+        M, "POST", "/clients/verify", VerifyClient.parse, {"kind": "producer", "client_id": "p"}
+    ),
     Parsed(M, "POST", "/logs", _manager_produce, PRODUCE_ONE, branch=0),
     Parsed(
         M, "POST", "/logs", _manager_produce, PRODUCE_MANY, branch=1, items={"messages": _message}

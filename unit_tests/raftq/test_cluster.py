@@ -100,6 +100,9 @@ def test_broker_db_url() -> None:
         broker_db_url("sqlite:///x.db", 1)
     with pytest.raises(LayoutError, match="name a database"):
         broker_db_url("postgresql://h:5432/", 1)
+    with pytest.raises(LayoutError, match="name a database") as refused:  # issue 23 hole 5
+        broker_db_url("postgresql://raftq:Pa55word@h:5432/", 1)
+    assert "Pa55word" not in str(refused.value) and "raftq:***@h" in str(refused.value)
 
 
 def test_settings_are_validated(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from runtime.metrics import Metrics
+from runtime.metrics import Metrics, Refreshed
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -35,3 +35,19 @@ def test_counters_histograms_and_gauges_render_and_parse_back() -> None:
     assert samples[("raftq_test_http_request_seconds_count", route)] == 2
     assert samples[("raftq_test_http_request_seconds_bucket", (("le", "0.005"), *route))] == 1
     assert samples[("raftq_test_http_request_seconds_bucket", (("le", "+Inf"), *route))] == 2
+
+
+def test_a_refreshed_value_is_computed_at_most_once_per_period() -> None:
+    now = [0.0]
+    computed: list[float] = []
+
+    def compute() -> float:
+        computed.append(now[0])
+        return now[0]
+
+    value = Refreshed(compute, 10.0, clock=lambda: now[0])
+    assert [value() for _ in range(5)] == [0.0] * 5
+    now[0] = 9.9
+    assert value() == 0.0
+    now[0] = 10.0
+    assert value() == 10.0 and computed == [0.0, 10.0]

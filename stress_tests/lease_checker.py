@@ -78,7 +78,21 @@ settled by it (not ``lost``). Must be 0:
 - dead_letter_wrong: a copy that does not match its message: no such produced message,
   another value or producer's headers, another group, or a delivery count other than
   ``max_deliveries`` (a message dies when a delivery numbered ``max_deliveries`` ends).
-- delivered_past_max: a delivery numbered above ``max_deliveries``.
+- delivered_past_max: a delivery numbered above ``max_deliveries``, except, after a redrive,
+  one of a poison message sent after the redrive began and numbered at most twice that.
+
+A redrive (``LeaseHistory.redrive``: issue 20's ``POST /groups/{group}/redrive``, after the
+poison messages reached the dead-letter topic) makes each dead-lettered message deliverable
+to the group again, once; a redriven message's delivery count goes on from
+``max_deliveries``, and the workers finish and ack it then. Must be 0:
+
+- redrive_missed: a poison message that no ack of a delivery numbered above
+  ``max_deliveries`` shows settled (``done``, or ``already``): the redrive did not bring it
+  back, or it was lost after.
+- redrive_miscounted: the redrive's answers counted another number of messages made
+  deliverable again (``redriven``, plus ``gone``) than poison messages with a copy in the
+  dead-letter topic: a letter redriven twice (a repeat after a manager's failover not
+  recognised), or one skipped.
 
 Power cuts (``LeaseHistory.power_cuts``): every node killed at once, losing what it had
 not synced, then the cluster started again. Leases, delivery counts and settles are Raft
@@ -144,6 +158,8 @@ MUST_BE_ZERO = (
     "dead_letter_duplicated",
     "dead_letter_wrong",
     "delivered_past_max",
+    "redrive_missed",
+    "redrive_miscounted",
 )
 LATE_REDELIVERY = "late_redelivery"
 """Reported, not must-be-zero: an expired lease's redelivery later than the slack."""
@@ -274,6 +290,17 @@ class ReceiveCall:
     got: int
 
 
+@dataclass(frozen=True, slots=True)
+class Redrive:
+    """The run's redrive of the group's dead letters: its first call's send, its last
+    answer, and the answers' sums."""
+
+    sent_ms: int
+    at_ms: int
+    redriven: int
+    gone: int = 0
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class DeadLetterCopy:
     """A message of the group's dead-letter topic, by what its ``raftq-*`` headers say."""
@@ -316,6 +343,8 @@ class LeaseHistory:
     power_cuts: tuple[tuple[int, int], ...] = ()
     """``(cut_ms, back_ms)``: every node killed at ``cut_ms``, what it had not synced lost;
     acks answered again from ``back_ms`` on. Each is an outage too."""
+    redrive: Redrive | None = None
+    """The redrive after the poison messages died, if the run made one."""
 
     def __post_init__(self) -> None:
         if self.visibility_timeout_ms <= 0:
@@ -696,9 +725,51 @@ def check_dead_letters(history: LeaseHistory, verdict: LeaseVerdict) -> None:
             or copy.delivery_count != history.max_deliveries
         ):
             verdict.flag("dead_letter_wrong", f"{copy} for {original}")
+    poisoned = {m for m, p in produced.items() if p.poison}
     for received in sorted(history.received):
-        if received.delivery_count > history.max_deliveries:
+        if received.delivery_count > history.max_deliveries and not _after_redrive(
+            history, received, poisoned
+        ):
             verdict.flag("delivered_past_max", f"{received}")
+    if history.redrive is not None:
+        check_redrive(history, history.redrive, poisoned, set(copies), verdict)
+
+
+def _after_redrive(history: LeaseHistory, received: Received, poison: set[Message]) -> bool:
+    """A poison message's delivery the redrive explains: sent after it began, numbered at
+    most ``max_deliveries`` more."""
+    redrive = history.redrive
+    return (
+        redrive is not None
+        and received.message in poison
+        and received.sent_ms >= redrive.sent_ms
+        and received.delivery_count <= 2 * history.max_deliveries
+    )
+
+
+def check_redrive(
+    history: LeaseHistory,
+    redrive: Redrive,
+    poison: set[Message],
+    copied: set[Message],
+    verdict: LeaseVerdict,
+) -> None:
+    settled_after = {
+        s.message
+        for s in history.settled
+        if s.action == "ack"
+        and s.shows_settled
+        and s.delivery[2] > history.max_deliveries
+        and s.sent_ms >= redrive.sent_ms
+    }
+    for message in sorted(poison - settled_after):
+        verdict.flag("redrive_missed", f"{message}: no ack after the redrive")
+    expected = len(poison & copied)
+    if redrive.redriven + redrive.gone != expected:
+        verdict.flag(
+            "redrive_miscounted",
+            f"redriven {redrive.redriven} + gone {redrive.gone}, letters {expected}",
+        )
 
 
 def count_figures(history: LeaseHistory, index: HistoryIndex, verdict: LeaseVerdict) -> None:

@@ -43,10 +43,12 @@ import requests
 from protocol import dead_letters
 from protocol.types import NewMessage
 from raftq import Admin, GroupMember, PartitionOffset, ProduceError, Producer
+from raftq.client_limits import ClientLimits
 from raftq.cluster import LocalCluster
 from raftq.errors import RaftQClientError
+from raftq.records import Redriven
 from stress_tests import lease_checker as checker
-from stress_tests.cluster_view import partition_leader
+from stress_tests.cluster_view import manager_leader, partition_leader
 from stress_tests.credentials import client_session, node_session, require_admin_key
 from stress_tests.lease_worker import POISON_PREFIX, now_ms
 from stress_tests.polling import WaitTimeoutError, poll_until
@@ -57,6 +59,11 @@ WORKER_STOP_WAIT_S = 10.0
 BROKER_DOWN_S = 2.0
 LEADER_WAIT_S = 30.0
 DRAIN_WAIT_S = 120.0
+REDRIVE_WAIT_S = 60.0
+REDRIVE_FIRST_MESSAGES = 1
+"""The first redrive call's bound: the rest come after the manager leader's kill."""
+REDRIVE_CLIENT_LIMITS = ClientLimits(attempts_max=1)
+"""One attempt per call: ``_redrive`` asks again itself, so a failover is seen."""
 """After the faults: every acknowledged produce acked by a worker within this."""
 PRODUCE_PAUSE_S = 0.05
 DEAD_LETTER_PARTITIONS = 2
@@ -96,6 +103,10 @@ class LeaseConfig:
     power_cuts: int = 0
     """Whole-cluster power cuts, due at seeded times spread over ``duration_s`` (the
     cluster must be on the power-cut disk: ``run_lease``'s ``power``)."""
+    redrive: bool = True
+    """Once the poison messages are in the dead-letter topic, redrive them (in two calls,
+    the manager leader killed between them): each must come back once, and the workers
+    then finish it (``lease_checker``: ``redrive_missed``, ``redrive_miscounted``)."""
     backlog_max: int = 2_000
     """The producer waits while the group has this many messages not settled: the
     workers, not the machine's speed, set the pace, so the drain's bound holds on a
@@ -434,6 +445,7 @@ def run_lease(
     _create_group(cluster.lb_url, api_key, config)
     produced: list[checker.Produced] = []
     problems: list[str] = []
+    redrive: checker.Redrive | None = None
     dead_letters = _DeadLetters(cluster, config, api_key)
     workers = _Workers(cluster.lb_url, api_key, config, out_dir)
     cuts = _PowerCuts(power, config, out_dir)
@@ -449,6 +461,9 @@ def run_lease(
             workers.keep_running()
             with GroupMember(cluster.lb_url, config.topic, config.group, api_key=api_key) as m:
                 _wait_drained(out_dir, produced, m, dead_letters)
+                if config.redrive and any(p.poison for p in produced):
+                    redrive = _redrive(nemesis.cluster, api_key, config, log)
+                    _wait_drained(out_dir, produced, m, dead_letters, redriven=True)
         except WaitTimeoutError as exc:
             log(f"  {exc}")
     finally:
@@ -466,6 +481,7 @@ def run_lease(
         group=config.group,
         dead_letters=dead_letters.read() or (),
         power_cuts=tuple(cut.window for cut in cuts.records),
+        redrive=redrive,
     )
     verdict = checker.check(history)
     report = LeaseReport(config, verdict, nemesis.records, len(produced), problems + cuts.problems)
@@ -664,9 +680,11 @@ def _wait_drained(
     produced: list[checker.Produced],
     sweeper: GroupMember,
     dead_letters: _DeadLetters,
+    redriven: bool = False,
 ) -> None:
     """Until every acknowledged produce shows acked in the ledgers, or is in the
-    dead-letter topic (every poison message must be); meanwhile ``_sweep`` the others."""
+    dead-letter topic (every poison message must be; once ``redriven``, acked too);
+    meanwhile ``_sweep`` the others."""
     poison = {p.message for p in produced if p.poison}
     plain = {p.message for p in produced} - poison
 
@@ -675,12 +693,50 @@ def _wait_drained(
         settled = {(s.partition_id, s.offset) for s in ledgers.settled if s.shows_settled}
         copies = dead_letters.read()
         dead = set() if copies is None else {copy.message for copy in copies}
+        if redriven:
+            dead = dead & settled  # a redriven poison message comes back to be acked
         if copies is not None and poison <= dead and plain <= settled | dead:
             return True
-        _sweep(out_dir, ledgers, plain - settled - dead, sweeper)
+        _sweep(out_dir, ledgers, (plain | poison) - settled - dead, sweeper)
         return False
 
-    poll_until(drained, DRAIN_WAIT_S, "every acknowledged produce acked by a worker", 1.0)
+    what = "every redriven message acked" if redriven else "every acknowledged produce acked"
+    poll_until(drained, DRAIN_WAIT_S, f"{what} by a worker", 1.0)
+
+
+def _redrive(
+    cluster: LocalCluster, api_key: str, config: LeaseConfig, log: Callable[[str], None]
+) -> checker.Redrive:
+    """Redrive the group's dead letters in two calls through the load balancer, the manager
+    leader killed (kill -9, then started again) between them; calls that fail are made
+    again (a redrive resumes where the last one stopped). The sums of the answers."""
+    sent = now_ms()
+    redriven = gone = 0
+    with Admin(cluster.lb_url, api_key=api_key, limits=REDRIVE_CLIENT_LIMITS) as admin:
+        first = poll_until(
+            lambda: _redrive_once(admin, config, REDRIVE_FIRST_MESSAGES), REDRIVE_WAIT_S, "redrive"
+        )
+        redriven, gone = first.redriven, first.gone
+        with node_session(cluster) as session:
+            leader = poll_until(
+                lambda: manager_leader(cluster, session), LEADER_WAIT_S, "a manager leader"
+            )
+        cluster.signal_node(leader, signal.SIGKILL)
+        poll_until(lambda: not cluster.is_running(leader), WORKER_STOP_WAIT_S, leader)
+        cluster.start_node(leader)
+        more = first.more
+        while more:
+            done = poll_until(lambda: _redrive_once(admin, config, None), REDRIVE_WAIT_S, "redrive")
+            redriven, gone, more = redriven + done.redriven, gone + done.gone, done.more
+    log(f"  redrove {redriven} dead letters ({gone} gone), manager leader {leader} killed")
+    return checker.Redrive(sent, now_ms(), redriven, gone)
+
+
+def _redrive_once(admin: Admin, config: LeaseConfig, most: int | None) -> Redriven | None:
+    try:
+        return admin.redrive(config.topic, config.group, most)
+    except RaftQClientError:
+        return None  # the managers are electing: asked again
 
 
 def _sweep(

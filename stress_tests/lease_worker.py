@@ -4,7 +4,9 @@
 
 It receives, and for each delivery (drawn from its seed): works a little, writes to its
 ledger that it finished, then acks; or nacks it; or extends its lease, works longer, then
-finishes and acks. A poison message (value ``poison-…``) it nacks, every time. Every
+finishes and acks. A poison message (value ``poison-…``) it nacks, every time up to the
+group's ``max_deliveries``; past them (the run redrove it from the dead-letter topic) it
+works it like any other. Every
 receive and every settle is written to the ledger too, with the
 wall-clock times before and after (the run's processes share one clock). One JSON object
 per line, flushed as written: a kill -9 loses at most the line being written, never one
@@ -81,7 +83,7 @@ class Worker:
                 self._handle(d)
 
     def _handle(self, delivery: Delivery) -> None:
-        if delivery.record.value.startswith(POISON_PREFIX):  # it fails whoever takes it
+        if self._fails(delivery):
             self._settle("nack", delivery, 0)
             return
         draw = self._random.random()
@@ -97,6 +99,13 @@ class Worker:
             if self._settle("ack", delivery, 0) != "error":
                 return
             time.sleep(ERROR_PAUSE_S)
+
+    def _fails(self, delivery: Delivery) -> bool:
+        """A poison message fails whoever takes it, until it died once: a redriven one (its
+        delivery count past ``max_deliveries``) is worked."""
+        most = self._member.settings.max_deliveries
+        poison = delivery.record.value.startswith(POISON_PREFIX)
+        return poison and (most == 0 or delivery.delivery_count <= most)
 
     def _settle(self, action: str, delivery: Delivery, duration_ms: int) -> str:
         sent = now_ms()

@@ -27,6 +27,7 @@ from stress_tests.lease_checker import (
     Produced,
     ReceiveCall,
     Received,
+    Redrive,
     Settled,
     check,
     percentile_ms,
@@ -650,6 +651,46 @@ def test_a_message_that_died_of_expiries_is_settled_by_its_copy_not_lost() -> No
     died = with_(history, settled=unacked, dead_letters=(*history.dead_letters, copy))
     assert failing(check(died)) == {}
     assert failing(check(with_(died, dead_letters=history.dead_letters))) == {"lost": 1}
+
+
+def redriven() -> LeaseHistory:
+    """``poisoned`` with a redrive at 7000 that brought P back once: delivered a third
+    time (its count goes on), finished and acked."""
+    history = poisoned()
+    return with_(
+        history,
+        received=(*history.received, got("w1", P, 3, 7100, 7110)),
+        finished=(*history.finished, fin("w1", P, 3, 7120)),
+        settled=(*history.settled, act("w1", "ack", P, 3, "done", 7130)),
+        redrive=Redrive(7000, 7050, redriven=1),
+    )
+
+
+def test_a_redrive_that_brings_each_letter_back_once_passes() -> None:
+    assert failing(check(redriven())) == {}
+
+
+def test_a_redriven_message_never_acked_is_flagged() -> None:
+    history = redriven()
+    unacked = without(history.settled, act("w1", "ack", P, 3, "done", 7130))
+    assert failing(check(with_(history, settled=unacked))) == {"redrive_missed": 1}
+    assert failing(check(with_(poisoned(), redrive=Redrive(7000, 7050, 1)))) == {
+        "redrive_missed": 1
+    }
+
+
+def test_a_redrive_counting_a_letter_twice_or_none_is_flagged() -> None:
+    for count in (0, 2):
+        miscounted = with_(redriven(), redrive=Redrive(7000, 7050, redriven=count))
+        assert failing(check(miscounted)) == {"redrive_miscounted": 1}
+
+
+def test_a_delivery_past_max_before_the_redrive_or_past_twice_max_is_flagged() -> None:
+    history = redriven()
+    early = with_(history, redrive=Redrive(7200, 7250, redriven=1))  # P came back before it
+    assert failing(check(early)) == {"delivered_past_max": 1, "redrive_missed": 1}
+    fifth = with_(history, received=(*history.received, got("w2", P, 5, 7300, 7310)))
+    assert failing(check(fifth))["delivered_past_max"] == 1
 
 
 # --- redelivery timing and busy workers --------------------------------------------------------

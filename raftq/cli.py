@@ -99,6 +99,23 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_cluster_commands(commands)
     _add_node_commands(commands)
+    target = _target_options()
+    data = _data_options()
+    _add_topic_commands(commands, target)
+    _add_data_commands(commands, target, data)
+    _add_group_commands(commands, target)
+    _add_key_commands(commands, target)
+    _add_broker_commands(commands, target)
+    _add_manager_commands(commands)
+    completion = commands.add_parser(
+        "completion", help='print a shell completion script: eval "$(raftq completion bash)"'
+    )
+    completion.add_argument("shell", choices=["bash"])
+    return parser
+
+
+def _target_options() -> argparse.ArgumentParser:
+    """Which cluster, with which key, and how to print: every client command's options."""
     target = argparse.ArgumentParser(add_help=False)
     where = target.add_mutually_exclusive_group()
     where.add_argument("--url", help="load balancer URL, e.g. http://127.0.0.1:17100")
@@ -112,6 +129,11 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument(
         "--tls-ca", help="CA bundle (PEM) to check an https:// cluster's certificate against"
     )
+    return target
+
+
+def _data_options() -> argparse.ArgumentParser:
+    """The options of commands that move messages: progress and the direct path."""
     data = argparse.ArgumentParser(add_help=False, parents=[_progress_option()])
     data.add_argument(
         "--direct",
@@ -120,7 +142,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="go straight to the partition leaders' brokers, falling back to the load "
         "balancer (default); --no-direct: everything through the load balancer",
     )
+    return data
 
+
+def _add_topic_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    target: argparse.ArgumentParser,
+) -> None:
     topic = commands.add_parser("topic", help="create and list topics")
     topic_commands = topic.add_subparsers(dest="topic_command", required=True, metavar="ACTION")
     create = topic_commands.add_parser("create", parents=[target], help="create a topic")
@@ -150,6 +178,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     describe.add_argument("name")
 
+
+def _add_data_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    target: argparse.ArgumentParser,
+    data: argparse.ArgumentParser,
+) -> None:
     produce = commands.add_parser("produce", parents=[target, data], help="send messages")
     produce.add_argument("--topic", required=True)
     produce.add_argument("--key", help="key of every message (routes them to one partition)")
@@ -175,16 +209,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     lag = commands.add_parser("lag", parents=[target], help="how far consumers are behind")
     lag.add_argument("--topic", required=True)
-
-    _add_group_commands(commands, target)
-    _add_key_commands(commands, target)
-    _add_broker_commands(commands, target)
-    _add_manager_commands(commands)
-    completion = commands.add_parser(
-        "completion", help='print a shell completion script: eval "$(raftq completion bash)"'
-    )
-    completion.add_argument("shell", choices=["bash"])
-    return parser
 
 
 def _add_key_commands(

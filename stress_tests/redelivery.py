@@ -147,13 +147,6 @@ def run_rounds(seconds: float, one_round: Callable[[int], Round]) -> list[Round]
     return rounds
 
 
-def wait_redelivered(record: Round, until_s: float, period_s: float = 0.01) -> None:
-    """Until the survivor (another thread or callback) recorded every message of the round
-    in ``record.redelivered_s``, or ``until_s``."""
-    while record.missing and time.monotonic() < until_s:
-        time.sleep(period_s)
-
-
 @dataclass(frozen=True, slots=True)
 class Scenario:
     """How a system's redelivery rows are named and compared."""

@@ -154,9 +154,19 @@ def receive_ack(lb: str, api_key: str, topic: str, group: str, batch: int) -> Ma
     return make
 
 
-def create_group(lb: str, api_key: str, topic: str, group: str, ordering: str) -> None:
+def create_group(
+    lb: str,
+    api_key: str,
+    topic: str,
+    group: str,
+    ordering: str,
+    visibility_timeout_ms: int | None = None,
+) -> None:
+    """``visibility_timeout_ms`` None: the cluster's default lease."""
     with client_session(api_key) as session:
-        body = {"topic": topic, "group": group, "ordering": ordering}
+        body: dict[str, object] = {"topic": topic, "group": group, "ordering": ordering}
+        if visibility_timeout_ms is not None:
+            body["visibility_timeout_ms"] = visibility_timeout_ms
         with session.post(f"{lb}/groups", json=body, timeout=30) as response:
             if response.status_code not in (200, 201):
                 raise RuntimeError(f"POST /groups: {response.status_code} {response.text}")

@@ -3,12 +3,13 @@ RabbitMQ clusters), one table.
 
     .venv/bin/python -m stress_tests.benchmark [--seconds 5] [--backlog 200000] [--peers]
 
-Throughput and latency per scenario, failover after kill -9 of a partition leader, a
-replica's catch-up after a backlog, resident memory of every process in each phase, and
-RaftQ's ratio to each peer per comparable scenario. All figures come from the same run on
-the same machine; across runs the machine's noise dominates, so compare within one table.
-Progress goes to stderr, the table to stdout. Everything started is stopped at the end, also
-on Ctrl-C, SIGTERM or an error. RaftQ's clients use the admin API key ``up`` makes, so every
+Throughput and latency per scenario, redelivery after kill -9 of a consumer group's member,
+failover after kill -9 of a partition leader, a replica's catch-up after a backlog,
+resident memory of every process in each phase, and RaftQ's ratio to each peer per
+comparable scenario. All figures come from the same run on the same machine; across runs
+the machine's noise dominates, so compare within one table. Progress goes to stderr, the
+table to stdout. Everything started is stopped at the end, also on Ctrl-C, SIGTERM or an
+error. RaftQ's clients use the admin API key ``up`` makes, so every
 measured request pays for its check, as a real client's does.
 """
 
@@ -27,7 +28,7 @@ from pathlib import Path
 from types import FrameType
 
 from raftq.cluster import LocalCluster
-from stress_tests import bench_faults, bench_latency, bench_scenarios
+from stress_tests import bench_faults, bench_latency, bench_redelivery, bench_scenarios
 from stress_tests.bench_memory import MemorySampler
 from stress_tests.bench_report import RAFTQ, MemoryRow, Row, render
 from stress_tests.credentials import require_admin_key
@@ -109,6 +110,9 @@ def raftq_rows(
     log(f"  {bench_latency.SCENARIO} ...")
     latency = functools.partial(bench_latency.measure, lb, api_key, topics.one, args.seconds)
     rows += guarded(bench_latency.SCENARIO, lambda: [latency()])
+    log(f"  {bench_redelivery.SCENARIO.name} ...")
+    redelivered = functools.partial(bench_redelivery.measure, lb, api_key, args.seconds, log)
+    rows += guarded(bench_redelivery.SCENARIO.name, redelivered)
     if args.failovers > 0:
         rows.append(bench_faults.failover_row(cluster, topics.one, args.failovers, log))
     backlog = functools.partial(

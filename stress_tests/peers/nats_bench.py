@@ -41,7 +41,7 @@ def _nats() -> Any:
     return importlib.import_module("nats")
 
 
-async def _connect(servers: list[str]) -> Any:
+async def connect(servers: list[str]) -> Any:
     return await _nats().connect(
         servers, connect_timeout=CONNECT_TIMEOUT_S, max_reconnect_attempts=3, allow_reconnect=True
     )
@@ -50,7 +50,7 @@ async def _connect(servers: list[str]) -> Any:
 async def create_stream(servers: list[str]) -> None:
     """The stream (file storage, 3 replicas); retried until JetStream's meta leader answers."""
     api = importlib.import_module("nats.js.api")
-    nc = await _connect(servers)
+    nc = await connect(servers)
     try:
         deadline_s = time.monotonic() + SETUP_TIMEOUT_S
         while True:
@@ -102,7 +102,7 @@ def _fetch_request(
 
 
 async def _publishers(servers: list[str], clients: int, batch: int, seconds: float) -> Tally:
-    connections = [await _connect(servers) for _ in range(clients)]
+    connections = [await connect(servers) for _ in range(clients)]
     requests = [_publish_request(nc.jetstream(timeout=ACK_TIMEOUT_S), batch) for nc in connections]
     try:
         return await _closed_loops(requests, seconds)
@@ -117,7 +117,7 @@ async def _consumer(
     """A durable pull consumer of its own (the stream keeps every message, so each reads
     from the start whatever another consumer took)."""
     api = importlib.import_module("nats.js.api")
-    nc = await _connect(servers)
+    nc = await connect(servers)
     try:
         policy = api.AckPolicy.EXPLICIT if ack_each else api.AckPolicy.ALL
         config = api.ConsumerConfig(ack_policy=policy, max_ack_pending=20_000)

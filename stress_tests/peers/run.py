@@ -16,6 +16,7 @@ from typing import Protocol
 
 from stress_tests.bench_memory import MemorySampler
 from stress_tests.bench_report import MemoryRow, Row
+from stress_tests.peers import nats_redelivery, rabbitmq_redelivery
 from stress_tests.peers.nats_bench import nats_rows
 from stress_tests.peers.nats_cluster import NatsCluster
 from stress_tests.peers.processes import port_open
@@ -59,14 +60,14 @@ def run_peers(
             nats,
             missing_client("nats", "nats-py"),
             nats.listen_ports,
-            lambda: nats_rows(nats.servers, seconds, log),
+            lambda: all_nats_rows(nats.servers, seconds, log),
         ),
         (
             "RabbitMQ",
             rabbit,
             missing_client("pika", "pika"),
             rabbit.listen_ports,
-            lambda: rabbitmq_rows(rabbit.amqp_ports, seconds, log),
+            lambda: all_rabbitmq_rows(rabbit.amqp_ports, seconds, log),
         ),
     ]
     rows: list[Row] = []
@@ -82,6 +83,18 @@ def run_peers(
         rows, memory = rows + peer_rows, memory + peer_memory
         lines.append(cluster.status)
     return rows, memory, lines
+
+
+def all_nats_rows(servers: list[str], seconds: float, log: Log) -> list[Row]:
+    rows = nats_rows(servers, seconds, log)
+    log(f"  nats: {nats_redelivery.SCENARIO.name} ...")
+    return rows + nats_redelivery.rows(servers, seconds)
+
+
+def all_rabbitmq_rows(ports: list[int], seconds: float, log: Log) -> list[Row]:
+    rows = rabbitmq_rows(ports, seconds, log)
+    log(f"  rabbitmq: {rabbitmq_redelivery.SCENARIO.name} ...")
+    return rows + rabbitmq_redelivery.rows(ports[0], seconds)
 
 
 def run_one(

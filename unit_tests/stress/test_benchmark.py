@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from stress_tests import redelivery
 from stress_tests.bench_load import Exhausted, Step, Tally, run_load
 from stress_tests.bench_memory import group_members, snapshot
 from stress_tests.bench_report import MemoryRow, Row, median, percentile, ratio_rows, render
@@ -23,6 +24,7 @@ from stress_tests.peers import run as peers_run
 from stress_tests.peers.nats_cluster import node_config
 from stress_tests.peers.rabbitmq_bench import Confirms
 from stress_tests.polling import WaitTimeoutError, poll_until
+from stress_tests.redelivery import Round, Taken
 from unit_tests.ports import CLUSTER_BASE_PORTS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -154,6 +156,34 @@ def test_poll_until_returns_the_first_true_value_or_times_out() -> None:
         poll_until(lambda: None, 0.05, "never", period_s=0.01)
 
 
+def test_redelivery_rows_time_each_message_past_its_lease_and_from_the_kill() -> None:
+    taken = Taken(("a", "b", "c"), sent_s=10.0)
+    lost_one = Round(taken, killed_s=10.1, lease_end_s=11.0, redelivered_s={"a": 11.05})
+    both = Round(Taken(("d",), 20.0), 20.1, 21.0, {"d": 21.02})
+    scenario = redelivery.Scenario("raftq", "after a kill", "k-lease", "k-kill")
+    past, from_kill = redelivery.rows(scenario, [lost_one, both])
+    assert past.scenario == "after a kill: past the lease's end" and past.key == "k-lease"
+    assert past.p50_ms == pytest.approx(20.0) and past.p99_ms == pytest.approx(50.0)
+    assert from_kill.p50_ms == pytest.approx(920.0) and from_kill.p99_ms == pytest.approx(950.0)
+    assert from_kill.key == "k-kill" and past.errors == from_kill.errors == 2  # b, c lost
+    assert past.note.startswith("n=2 messages, 2 kills") and past.msgs_per_s is None
+
+
+def test_redelivery_without_a_lease_is_one_row_and_a_round_with_nothing_back_fails() -> None:
+    requeued = Round(Taken(("a",), 1.0), killed_s=1.5, lease_end_s=None, redelivered_s={"a": 1.51})
+    scenario = redelivery.Scenario("rabbitmq", "after a kill", None, None, "no lease")
+    (row,) = redelivery.rows(scenario, [requeued])
+    assert row.scenario == "after a kill: from the kill" and row.key is None
+    assert row.p50_ms == pytest.approx(10.0) and row.note.endswith("; no lease")
+    (failed,) = redelivery.rows(scenario, [Round(Taken(("a",), 1.0), 1.5, None)])
+    assert not failed.ok and failed.errors == 1
+
+
+def test_a_doomed_members_report_survives_its_line() -> None:
+    taken = Taken(("x-1", "x-2"), sent_s=123.5)
+    assert Taken.from_line(taken.to_line()) == taken
+
+
 @dataclass
 class _Method:
     delivery_tag: int
@@ -206,17 +236,35 @@ EXPECTED_ROWS = (
     "receive 100 + ack via LB, 3 partitions, 1 thread, per-key ordering",
     "fetch 1000/req by offset via LB, 1 partition, 2 threads",
     "end-to-end: produce 1 via LB -> seen by offset poll",
+    "redelivery after kill -9 of a member, 1 s lease, long poll via LB: past the lease's end",
+    "redelivery after kill -9 of a member, 1 s lease, long poll via LB: from the kill",
     "failover: kill -9 partition leader -> write acked",
     "produce 3,000 backlog, 1000/req, 1 of 3 replicas down, 4 threads",
     "catch-up: restarted replica flushes the backlog",
 )
 
 
+def run_benchmark(argv: list[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """The command's output; past ``timeout_s`` it gets SIGTERM, which it takes as Ctrl-C
+    and stops every node it started (a SIGKILL, ``subprocess.run``'s, left its cluster
+    running on the test's ports), and the test fails with what it printed."""
+    child = subprocess.Popen(
+        argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        stdout, stderr = child.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        child.terminate()
+        stdout, stderr = child.communicate(timeout=60)
+        pytest.fail(f"not done within {timeout_s:g} s; it printed:\n{stdout}{stderr[-3000:]}")
+    return subprocess.CompletedProcess(argv, child.returncode, stdout, stderr)
+
+
 @pytest.mark.cluster
 def test_benchmark_command_prints_every_row_with_a_figure() -> None:
     argv = [sys.executable, "-m", "stress_tests.benchmark", "--seconds", "0.5"]
     argv += ["--backlog", "3000", "--failovers", "1", "--base-port", str(SMOKE_BASE_PORT)]
-    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=240, check=False)
+    done = run_benchmark(argv, 240.0)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     lines = done.stdout.splitlines()
     for scenario in EXPECTED_ROWS:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from stress_tests.bench_report import Row
+from stress_tests.peers import nats_redelivery, rabbitmq_redelivery
 from stress_tests.peers.nats_bench import nats_rows
 from stress_tests.peers.nats_cluster import NatsCluster
 from stress_tests.peers.processes import find_binary, port_open
@@ -34,10 +35,11 @@ def needs(binary: str | None, module: str, what: str) -> pytest.MarkDecorator:
 
 
 def assert_every_row_measured(rows: list[Row], count: int) -> None:
+    """A rate, or (redelivery rows) a latency, in every row."""
     assert len(rows) == count, rows
     for row in rows:
         assert row.ok and row.error is None, row
-        assert row.msgs_per_s is not None and row.msgs_per_s > 0, row
+        assert (row.msgs_per_s or 0) > 0 or row.p50_ms is not None, row
 
 
 @needs(find_binary("nats-server"), "nats", "nats-server")
@@ -46,6 +48,7 @@ def test_nats_cluster_runs_every_scenario_and_stops(tmp_path: Path) -> None:
     try:
         assert cluster.start(), cluster.status
         assert_every_row_measured(nats_rows(cluster.servers, 0.3, lambda _line: None), 6)
+        assert_every_row_measured(nats_redelivery.rows(cluster.servers, 0.3), 2)
     finally:
         cluster.stop()
     assert not any(port_open(port) for port in cluster.listen_ports)
@@ -58,6 +61,7 @@ def test_rabbitmq_cluster_runs_every_scenario_and_stops(tmp_path: Path) -> None:
         assert cluster.start(), cluster.status
         assert len(cluster.running_nodes()) == 3
         assert_every_row_measured(rabbitmq_rows(cluster.amqp_ports, 0.3, lambda _line: None), 6)
+        assert_every_row_measured(rabbitmq_redelivery.rows(cluster.amqp_ports[0], 0.3), 1)
     finally:
         cluster.stop()
     assert not any(port_open(port) for port in cluster.listen_ports)

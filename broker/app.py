@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from broker.access import ClientVerifier, KeyVerifier
 from broker.api.groups import add_group_routes
-from broker.api.logs import add_log_routes
+from broker.api.logs import add_log_routes, add_stream_route
 from broker.api.partitions import add_partition_routes
 from broker.api.status import add_status_routes
 from broker.config import BrokerConfig
@@ -60,6 +60,7 @@ def create_app(config: BrokerConfig) -> App:
     add_status_routes(app, service, config.broker_id, metrics, config.limits)
     add_document_route(app, api_document(Node.BROKER))
     add_log_routes(app, service, config.limits, metrics, clients)
+    add_stream_route(app, service, config.limits)
     add_group_routes(app, service, config.limits, metrics)
     add_partition_routes(app, service, config.broker_id, config.limits)
     count_requests(app, metrics)

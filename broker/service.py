@@ -11,7 +11,7 @@ import heapq
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 
@@ -28,6 +28,7 @@ from broker.partition.group_leases import (
 from broker.partition.log import PartitionLog
 from broker.persistence.store import MessageStore, RangeChecksum
 from broker.replica import HostedReplica
+from protocol import streams
 from protocol.dead_letters import PendingDeadLetter
 from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
@@ -71,6 +72,43 @@ def _check_pop_sequence(sequence: int | None, now_ms: int, ahead_s_max: float) -
 
 def _pending_dead(log: PartitionLog, most: int) -> list[tuple[str, DeadLetter]]:
     return log.groups.pending_dead(most)
+
+
+@dataclass(frozen=True, slots=True)
+class LongPoll:
+    """How a pop waits for something to claim (``protocol.requests.Pop``)."""
+
+    wait_s: float = 0.0
+    if_ready: bool = False
+    """Claim only if there is something to claim: else answer nothing, proposing nothing."""
+
+
+NO_WAIT = LongPoll()
+
+
+class _Stream(Iterator[bytes]):
+    """A stream's events, and its place among the broker's streams, given back once when
+    it ends or is closed (also before its first event: a generator that never started
+    runs no ``finally``)."""
+
+    def __init__(self, events: Iterator[bytes], ended: Callable[[], None]) -> None:
+        self._events = events
+        self._ended: Callable[[], None] | None = ended
+
+    def __next__(self) -> bytes:
+        try:
+            return next(self._events)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        ended, self._ended = self._ended, None
+        if ended is not None:
+            close = getattr(self._events, "close", None)
+            if close is not None:
+                close()
+            ended()
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +161,8 @@ class BrokerService:
         self._clock_ms = clock_ms
         self._lock = threading.Lock()
         self._replicas: dict[tuple[str, int], HostedReplica] = {}
+        self._streams = 0
+        """Streams being served (``stream``), at most ``streams_max``."""
 
     def start(self) -> None:
         """Rebuild every replica recorded in the store; they rejoin their Raft groups."""
@@ -375,17 +415,54 @@ class BrokerService:
         request_id: str | None,
         sequence: int | None = None,
         deadline: Deadline | None = None,
+        wait: LongPoll = NO_WAIT,
     ) -> list[StoredMessage]:
         """The consumer's next messages. Refused before anything is claimed when this replica
         could not read them (its database lags behind what left memory); once the pop is
-        applied, a failed read is an unknown outcome (see ``_read``)."""
+        applied, a failed read is an unknown outcome (see ``_read``). ``wait``: a long poll
+        waits for something to claim, proposing nothing meanwhile."""
         now_ms = self._clock_ms()
         _check_pop_sequence(sequence, now_ms, self._limits.pop_sequence_ahead_s_max)
+        if wait.wait_s > 0 or wait.if_ready:
+            ready = self._wait_for(
+                self._replica(topic, partition_id),
+                lambda log: log.pop_may_claim(consumer_id, request_id, sequence),
+                wait.wait_s,
+                deadline,
+            )
+            if not ready and wait.if_ready:
+                return []  # nothing to claim: no entry proposed (see ``Pop.if_ready``)
+            now_ms = self._clock_ms()
         replica = self._readable_replica(topic, partition_id)
         consumed = replica.partition.consume(
             consumer_id, max_messages, request_id, now_ms, sequence, deadline
         )
         return self._read(replica, consumed.start, consumed.end, claimed=True)
+
+    def _wait_for(
+        self,
+        replica: HostedReplica,
+        ready: Callable[[PartitionLog], bool],
+        wait_s: float,
+        deadline: Deadline | None,
+    ) -> bool:
+        """Whether ``ready`` holds on the replica's state now or within ``wait_s`` (never
+        past the caller's deadline, less the time its answer needs): woken by each command
+        applied here (``AppliedSignal``), and every ``stream_poll_s`` for what a follower
+        applies."""
+        now_s = time.monotonic()
+        if deadline is not None:
+            left_s = deadline.remaining_s(now_s) - self._limits.deadline_reply_margin_s
+            wait_s = min(wait_s, max(0.0, left_s))
+        until_s = now_s + wait_s
+        signal = replica.partition.applied
+        seen = signal.count()
+        while not replica.partition.read(ready):
+            left_s = until_s - time.monotonic()
+            if left_s <= 0:
+                return False
+            seen = signal.wait_past(seen, min(left_s, self._limits.stream_poll_s))
+        return True
 
     def receive(
         self,
@@ -536,11 +613,80 @@ class BrokerService:
         offset: int,
         max_messages: int,
         skip_removed: bool = False,
+        wait_s: float = 0.0,
+        deadline: Deadline | None = None,
     ) -> list[StoredMessage]:
         """Committed messages ``[offset, offset + max_messages)`` this replica has applied
-        (from the log start if retention removed ``offset`` and ``skip_removed``); 503
-        REFUSED while its state may be stale (``caught_up``)."""
+        (from the log start if retention removed ``offset`` and ``skip_removed``), waiting up
+        to ``wait_s`` for the first when there is none yet (a long poll); 503 REFUSED while
+        its state may be stale (``caught_up``)."""
         replica = self._replica(topic, partition_id)
+        start, log_end = self._fetch_start(replica, offset, skip_removed)
+        if start >= log_end and wait_s > 0:
+            self._wait_for(replica, lambda log: log.end_offset > start, wait_s, deadline)
+            log_end = replica.partition.read(lambda log: log.end_offset)
+        end = min(start + max_messages, log_end)
+        return self._read(replica, start, end) if start < end else []
+
+    def stream(
+        self,
+        topic: str,
+        partition_id: PartitionId,
+        offset: int,
+        max_messages: int,
+        skip_removed: bool = False,
+    ) -> Iterator[bytes]:
+        """A stream of the partition's messages from ``offset`` on, as they are applied
+        here (``protocol.streams``: Server-Sent Events): ``fetch``'s refusals come at once;
+        then events of up to ``max_messages`` until ``stream_s_max``. At most
+        ``streams_max`` at once (503 REFUSED beyond)."""
+        replica = self._replica(topic, partition_id)
+        self._fetch_start(replica, offset, skip_removed)
+        with self._lock:
+            if self._streams >= self._limits.streams_max:
+                raise RaftQError(
+                    ErrorCode.REFUSED,
+                    f"this broker serves {self._limits.streams_max} streams already: another "
+                    "replica, or later",
+                )
+            self._streams += 1
+        events = self._events(topic, partition_id, offset, max_messages, skip_removed)
+        return _Stream(events, self._stream_ended)
+
+    def _stream_ended(self) -> None:
+        with self._lock:
+            self._streams -= 1
+
+    def _events(
+        self,
+        topic: str,
+        partition_id: PartitionId,
+        offset: int,
+        max_messages: int,
+        skip_removed: bool,
+    ) -> Iterator[bytes]:
+        until_s = time.monotonic() + self._limits.stream_s_max
+        while (left_s := until_s - time.monotonic()) > 0:
+            wait_s = min(left_s, self._limits.stream_heartbeat_s)
+            try:
+                found = self.fetch(topic, partition_id, offset, max_messages, skip_removed, wait_s)
+            except RaftQError as exc:
+                yield streams.event(streams.ERROR, exc.to_json())
+                return
+            if not found:
+                yield streams.HEARTBEAT
+                continue
+            offset = found[-1].offset + 1
+            body = {"messages": [m.to_json(topic, partition_id) for m in found]}
+            yield streams.event(streams.MESSAGES, body, offset)
+        reason = "stream_s_max: reconnect from next_offset"
+        yield streams.event(streams.END, {"next_offset": offset, "reason": reason})
+
+    def _fetch_start(
+        self, replica: HostedReplica, offset: int, skip_removed: bool
+    ) -> tuple[int, int]:
+        """Where a fetch from ``offset`` starts, and the end offset; the refusals of a
+        replica whose state may be stale and of an offset out of range."""
         if not replica.partition.caught_up():
             raise RaftQError(
                 ErrorCode.REFUSED,
@@ -564,9 +710,7 @@ class BrokerService:
                 f"offset {offset} is beyond the end of {replica.partition.name}: valid "
                 f"offsets are {log_start} to {log_end} (the end: wait for new messages)",
             )
-        start = max(offset, log_start)
-        end = min(start + max_messages, log_end)
-        return self._read(replica, start, end) if start < end else []
+        return max(offset, log_start), log_end
 
     def transfer_leadership(
         self, topic: str, partition_id: PartitionId, raft_address: str

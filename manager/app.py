@@ -57,7 +57,7 @@ def create_app(config: ManagerConfig) -> App:
     poll_executor = ThreadPoolExecutor(limits.manager_http_threads_max, "broker-poll")
     service = ManagerService(limits, raft, broker_client, monitor, request_executor)
     router = LogRouter(
-        raft, broker_client, monitor, request_executor, group_poll_s=limits.group_receive_poll_s
+        raft, broker_client, monitor, request_executor, poll_period_s=limits.long_poll_period_s
     )
     view = ClusterView(config, raft, service, request_executor, link)
     metrics = _metrics(raft)

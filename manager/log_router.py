@@ -68,14 +68,14 @@ class LogRouter:
         monitor: BrokerMonitor,
         executor: Executor,
         *,
-        group_poll_s: float,
+        poll_period_s: float,
     ) -> None:
-        """``group_poll_s``: a long-polling receive's pause between asks."""
+        """``poll_period_s``: a long-polling receive's pause between asks."""
         self._raft = raft
         self._brokers = brokers
         self._monitor = monitor
         self._executor = executor
-        self._group_poll_s = group_poll_s
+        self._poll_period_s = poll_period_s
         self._round_robin = itertools.count()  # next() is atomic under the GIL
 
     # --- produce -----------------------------------------------------------------------------
@@ -195,6 +195,7 @@ class LogRouter:
             partition_ids, request.consumer_id, request.request_id, next(self._round_robin)
         )
         request_id = request.request_id or uuid.uuid4().hex
+        wait = _PopWait(request.wait_ms, single=len(order) == 1)
 
         def ask(partition_id: PartitionId, remaining: int) -> list[object]:
             params = {
@@ -203,6 +204,7 @@ class LogRouter:
                 "consumer_id": request.consumer_id,
                 "max_messages": str(remaining),
                 "request_id": request_id,
+                **wait.params(),
             }
             if request.sequence is not None:
                 params["sequence"] = str(request.sequence)
@@ -227,10 +229,15 @@ class LogRouter:
             return _refused_for_good(failure) and not request.after_unknown_outcome
 
         judged = (RaftQError, BrokerRefusalError)
-        messages = consume_plan.visit(
-            order, request.max_messages, ask, judged, ends_it, _claimed_before
-        )
-        return {"messages": messages}
+        while True:
+            messages = consume_plan.visit(
+                order, request.max_messages, ask, judged, ends_it, _claimed_before
+            )
+            left_s = wait.left_s()
+            if messages or left_s <= 0 or (deadline and deadline.expired(time.monotonic())):
+                return {"messages": messages}
+            # Each partition answered ``if_ready`` without a Raft entry: ask again.
+            time.sleep(min(self._poll_period_s, left_s))
 
     def fetch(self, request: Fetch, deadline: Deadline | None = None) -> dict[str, object]:
         topic = self._active_partition(request.topic, request.partition_id)
@@ -291,7 +298,7 @@ class LogRouter:
                 return {"messages": messages}
             # Each ask that found nothing was answered without a Raft entry; an empty
             # answer is not remembered under the request id, so asking again is safe.
-            time.sleep(min(self._group_poll_s, wait_until_s - now_s))
+            time.sleep(min(self._poll_period_s, wait_until_s - now_s))
 
     def settle(self, request: SettleRequest, deadline: Deadline | None = None) -> dict[str, object]:
         """Ack, nack or extend: each partition's receipts to its broker; the outcomes in the
@@ -413,6 +420,32 @@ class LogRouter:
         if topic is None or not topic.is_active:
             raise RaftQError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {name!r}")
         return topic
+
+
+class _PopWait:
+    """How the managers' pop waits for messages (``Pop.wait_ms``): a pop of one partition
+    hands the wait to its broker, which waits on its partition; a pop of several asks each
+    ``if_ready`` (no entry proposed where there is nothing) and asks again every
+    ``long_poll_period_s`` until the wait ends."""
+
+    def __init__(self, wait_ms: int, *, single: bool) -> None:
+        self._until_s = time.monotonic() + wait_ms / 1000
+        self._waits = wait_ms > 0
+        self._single = single
+
+    def left_s(self) -> float:
+        """What is left of a multi-partition wait (a broker waited for a single one)."""
+        if not self._waits or self._single:
+            return 0.0
+        return self._until_s - time.monotonic()
+
+    def params(self) -> dict[str, str]:
+        if not self._waits:
+            return {}
+        if self._single:
+            left_ms = max(0, int((self._until_s - time.monotonic()) * 1000))
+            return {"wait_ms": str(left_ms)}
+        return {"if_ready": "true"}
 
 
 def _listed(answer: HttpAnswer, name: str) -> list[object]:

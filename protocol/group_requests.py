@@ -23,6 +23,7 @@ from protocol.requests import (
     invalid,
     partition_ref,
     topic_name,
+    wait_ms_of,
 )
 from protocol.types import Offset, PartitionId, RequestId
 
@@ -219,9 +220,7 @@ class GroupReceive:
             group=group_name(group, limits),
             max_messages=_max_messages(params, limits),
             request_id=_request_id(params, limits),
-            wait_ms=get_int(
-                params, "wait_ms", minimum=0, maximum=limits.group_receive_wait_ms_max, default=0
-            ),
+            wait_ms=wait_ms_of(params, limits),
         )
 
 

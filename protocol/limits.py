@@ -188,12 +188,30 @@ class Limits:
     """A receive of a group with per-key ordering that reaches messages which left memory
     reads their keys from the database (the log keeps keys only in memory): twice the
     messages it asks for, at most this many; it leases no further than the keys it has."""
-    group_receive_wait_ms_max: int = 5_000
-    """Longest a receive may wait for messages (``wait_ms``, a long poll): well within
-    every hop's request bound (``http_timeout_s``), so a long poll never times out."""
-    group_receive_poll_s: float = 0.05
-    """A long poll's pause between asks of the partitions (an ask that finds nothing is
-    answered by each partition's leader without a Raft entry)."""
+    long_poll_wait_ms_max: int = 5_000
+    """Longest a receive, pop or fetch may wait for messages (``wait_ms``, a long poll):
+    well within every hop's request bound (``http_timeout_s``), so a long poll never times
+    out."""
+    long_poll_period_s: float = 0.05
+    """A long poll over several partitions through the managers: the pause between asks of
+    the partitions (an ask that finds nothing is answered by each partition's leader
+    without a Raft entry). A long poll of one partition waits at its broker instead."""
+    stream_poll_s: float = 0.1
+    """A broker's long poll or stream looks at its partition again at least this often:
+    entries a follower applies wake nothing (``broker.partition.applied``)."""
+    stream_heartbeat_s: float = 5.0
+    """A stream (``GET /logs/stream``) with nothing to send sends a comment this often, so
+    either side sees a dead peer."""
+    stream_s_max: float = 300.0
+    """A stream ends after this long (its last event says where to go on): threads and
+    connections come back, and a client that reconnects finds the partition's leader of
+    the day."""
+    streams_max: int = 64
+    """Streams one broker serves at once; one more is refused (503 REFUSED: another replica,
+    or later)."""
+    stream_send_timeout_s: float = 10.0
+    """A stream whose reader takes none of its bytes for this long is ended (a stuck or
+    gone reader holds no thread longer)."""
     dead_letter_batch_max: int = 100
     """Most dead letters the manager leader reads from one broker per round (and marks in
     one request); it moves them each reconcile round (``reconcile_period_s``)."""

@@ -423,6 +423,12 @@ class Pop:
     """This pop repeats one an earlier attempt of which had an unknown outcome: it may have
     claimed a range at any partition, so no partition's refusal may end it (the manager's
     router fails it with 503 UNAVAILABLE rather than answer the others' messages)."""
+    wait_ms: int = 0
+    """Wait up to this long for a message when none is there (a long poll): at a broker,
+    proposing nothing while it waits."""
+    if_ready: bool = False
+    """At a broker: claim only if there is something to claim; else answer nothing without
+    proposing (the managers' long poll over several partitions asks each this way)."""
 
     @classmethod
     def parse(cls, params: Params, limits: Limits) -> Pop:
@@ -436,7 +442,14 @@ class Pop:
             partition_count=routing_partition_count(params, limits),
             sequence=get_optional_int(params, "sequence", minimum=0, maximum=_INT_MAX),
             after_unknown_outcome=_flag(params, "after_unknown_outcome"),
+            wait_ms=wait_ms_of(params, limits),
+            if_ready=_flag(params, "if_ready"),
         )
+
+
+def wait_ms_of(params: Params, limits: Limits) -> int:
+    """A long poll's ``wait_ms``: 0 (the default) to ``long_poll_wait_ms_max``."""
+    return get_int(params, "wait_ms", minimum=0, maximum=limits.long_poll_wait_ms_max, default=0)
 
 
 def _flag(params: Params, name: str) -> bool:
@@ -467,6 +480,9 @@ class Fetch:
     offset: Offset
     max_messages: int
     skip_removed: bool = False
+    wait_ms: int = 0
+    """Wait up to this long for a message at ``offset`` when none is there yet (a long
+    poll)."""
 
     @classmethod
     def parse(cls, params: Params, limits: Limits) -> Fetch:
@@ -480,6 +496,7 @@ class Fetch:
                 params, "max_messages", minimum=1, maximum=limits.fetch_messages_max, default=100
             ),
             skip_removed=_flag(params, "skip_removed"),
+            wait_ms=wait_ms_of(params, limits),
         )
 
     def to_params(self) -> dict[str, str]:
@@ -492,6 +509,8 @@ class Fetch:
         }
         if self.skip_removed:
             params["skip_removed"] = "true"
+        if self.wait_ms:
+            params["wait_ms"] = str(self.wait_ms)
         return params
 
 

@@ -36,7 +36,7 @@ class ClientLimits:
     """Direct path: longest wait for a broker's answer once sent. Above the broker's own
     ``raft_leader_wait_s_max + raft_commit_timeout_s`` (7.5 s), so its precise 503 arrives
     first; a paused broker costs at most this before the request goes to the load balancer."""
-    group_receive_poll_s: float = 0.05
+    long_poll_period_s: float = 0.05
     """``GroupMember.receive(wait_ms=...)`` on the direct path: the pause between asks of
     the partitions' leaders while none has a message (an ask that finds nothing costs the
     partition no Raft entry)."""

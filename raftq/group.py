@@ -95,7 +95,7 @@ class GroupMember:
         self._keeper_http = HttpTransport(url, limits, api_key=api_key, tls_ca=tls_ca)
         """``working``'s thread's own (a transport serves one thread at a time)."""
         self._keeper_lock = threading.Lock()
-        self._poll_s = limits.group_receive_poll_s
+        self._poll_s = limits.long_poll_period_s
         self.direct_path = DirectPath(self._http, limits) if direct else None
         self._path = f"/groups/{quote(group, safe='')}"
         self._pending_request: str | None = None
@@ -125,7 +125,7 @@ class GroupMember:
 
     def receive(self, max_messages: int = 10, wait_ms: int = 0) -> list[Delivery]:
         """Up to ``max_messages`` deliveries; when none is deliverable, waits up to
-        ``wait_ms`` (at most the managers' ``group_receive_wait_ms_max``, 5 s) for one."""
+        ``wait_ms`` (at most the managers' ``long_poll_wait_ms_max``, 5 s) for one."""
         request_id = self._pending_request or uuid.uuid4().hex
         self._pending_request = request_id
         until_s = time.monotonic() + wait_ms / 1000

@@ -126,6 +126,7 @@ def server_limits(limits: Limits) -> ServerLimits:
         request_read_timeout_s=limits.http_request_read_timeout_s,
         keepalive_idle_s=limits.http_keepalive_idle_s,
         shutdown_grace_s=limits.http_shutdown_grace_s,
+        stream_send_timeout_s=limits.stream_send_timeout_s,
     )
 
 

@@ -32,7 +32,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from urllib.parse import parse_qsl, unquote
@@ -61,6 +61,8 @@ class ServerLimits:
     request_read_timeout_s: float
     keepalive_idle_s: float
     shutdown_grace_s: float
+    stream_send_timeout_s: float = 10.0
+    """A streamed answer whose reader takes none of its bytes for this long is ended."""
 
 
 @dataclass(slots=True)
@@ -106,6 +108,10 @@ class HttpResponse:
     body: bytes = b""
     headers: tuple[tuple[str, str], ...] = ()
     """Content-Type among them; the server adds Content-Length, Date and Connection."""
+    stream: Iterable[bytes] | None = None
+    """A streamed answer (``body`` unused): each item is sent as one chunk as soon as the
+    iterable yields it (``Transfer-Encoding: chunked``), then the connection is closed.
+    The iterable is closed when the reader goes away."""
 
 
 Handle = Callable[[HttpRequest], HttpResponse]
@@ -218,8 +224,10 @@ class HttpServer:
                 try:
                     response = self._handle(request)
                     if request.method == "HEAD":
+                        _close_stream(response)
                         response = HttpResponse(response.status, b"", response.headers)
-                    keep_alive = keep_alive and not self._stopping.is_set()
+                    streamed = response.stream is not None
+                    keep_alive = keep_alive and not streamed and not self._stopping.is_set()
                     self._send(conn, response, keep_alive)
                 finally:
                     with self._lock:
@@ -347,6 +355,9 @@ class HttpServer:
             conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def _send(self, conn: socket.socket, response: HttpResponse, keep_alive: bool) -> None:
+        if response.stream is not None:
+            self._send_stream(conn, response, response.stream)
+            return
         reason = _REASONS.get(response.status, "")
         lines = [f"HTTP/1.1 {response.status} {reason}", f"Date: {self._dates.now()}"]
         lines.extend(f"{name}: {value}" for name, value in response.headers)
@@ -359,6 +370,25 @@ class HttpServer:
         else:
             conn.sendall(head)
             conn.sendall(response.body)
+
+    def _send_stream(
+        self, conn: socket.socket, response: HttpResponse, chunks: Iterable[bytes]
+    ) -> None:
+        """The head, then each chunk as it comes; ``OSError`` when the reader is gone or
+        took nothing for ``stream_send_timeout_s`` (the caller closes the connection)."""
+        reason = _REASONS.get(response.status, "")
+        lines = [f"HTTP/1.1 {response.status} {reason}", f"Date: {self._dates.now()}"]
+        lines.extend(f"{name}: {value}" for name, value in response.headers)
+        lines += ["Transfer-Encoding: chunked", "Connection: close", "Cache-Control: no-store"]
+        conn.settimeout(self._limits.stream_send_timeout_s)
+        conn.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        try:
+            for chunk in chunks:
+                if chunk:
+                    conn.sendall(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+            conn.sendall(b"0\r\n\r\n")
+        finally:
+            _close_stream(response)
 
     def _refuse(self, conn: socket.socket) -> None:
         # A TLS client could not read a plain answer: it sees the connection close before
@@ -425,6 +455,14 @@ def _error_answer(error: RaftQError) -> HttpResponse:
     return HttpResponse(
         error.status, orjson.dumps(error.to_json()), (("Content-Type", "application/json"),)
     )
+
+
+def _close_stream(response: HttpResponse) -> None:
+    """Close a streamed answer's iterable, if it can be: what it holds is given back now,
+    not at garbage collection (a generator's ``finally``, a broker's count of streams)."""
+    close = getattr(response.stream, "close", None)
+    if close is not None:
+        close()
 
 
 def _close(conn: socket.socket) -> None:

@@ -9,7 +9,7 @@ and reports them; the survivor, a thread here, long-polls (``wait_ms``) through 
 balancer and acks what it gets; the benchmark kill -9s the doomed member. Leases live in
 the partitions' replicated state, not in a connection, so a death changes nothing until
 the lease ends: the figure past its end is the service's (the managers ask the partitions
-again every ``group_receive_poll_s`` while a long poll waits, then the receive's commit).
+again every ``long_poll_period_s`` while a long poll waits, then the receive's commit).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ SCENARIO = redelivery.Scenario(
     redelivery.KEY_FROM_KILL,
 )
 WAIT_MS = 5000
-"""The survivor's long poll (the managers' ``group_receive_wait_ms_max``)."""
+"""The survivor's long poll (the managers' ``long_poll_wait_ms_max``)."""
 API_KEY_VARIABLE = "RAFTQ_API_KEY"
 
 

@@ -7,7 +7,8 @@ fetched."""
 from __future__ import annotations
 
 from broker.access import ClientVerifier
-from broker.service import BrokerService
+from broker.service import BrokerService, LongPoll
+from protocol import streams
 from protocol.access import Action, Node, require_topic
 from protocol.limits import Limits
 from protocol.requests import Fetch, Pop, Produce, partition_ref
@@ -66,15 +67,36 @@ def add_log_routes(
                 pop.request_id,
                 pop.sequence,
                 request_deadline(http, limits),
+                LongPoll(pop.wait_ms / 1000, pop.if_ready),
             )
             metrics.inc("popped_messages", len(messages), topic=topic)
         else:
             fetch = Fetch.parse(params, limits)
             messages = service.fetch(
-                topic, partition_id, fetch.offset, fetch.max_messages, fetch.skip_removed
+                topic,
+                partition_id,
+                fetch.offset,
+                fetch.max_messages,
+                fetch.skip_removed,
+                fetch.wait_ms / 1000,
+                request_deadline(http, limits),
             )
             metrics.inc("fetched_messages", len(messages), topic=topic)
         return json_response({"messages": _to_json(topic, partition_id, messages)})
+
+
+def add_stream_route(api: App, service: BrokerService, limits: Limits) -> None:
+    """``GET /logs/stream``: a partition's messages from an offset on, as they come
+    (``protocol.streams``)."""
+
+    @api.get("/logs/stream", Action.CONSUME)
+    def stream(http: HttpRequest) -> HttpResponse:
+        fetch = Fetch.parse(request_params(http), limits)
+        require_topic(http.principal, Action.CONSUME, fetch.topic)
+        chunks = service.stream(
+            fetch.topic, fetch.partition_id, fetch.offset, fetch.max_messages, fetch.skip_removed
+        )
+        return HttpResponse(200, headers=(("Content-Type", streams.CONTENT_TYPE),), stream=chunks)
 
 
 def _to_json(

@@ -343,6 +343,24 @@ class PartitionLog:
                 consumer.request_ranges.popitem(last=False)
         return Consumed(start, end)
 
+    def pop_may_claim(self, consumer_id: str, request_id: str | None, sequence: int | None) -> bool:
+        """Whether a pop could answer anything: messages past the consumer's offset, or a
+        repeat or late copy of one of its pops (answered from the state, or refused). Read
+        only; a long poll waits while it is False, then answers empty without proposing
+        (an empty pop claims nothing, so its repeat may claim what came since)."""
+        consumer = self.consumers.get(consumer_id)
+        if consumer is None:
+            return self.log_start_offset < self.end_offset
+        last = consumer.last_sequence
+        if sequence is not None and last is not None and sequence <= last:
+            return True
+        remembered = request_id == consumer.last_request_id or (
+            request_id in consumer.request_ranges
+        )
+        if sequence is None and request_id is not None and remembered:
+            return True
+        return max(consumer.offset, self.log_start_offset) < self.end_offset
+
     def mark_flushed(
         self,
         replica_id: ReplicaId,

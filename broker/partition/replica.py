@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from broker.partition.applied import AppliedSignal
 from broker.partition.commands import (
     Append,
     Command,
@@ -55,6 +56,8 @@ class PartitionReplica:
         self._unsynced_group = GroupCommit(
             lambda commands: consensus.propose(commands, synced=False), group_limits(limits)
         )
+        self.applied = AppliedSignal()
+        """Bumped after each command proposed here is applied (long polls, streams)."""
 
     @property
     def name(self) -> str:
@@ -74,7 +77,10 @@ class PartitionReplica:
         need not sync it to disk before counting it)."""
         command = Append(tuple(messages), timestamp_ms, producer_id, sequence)
         group = self._group if synced else self._unsynced_group
-        result, entry = group.submit(command, deadline)
+        try:
+            result, entry = group.submit(command, deadline)
+        finally:
+            self.applied.bump()  # also after a failure: it may have been applied
         return self._expect(command, result, Appended), entry
 
     def consume(
@@ -145,7 +151,10 @@ class PartitionReplica:
     def _submit(
         self, command: Command, kind: type[_Kind], deadline: Deadline | None = None
     ) -> _Kind:
-        result, _ = self._group.submit(command, deadline)
+        try:
+            result, _ = self._group.submit(command, deadline)
+        finally:
+            self.applied.bump()
         return self._expect(command, result, kind)
 
     def _expect(self, command: Command, result: Result, kind: type[_Kind]) -> _Kind:

@@ -136,7 +136,7 @@ def test_the_service_renews_expires_and_tells_clients_the_lease() -> None:
     with ThreadPoolExecutor(2) as executor:
         monitor = BrokerMonitor(limits.broker_dead_after_s)
         service = ManagerService(limits, registry, brokers, monitor, executor, clock)
-        router = LogRouter(registry, brokers, monitor, executor, group_poll_s=0.01)
+        router = LogRouter(registry, brokers, monitor, executor, poll_period_s=0.01)
         for b in (1, 2, 3):
             service.register_broker(RegisterBroker(BrokerId(b), f"http://b{b}", "h", 9000, 9099))
         service.create_topic(CreateTopic("t", 1, 3))

@@ -89,7 +89,7 @@ def routed(executor: ThreadPoolExecutor) -> Routed:
     brokers = ScriptedBrokers()
     monitor = BrokerMonitor(LIMITS.broker_dead_after_s)
     service = ManagerService(LIMITS, registry, brokers, monitor, executor)
-    router = LogRouter(registry, brokers, monitor, executor, group_poll_s=0.01)
+    router = LogRouter(registry, brokers, monitor, executor, poll_period_s=0.01)
     for broker_id in (1, 2, 3):
         request = RegisterBroker(BrokerId(broker_id), f"http://b{broker_id}", "h", 9000, 9099)
         service.register_broker(request)

@@ -88,7 +88,7 @@ def setup(
     brokers = StubBrokers()
     monitor = BrokerMonitor(LIMITS.broker_dead_after_s)
     service = ManagerService(LIMITS, registry, brokers, monitor, executor)
-    router = LogRouter(registry, brokers, monitor, executor, group_poll_s=0.01)
+    router = LogRouter(registry, brokers, monitor, executor, poll_period_s=0.01)
     for broker_id in (1, 2, 3):
         request = RegisterBroker(BrokerId(broker_id), f"http://b{broker_id}", "h", 9000, 9099)
         assert service.register_broker(request) == ({"broker_id": broker_id}, 201)

@@ -256,3 +256,51 @@ def test_shutdown_lets_a_request_in_progress_finish() -> None:
     assert not thread.is_alive()
     with pytest.raises(OSError):
         connect(served).close()
+
+
+class _Chunks:
+    """A streamed answer's iterable that records what happened to it."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self._chunks = iter(chunks)
+        self.closed = threading.Event()
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self
+
+    def __next__(self) -> bytes:
+        return next(self._chunks)
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+def streaming_server(chunks: _Chunks) -> tuple[HttpServer, threading.Thread]:
+    app = App("test", LIMITS)
+
+    @app.get("/stream", Action.OPEN)
+    def stream(_http: HttpRequest) -> HttpResponse:
+        return HttpResponse(200, headers=(("Content-Type", "text/event-stream"),), stream=chunks)
+
+    served = HttpServer("127.0.0.1", 0, app.handle, server_limits(LIMITS))
+    thread = threading.Thread(target=served.serve_forever, daemon=True)
+    thread.start()
+    return served, thread
+
+
+def test_a_streamed_answer_is_sent_chunk_by_chunk_then_closed() -> None:
+    chunks = _Chunks([b"data: 1\n\n", b"", b"data: 2\n\n"])
+    served, thread = streaming_server(chunks)
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", served.port, timeout=WAIT_S)
+        connection.request("GET", "/stream")
+        answer = connection.getresponse()
+        assert answer.status == 200
+        assert answer.getheader("Transfer-Encoding") == "chunked"
+        assert answer.getheader("Connection") == "close"
+        assert answer.read() == b"data: 1\n\ndata: 2\n\n"
+        assert chunks.closed.wait(WAIT_S), "the stream's iterable was closed"
+        connection.close()
+    finally:
+        served.shutdown()
+        thread.join(WAIT_S)

@@ -107,7 +107,7 @@ def router_as_load_balancer(
     registry, brokers = LocalRegistry(), PartitionBrokers(stored)
     monitor = BrokerMonitor(LIMITS.broker_dead_after_s)
     manager = ManagerService(LIMITS, registry, brokers, monitor, executor)
-    router = LogRouter(registry, brokers, monitor, executor, group_poll_s=0.01)
+    router = LogRouter(registry, brokers, monitor, executor, poll_period_s=0.01)
     for broker_id in (1, 2, 3):
         manager.register_broker(
             RegisterBroker(BrokerId(broker_id), f"http://b{broker_id}", "h", 9000, 9099)

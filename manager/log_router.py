@@ -195,7 +195,7 @@ class LogRouter:
             partition_ids, request.consumer_id, request.request_id, next(self._round_robin)
         )
         request_id = request.request_id or uuid.uuid4().hex
-        wait = _PopWait(request.wait_ms, single=len(order) == 1)
+        wait = _PopWait(request.wait_ms, single=len(order) == 1, if_ready=request.if_ready)
 
         def ask(partition_id: PartitionId, remaining: int) -> list[object]:
             params = {
@@ -426,12 +426,13 @@ class _PopWait:
     """How the managers' pop waits for messages (``Pop.wait_ms``): a pop of one partition
     hands the wait to its broker, which waits on its partition; a pop of several asks each
     ``if_ready`` (no entry proposed where there is nothing) and asks again every
-    ``long_poll_period_s`` until the wait ends."""
+    ``long_poll_period_s`` until the wait ends. A pop sent ``if_ready`` asks so too."""
 
-    def __init__(self, wait_ms: int, *, single: bool) -> None:
+    def __init__(self, wait_ms: int, *, single: bool, if_ready: bool) -> None:
         self._until_s = time.monotonic() + wait_ms / 1000
         self._waits = wait_ms > 0
         self._single = single
+        self._if_ready = if_ready
 
     def left_s(self) -> float:
         """What is left of a multi-partition wait (a broker waited for a single one)."""
@@ -440,12 +441,12 @@ class _PopWait:
         return self._until_s - time.monotonic()
 
     def params(self) -> dict[str, str]:
-        if not self._waits:
-            return {}
-        if self._single:
-            left_ms = max(0, int((self._until_s - time.monotonic()) * 1000))
-            return {"wait_ms": str(left_ms)}
-        return {"if_ready": "true"}
+        params = (
+            {"if_ready": "true"} if self._if_ready or (self._waits and not self._single) else {}
+        )
+        if self._waits and self._single:
+            params["wait_ms"] = str(max(0, int((self._until_s - time.monotonic()) * 1000)))
+        return params
 
 
 def _listed(answer: HttpAnswer, name: str) -> list[object]:

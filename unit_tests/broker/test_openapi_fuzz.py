@@ -34,7 +34,8 @@ from unit_tests.broker.in_memory_broker import AS_NODE, broker_app
 from unit_tests.openapi_fuzzing import error_code_in, fuzz_schema, judge
 from unit_tests.ports import free_port
 
-LIMITS = Limits()
+LIMITS = Limits(stream_s_max=0.5, stream_heartbeat_s=0.2)
+"""A stream ends within a fuzzed call's deadline."""
 EXAMPLES_PER_OPERATION = 30
 REFUSALS_5XX = {ErrorCode.REFUSED.value}
 """The only 5xx a broker over its twins may answer: a refusal before anything is proposed."""

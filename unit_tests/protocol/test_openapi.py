@@ -313,6 +313,8 @@ PRODUCE_MANY = {
 }
 POP: dict[str, object] = {
     "after_unknown_outcome": "true",
+    "wait_ms": "10",
+    "if_ready": "true",
     "consumer_id": "c",
     "max_messages": "1",
     "request_id": "r",
@@ -324,6 +326,7 @@ FETCH: dict[str, object] = {
     "offset": "0",
     "max_messages": "1",
     "skip_removed": "true",
+    "wait_ms": "10",
 }
 SPEC = {
     "topic": "orders",
@@ -546,6 +549,7 @@ PARSED = [
         mode="pop",
     ),
     Parsed(B, "GET", "/logs", Fetch.parse, FETCH, mode="fetch"),
+    Parsed(B, "GET", "/logs/stream", Fetch.parse, FETCH),
     Parsed(M, "GET", "/groups/{group}/messages", _group_receive, RECEIVE),
     Parsed(B, "GET", "/groups/{group}/messages", _broker_receive, BROKER_RECEIVE),
     Parsed(B, "GET", "/dead-letters", DeadLettersQuery.parse, {"max_messages": "100"}),

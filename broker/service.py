@@ -86,7 +86,7 @@ class LongPoll:
 NO_WAIT = LongPoll()
 
 
-class _Stream(Iterator[bytes]):
+class EventStream(Iterator[bytes]):
     """A stream's events, and its place among the broker's streams, given back once when
     it ends or is closed (also before its first event: a generator that never started
     runs no ``finally``)."""
@@ -635,7 +635,7 @@ class BrokerService:
         offset: int,
         max_messages: int,
         skip_removed: bool = False,
-    ) -> Iterator[bytes]:
+    ) -> EventStream:
         """A stream of the partition's messages from ``offset`` on, as they are applied
         here (``protocol.streams``: Server-Sent Events): ``fetch``'s refusals come at once;
         then events of up to ``max_messages`` until ``stream_s_max``. At most
@@ -651,7 +651,7 @@ class BrokerService:
                 )
             self._streams += 1
         events = self._events(topic, partition_id, offset, max_messages, skip_removed)
-        return _Stream(events, self._stream_ended)
+        return EventStream(events, self._stream_ended)
 
     def _stream_ended(self) -> None:
         with self._lock:

@@ -40,7 +40,7 @@ def produce_later(service: BrokerService, value: str, delay_s: float = 0.2) -> t
 
 def count_pops(service: BrokerService, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The request id of every pop the partition is asked to apply from now on."""
-    replica = service._replica("orders", P0).partition  # noqa: SLF001
+    replica = service._replica("orders", P0).partition
     proposed: list[str] = []
     consume = replica.consume
 
@@ -91,7 +91,7 @@ def test_a_pop_if_ready_with_nothing_to_claim_proposes_nothing(
 
 def read(chunks: Iterator[bytes], count: int) -> list[Event]:
     """The next ``count`` events of a stream (heartbeats are comments: not events)."""
-    reader, found = EventReader(), []
+    reader, found = EventReader(), list[Event]()
     while len(found) < count:
         for line in next(chunks).split(b"\n"):
             found.extend(reader.feed(line))

@@ -195,7 +195,9 @@ class LogRouter:
             partition_ids, request.consumer_id, request.request_id, next(self._round_robin)
         )
         request_id = request.request_id or uuid.uuid4().hex
-        wait = _PopWait(request.wait_ms, single=len(order) == 1, if_ready=request.if_ready)
+        wait = consume_plan.PopWait(
+            request.wait_ms, time.monotonic(), single=len(order) == 1, if_ready=request.if_ready
+        )
 
         def ask(partition_id: PartitionId, remaining: int) -> list[object]:
             params = {
@@ -204,7 +206,7 @@ class LogRouter:
                 "consumer_id": request.consumer_id,
                 "max_messages": str(remaining),
                 "request_id": request_id,
-                **wait.params(),
+                **wait.params(time.monotonic()),
             }
             if request.sequence is not None:
                 params["sequence"] = str(request.sequence)
@@ -233,7 +235,7 @@ class LogRouter:
             messages = consume_plan.visit(
                 order, request.max_messages, ask, judged, ends_it, _claimed_before
             )
-            left_s = wait.left_s()
+            left_s = wait.left_s(time.monotonic())
             if messages or left_s <= 0 or (deadline and deadline.expired(time.monotonic())):
                 return {"messages": messages}
             # Each partition answered ``if_ready`` without a Raft entry: ask again.
@@ -420,33 +422,6 @@ class LogRouter:
         if topic is None or not topic.is_active:
             raise RaftQError(ErrorCode.UNKNOWN_TOPIC, f"unknown topic {name!r}")
         return topic
-
-
-class _PopWait:
-    """How the managers' pop waits for messages (``Pop.wait_ms``): a pop of one partition
-    hands the wait to its broker, which waits on its partition; a pop of several asks each
-    ``if_ready`` (no entry proposed where there is nothing) and asks again every
-    ``long_poll_period_s`` until the wait ends. A pop sent ``if_ready`` asks so too."""
-
-    def __init__(self, wait_ms: int, *, single: bool, if_ready: bool) -> None:
-        self._until_s = time.monotonic() + wait_ms / 1000
-        self._waits = wait_ms > 0
-        self._single = single
-        self._if_ready = if_ready
-
-    def left_s(self) -> float:
-        """What is left of a multi-partition wait (a broker waited for a single one)."""
-        if not self._waits or self._single:
-            return 0.0
-        return self._until_s - time.monotonic()
-
-    def params(self) -> dict[str, str]:
-        params = (
-            {"if_ready": "true"} if self._if_ready or (self._waits and not self._single) else {}
-        )
-        if self._waits and self._single:
-            params["wait_ms"] = str(max(0, int((self._until_s - time.monotonic()) * 1000)))
-        return params
 
 
 def _listed(answer: HttpAnswer, name: str) -> list[object]:

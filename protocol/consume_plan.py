@@ -24,6 +24,10 @@ and the client's direct path both drive, each with its own I/O (``ask``). Pure.
 - **Settle** (ack, nack, extend) sends each partition its receipts in one request and
   answers the outcomes in the order of the receipts. One partition's failure fails the
   whole request: every action is idempotent by receipt, so repeating all of it is safe.
+- **Long poll** (``PopWait``, issue 24): a pop of one partition hands its wait to that
+  partition's broker, which waits on the partition, proposing nothing meanwhile; a pop of
+  several asks each ``if_ready`` (a partition with nothing answers at once, without a Raft
+  entry) and visits them again after a pause until the wait ends.
 """
 
 from __future__ import annotations
@@ -37,6 +41,31 @@ from protocol.routing import pop_order
 from protocol.types import PartitionId
 
 T = TypeVar("T")
+
+
+class PopWait:
+    """How a pop waits for messages (``Pop.wait_ms``), with the time as an argument."""
+
+    def __init__(self, wait_ms: int, now_s: float, *, single: bool, if_ready: bool) -> None:
+        """``single``: the pop visits one partition; ``if_ready``: it was asked so itself."""
+        self._until_s = now_s + wait_ms / 1000
+        self._waits = wait_ms > 0
+        self._single = single
+        self._if_ready = if_ready
+
+    def left_s(self, now_s: float) -> float:
+        """What is left of a wait over several partitions (a broker waits for one)."""
+        if not self._waits or self._single:
+            return 0.0
+        return self._until_s - now_s
+
+    def params(self, now_s: float) -> dict[str, str]:
+        """The query fields each partition is asked with."""
+        spread = self._waits and not self._single
+        params = {"if_ready": "true"} if self._if_ready or spread else {}
+        if self._waits and self._single:
+            params["wait_ms"] = str(max(0, int((self._until_s - now_s) * 1000)))
+        return params
 
 
 def receive_order(

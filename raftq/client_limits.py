@@ -40,6 +40,16 @@ class ClientLimits:
     """``GroupMember.receive(wait_ms=...)`` on the direct path: the pause between asks of
     the partitions' leaders while none has a message (an ask that finds nothing costs the
     partition no Raft entry)."""
+    stream_read_timeout_s: float = 20.0
+    """``Consumer.stream``: a stream that brings no byte for this long (its broker sends a
+    heartbeat every 5 s) is given up and opened again."""
+    stream_retry_pause_s: float = 0.2
+    """``Consumer.stream``: the pause before opening a stream again after a failure."""
+    stream_messages_max: int = 1_000
+    """``Consumer.stream``: most messages one event of the stream holds."""
+    stream_fallback_wait_ms: int = 5_000
+    """``Consumer.stream`` through the load balancer (no broker known, or ``direct=False``):
+    each fetch's long poll (the managers' ``long_poll_wait_ms_max``)."""
     follow_idle_poll_s: float = 0.5
     """``raftq consume --follow``: the pause after a poll that found nothing new."""
     broker_remove_poll_s: float = 0.5

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from types import TracebackType
 
@@ -37,6 +38,7 @@ from raftq.errors import ApiError, ProtocolError, RaftQClientError
 from raftq.http import HttpTransport
 from raftq.lease import Lease, repeat_if_forgotten
 from raftq.records import Record, parse_records
+from raftq.stream import FetchFrom, stream_partition
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +54,8 @@ class PendingPoll:
     outcome_unknown: bool = False
     """An attempt failed without proving it claimed nothing (a commit timeout, a lost
     answer): its Raft entry may still be applied later, whatever a later attempt answers."""
+    wait_ms: int = 0
+    """How long the poll may wait for a message when there is none (a long poll)."""
 
 
 class Consumer:
@@ -85,6 +89,7 @@ class Consumer:
             else partition_maps(self._http, limits)
         )
         self._pending: PendingPoll | None = None
+        self._limits = limits
         self._last_sequence = 0
         self._registration_known = consumer_id is None
         """Registered by this object, or resumed and confirmed: only then are its topic and
@@ -110,12 +115,16 @@ class Consumer:
     ) -> None:
         self.close()
 
-    def poll(self, max_messages: int = 100) -> list[Record]:
-        """Pop up to ``max_messages`` (fewer, maybe none, when the partition has no more)."""
+    def poll(self, max_messages: int = 100, wait_ms: int = 0) -> list[Record]:
+        """Pop up to ``max_messages`` (fewer, maybe none, when the partition has no more),
+        waiting up to ``wait_ms`` (at most the managers' ``long_poll_wait_ms_max``, 5 s) for
+        one when there is none: a long poll, which costs the partitions no Raft entry while
+        it waits."""
         self._confirm_registration()
         self._renew_if_due()
         if self._pending is None:
-            self._pending = PendingPoll(str(uuid.uuid4()), max_messages, self._next_sequence())
+            sequence = self._next_sequence()
+            self._pending = PendingPoll(str(uuid.uuid4()), max_messages, sequence, wait_ms=wait_ms)
         try:
             records = self._pop_registered(self._pending)
         except ApiError as exc:
@@ -138,16 +147,17 @@ class Consumer:
         return records
 
     def fetch(
-        self, topic: str, partition_id: int, offset: int, max_messages: int = 100
+        self,
+        topic: str,
+        partition_id: int,
+        offset: int,
+        max_messages: int = 100,
+        wait_ms: int = 0,
     ) -> list[Record]:
         """Read committed messages ``[offset, offset + max_messages)`` without moving any
-        consumer offset."""
-        params: dict[str, str | int] = {
-            "topic": topic,
-            "partition_id": partition_id,
-            "offset": offset,
-            "max_messages": max_messages,
-        }
+        consumer offset, waiting up to ``wait_ms`` for the first when there is none yet (a
+        long poll: ``stream`` keeps one request open instead)."""
+        params = _fetch_params(topic, partition_id, offset, wait_ms, max_messages)
         direct = self.direct_path
         if direct is not None and direct.usable_map(topic, partition_id) is not None:
             answer = direct.call(topic, partition_id, "GET", params=params)
@@ -155,6 +165,21 @@ class Consumer:
                 return parse_records(answer)
             return direct.via_lb(answer, lambda: self._get_logs(params))
         return self._get_logs(params)
+
+    def stream(self, topic: str, partition_id: int, offset: int = 0) -> Iterator[Record]:
+        """Every message of the partition from ``offset`` on, as it comes, for as long as
+        the caller iterates: over one open request to the partition's leader
+        (``raftq.stream``), or with ``direct=False`` by long-polling fetches through the
+        load balancer. Reads only: no consumer offset moves."""
+
+        def via_lb(start: int) -> list[Record]:
+            wait_ms = self._limits.stream_fallback_wait_ms
+            return self._get_logs(_fetch_params(topic, partition_id, start, wait_ms))
+
+        if self.direct_path is None:
+            return _long_polled(via_lb, offset)
+        where = (topic, partition_id)
+        return stream_partition(self._http, self._maps, where, offset, via_lb, self._limits)
 
     def _pop_registered(self, pending: PendingPoll) -> list[Record]:
         """``_pop``; on 404 UNKNOWN_CONSUMER (the managers forgot this consumer: renewals
@@ -196,6 +221,10 @@ class Consumer:
             partition_ids = [PartitionId(p) for p in range(count)]
         order = pop_order(partition_ids, self.consumer_id, pending.request_id, 0)
 
+        wait = consume_plan.PopWait(
+            pending.wait_ms, time.monotonic(), single=len(order) == 1, if_ready=False
+        )
+
         def ask(partition_id: PartitionId, remaining: int) -> list[Record]:
             params: dict[str, str | int] = {
                 "topic": self.topic,
@@ -204,6 +233,7 @@ class Consumer:
                 "max_messages": remaining,
                 "request_id": pending.request_id,
                 "sequence": pending.sequence,
+                **wait.params(time.monotonic()),
             }
             answer = direct.call(self.topic, partition_id, "GET", params=params)
             if isinstance(answer, Fallback):
@@ -217,10 +247,16 @@ class Consumer:
                 and not pending.outcome_unknown
             )
 
+        judged = (ApiError, FellBackError)
         try:
-            return consume_plan.visit(
-                order, pending.max_messages, ask, (ApiError, FellBackError), ends_it, _claimed
-            )
+            while True:
+                records = consume_plan.visit(
+                    order, pending.max_messages, ask, judged, ends_it, _claimed
+                )
+                left_s = wait.left_s(time.monotonic())
+                if records or left_s <= 0:
+                    return records
+                time.sleep(min(self._limits.long_poll_period_s, left_s))
         except FellBackError as fell:
             return fell.fallback
 
@@ -246,6 +282,8 @@ class Consumer:
             params["partition_count"] = pending.partition_count
         if pending.outcome_unknown:
             params["after_unknown_outcome"] = "true"
+        if pending.wait_ms:
+            params["wait_ms"] = pending.wait_ms
         answer = self._http.call(
             "GET",
             "/logs",
@@ -307,6 +345,27 @@ class Consumer:
                 self._register(self.consumer_id)
             except RaftQClientError:
                 self._lease.failed()  # the pop itself may still work (direct path)
+
+
+def _fetch_params(
+    topic: str, partition_id: int, offset: int, wait_ms: int, max_messages: int = 1_000
+) -> dict[str, str | int]:
+    params: dict[str, str | int] = {
+        "topic": topic,
+        "partition_id": partition_id,
+        "offset": offset,
+        "max_messages": max_messages,
+    }
+    if wait_ms:
+        params["wait_ms"] = wait_ms
+    return params
+
+
+def _long_polled(fetch_from: FetchFrom, offset: int) -> Iterator[Record]:
+    while True:
+        for record in fetch_from(offset):
+            offset = record.offset + 1
+            yield record
 
 
 def _claimed(_partition_id: PartitionId, failure: Exception) -> Exception:

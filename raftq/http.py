@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 import ssl
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import requests
@@ -26,6 +26,7 @@ from protocol.deadline import EPOCH_HEADER as EPOCH_DEADLINE_HEADER
 from protocol.deadline import HEADER as DEADLINE_HEADER
 from protocol.deadline import Deadline
 from protocol.errors import proves_nothing_done
+from protocol.streams import Event, EventReader
 from raftq.client_limits import ClientLimits
 from raftq.errors import ApiError, ProtocolError, UnavailableError
 
@@ -265,6 +266,29 @@ class HttpTransport:
                 )
         except requests.RequestException as exc:
             return classify_exception(exc)
+
+    def events(self, base_url: str, path: str, params: Mapping[str, str | int]) -> Iterator[Event]:
+        """The events of a Server-Sent Events answer (``protocol.streams``), as they come;
+        ``ApiError`` for an error answer; ``requests.RequestException`` when the connection
+        fails or brings nothing for ``stream_read_timeout_s``. Close the iterator to close
+        the connection."""
+        with self._session.get(
+            base_url.rstrip("/") + path,
+            params=params,
+            headers=self._auth,
+            timeout=(self._limits.connect_timeout_s, self._limits.stream_read_timeout_s),
+            verify=self._verify,
+            stream=True,
+        ) as response:
+            if response.status_code != 200:
+                raise api_error(
+                    response.status_code, _json_or_none(response), after_unknown_outcome=False
+                )
+            reader, tail = EventReader(), b""
+            for chunk in response.iter_content(chunk_size=None):
+                *lines, tail = (tail + chunk).split(b"\n")
+                for line in lines:
+                    yield from reader.feed(line.rstrip(b"\r"))
 
 
 @dataclass(frozen=True, slots=True)

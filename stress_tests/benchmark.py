@@ -110,6 +110,11 @@ def raftq_rows(
     log(f"  {bench_latency.SCENARIO} ...")
     latency = functools.partial(bench_latency.measure, lb, api_key, topics.one, args.seconds)
     rows += guarded(bench_latency.SCENARIO, lambda: [latency()])
+    log(f"  {bench_latency.STREAM_SCENARIO} ...")
+    streamed = functools.partial(
+        bench_latency.measure_stream, lb, api_key, topics.one, args.seconds
+    )
+    rows += guarded(bench_latency.STREAM_SCENARIO, lambda: [streamed()])
     log(f"  {bench_redelivery.SCENARIO.name} ...")
     redelivered = functools.partial(bench_redelivery.measure, lb, api_key, args.seconds, log)
     rows += guarded(bench_redelivery.SCENARIO.name, redelivered)

@@ -236,6 +236,7 @@ EXPECTED_ROWS = (
     "receive 100 + ack via LB, 3 partitions, 1 thread, per-key ordering",
     "fetch 1000/req by offset via LB, 1 partition, 2 threads",
     "end-to-end: produce 1 via LB -> seen by offset poll",
+    "end-to-end: produce 1 to the leader -> seen by a stream (SSE)",
     "redelivery after kill -9 of a member, 1 s lease, long poll via LB: past the lease's end",
     "redelivery after kill -9 of a member, 1 s lease, long poll via LB: from the kill",
     "failover: kill -9 partition leader -> write acked",

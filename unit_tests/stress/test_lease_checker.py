@@ -685,6 +685,13 @@ def test_a_redrive_counting_a_letter_twice_or_none_is_flagged() -> None:
         assert failing(check(miscounted)) == {"redrive_miscounted": 1}
 
 
+def test_a_receive_sent_before_the_redrive_may_lease_what_it_reopened() -> None:
+    """CI's seed 5039: a worker's long poll, sent just before the redrive began, was
+    answered with a message the redrive had reopened."""
+    history = redriven()
+    assert failing(check(with_(history, redrive=Redrive(7105, 7108, redriven=1)))) == {}
+
+
 def test_a_delivery_past_max_before_the_redrive_or_past_twice_max_is_flagged() -> None:
     history = redriven()
     early = with_(history, redrive=Redrive(7200, 7250, redriven=1))  # P came back before it

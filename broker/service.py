@@ -445,6 +445,7 @@ class BrokerService:
         ready: Callable[[PartitionLog], bool],
         wait_s: float,
         deadline: Deadline | None,
+        slice_s: Callable[[PartitionLog], float] | None = None,
     ) -> bool:
         """Whether ``ready`` holds on the replica's state now or within ``wait_s`` (never
         past the caller's deadline, less the time its answer needs): woken by each command
@@ -461,7 +462,10 @@ class BrokerService:
             left_s = until_s - time.monotonic()
             if left_s <= 0:
                 return False
-            seen = signal.wait_past(seen, min(left_s, self._limits.stream_poll_s))
+            step_s = self._limits.stream_poll_s
+            if slice_s is not None:
+                step_s = replica.partition.read(slice_s)
+            seen = signal.wait_past(seen, min(left_s, step_s))
         return True
 
     def receive(
@@ -473,24 +477,19 @@ class BrokerService:
         max_messages: int,
         request_id: str | None,
         deadline: Deadline | None = None,
+        wait_s: float = 0.0,
     ) -> list[tuple[StoredMessage, int]]:
         """Lease messages to a member of consumer ``group`` (issue 20): each with its
-        delivery count. Refused as ``pop`` is while this replica could not read them; once
-        the receive is applied, a failed read is an unknown outcome (the leases stand and
-        end with their visibility timeout; the same request id gets them again)."""
+        delivery count; waiting up to ``wait_s`` for one when none is deliverable (a long
+        poll, proposing nothing meanwhile). Refused as ``pop`` is while this replica could
+        not read them; once the receive is applied, a failed read is an unknown outcome
+        (the leases stand and end with their visibility timeout; the same request id gets
+        them again)."""
         replica = self._readable_replica(topic, partition_id)
-        now_ms = self._clock_ms()
-        if not replica.partition.read(
-            lambda log: log.groups.may_deliver(
-                group,
-                GroupRequest(max_messages, max(now_ms, log.clock_ms), request_id),
-                settings.ordered_by_key,
-                log.log_start_offset,
-                log.end_offset,
-                log.limits.group_scan_max,
-            )
-        ):
+        request = GroupRequest(max_messages, 0, request_id)
+        if not self._wait_deliverable(replica, group, settings, request, wait_s, deadline):
             return []  # nothing to hand out: no entry proposed (long polls ask again)
+        now_ms = self._clock_ms()
         keys = self._keys_ahead(replica, group, max_messages) if settings.ordered_by_key else ()
         command = Receive(
             group,
@@ -510,6 +509,39 @@ class BrokerService:
             messages.extend((m, counts[m.offset]) for m in read)
         order = {offset: index for index, (offset, _) in enumerate(leased.leases)}
         return sorted(messages, key=lambda pair: order[pair[0].offset])
+
+    def _wait_deliverable(
+        self,
+        replica: HostedReplica,
+        group: str,
+        settings: GroupSettings,
+        request: GroupRequest,
+        wait_s: float,
+        deadline: Deadline | None,
+    ) -> bool:
+        """Whether a receive could lease something now or within ``wait_s``: woken by each
+        command applied here, and when the group's next lease ends or nacked message is
+        ready (``ConsumerGroups.next_change_ms``)."""
+
+        def may_deliver(log: PartitionLog) -> bool:
+            now_ms = max(self._clock_ms(), log.clock_ms)
+            return log.groups.may_deliver(
+                group,
+                GroupRequest(request.max_messages, now_ms, request.request_id),
+                settings.ordered_by_key,
+                log.log_start_offset,
+                log.end_offset,
+                log.limits.group_scan_max,
+            )
+
+        def slice_s(log: PartitionLog) -> float:
+            """Until the group's next change by time alone, at most ``stream_poll_s``."""
+            now_ms = max(self._clock_ms(), log.clock_ms)
+            next_ms = log.groups.next_change_ms(group, now_ms)
+            step_s = self._limits.stream_poll_s
+            return step_s if next_ms is None else min(step_s, max(0.0, next_ms - now_ms) / 1000)
+
+        return self._wait_for(replica, may_deliver, wait_s, deadline, slice_s)
 
     def _keys_ahead(
         self, replica: HostedReplica, group: str, max_messages: int

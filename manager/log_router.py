@@ -279,9 +279,13 @@ class LogRouter:
         request = RequestId(receive.request_id or uuid.uuid4().hex)
         max_messages = receive.max_messages
 
+        single = len(order) == 1  # a long poll of one partition waits at its broker
+        wait_until_s = time.monotonic() + receive.wait_ms / 1000
+
         def ask(partition_id: PartitionId, wanted: int) -> list[object]:
+            left_ms = max(0, int((wait_until_s - time.monotonic()) * 1000)) if single else 0
             params = BrokerReceive(
-                topic.name, partition_id, group, settings, wanted, request
+                topic.name, partition_id, group, settings, wanted, request, left_ms
             ).to_params()
             answer = self._send(
                 topic.partitions[partition_id],
@@ -292,7 +296,6 @@ class LogRouter:
             )
             return _listed(answer, "messages")
 
-        wait_until_s = time.monotonic() + receive.wait_ms / 1000
         while True:
             messages = consume_plan.receive(order, max_messages, ask)
             now_s = time.monotonic()

@@ -235,8 +235,9 @@ def _max_messages(params: Params, limits: Limits) -> int:
 
 @dataclass(frozen=True, slots=True)
 class BrokerReceive:
-    """``GET /groups/{group}/messages?topic=T&partition_id=P&max_messages=N&request_id=R``
-    at a broker, with the group's settings: lease up to N messages of one partition."""
+    """``GET /groups/{group}/messages?topic=T&partition_id=P&max_messages=N&request_id=R
+    &wait_ms=W`` at a broker, with the group's settings: lease up to N messages of one
+    partition, waiting up to W ms at the partition for one (a long poll)."""
 
     topic: str
     partition_id: PartitionId
@@ -244,6 +245,7 @@ class BrokerReceive:
     settings: GroupSettingsParams
     max_messages: int
     request_id: RequestId | None
+    wait_ms: int = 0
 
     @classmethod
     def parse(cls, params: Params, group: str, limits: Limits) -> BrokerReceive:
@@ -255,6 +257,7 @@ class BrokerReceive:
             settings=GroupSettingsParams.parse(params, limits),
             max_messages=_max_messages(params, limits),
             request_id=_request_id(params, limits),
+            wait_ms=wait_ms_of(params, limits),
         )
 
     def to_params(self) -> dict[str, str]:
@@ -267,6 +270,8 @@ class BrokerReceive:
         }
         if self.request_id is not None:
             params["request_id"] = self.request_id
+        if self.wait_ms:
+            params["wait_ms"] = str(self.wait_ms)
         return params
 
 

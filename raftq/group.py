@@ -129,10 +129,11 @@ class GroupMember:
         request_id = self._pending_request or uuid.uuid4().hex
         self._pending_request = request_id
         until_s = time.monotonic() + wait_ms / 1000
-        found = self._receive_direct(request_id, max_messages)
+        found = self._receive_direct(request_id, max_messages, wait_ms)
         while not found and time.monotonic() < until_s:
             time.sleep(min(self._poll_s, max(0.0, until_s - time.monotonic())))
-            found = self._receive_direct(request_id, max_messages)
+            left_ms = max(0, int((until_s - time.monotonic()) * 1000))
+            found = self._receive_direct(request_id, max_messages, left_ms)
         if isinstance(found, Fallback):
             left_ms = max(0, int((until_s - time.monotonic()) * 1000))
             found = self._receive_fallback(found, request_id, max_messages, left_ms)
@@ -159,7 +160,9 @@ class GroupMember:
         body = self._http.call("GET", f"{self._path}/messages", params=params, idempotent=True)
         return parse_deliveries(body, f"GET {self._path}/messages")
 
-    def _receive_direct(self, request_id: str, max_messages: int) -> list[Leased] | Fallback:
+    def _receive_direct(
+        self, request_id: str, max_messages: int, wait_ms: int = 0
+    ) -> list[Leased] | Fallback:
         """The partitions' leaders in the managers' order; a ``Fallback`` when the first
         failure comes before any lease (after one, ``consume_plan`` answers those)."""
         direct = self.direct_path
@@ -168,10 +171,17 @@ class GroupMember:
             return Fallback("direct=False, or no partition map", outcome_unknown=False)
         order = consume_plan.receive_order(found.partition_count, self.group, request_id, 0)
         path = f"{self._path}/messages"
+        wait_ms = wait_ms if len(order) == 1 else 0  # one partition: its broker waits
 
         def ask(partition_id: PartitionId, wanted: int) -> list[Leased]:
             request = BrokerReceive(
-                self.topic, partition_id, self.group, self.settings, wanted, RequestId(request_id)
+                self.topic,
+                partition_id,
+                self.group,
+                self.settings,
+                wanted,
+                RequestId(request_id),
+                wait_ms,
             )
             params = request.to_params()
             answer = direct.call(self.topic, partition_id, "GET", params=params, path=path)

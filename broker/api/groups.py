@@ -53,6 +53,7 @@ def add_group_routes(api: App, service: BrokerService, limits: Limits, metrics: 
             request.max_messages,
             request.request_id,
             request_deadline(http, limits),
+            request.wait_ms / 1000,
         )
         metrics.inc("received_messages", len(leased), topic=request.topic)
         messages = [_leased_json(request.topic, request.partition_id, m, n) for m, n in leased]

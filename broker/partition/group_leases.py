@@ -373,6 +373,14 @@ class GroupLeases(ByFieldOrder):
                 blocked.add(wait.key)
         return self.next_offset < end_offset
 
+    def next_change_ms(self, after_ms: int) -> int | None:
+        """The earliest time after ``after_ms`` that a lease ends or a waiting message
+        becomes ready: a long poll that found nothing wakes then (nothing else changes with
+        time alone; a time already past changes nothing more)."""
+        times = [lease.expires_ms for lease in self.leases.values()]
+        times += [wait.ready_ms for wait in self.waiting.values()]
+        return min((t for t in times if t > after_ms), default=None)
+
     def figures(self, end_offset: int) -> GroupFigures:
         above = sum(1 for offset in self.settled if offset < end_offset)
         below = sum(1 for t in (self.leases, self.waiting, self.dead) for o in t if o < self.floor)
@@ -517,6 +525,11 @@ class ConsumerGroups(ByFieldOrder):
         if request.request_id is not None and request.request_id in group.receives:
             return True
         return group.leases.may_deliver(request.now_ms, end_offset, ordered, scan_max)
+
+    def next_change_ms(self, name: str, after_ms: int) -> int | None:
+        """``GroupLeases.next_change_ms`` of group ``name`` (None for a group not seen)."""
+        group = self.groups.get(name)
+        return None if group is None else group.leases.next_change_ms(after_ms)
 
     def next_offset(self, name: str, log_start_offset: int) -> int:
         """The first offset a receive of group ``name`` has never handed out."""

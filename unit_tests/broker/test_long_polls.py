@@ -7,10 +7,13 @@ is bounded in number. Every wait here is bounded; none is a timing assertion."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+from broker.partition.group_leases import GroupSettings
 from broker.persistence.store import MemoryMessageStore
 from broker.service import BrokerService, LongPoll
 from protocol.errors import ErrorCode, RaftQError
@@ -87,6 +90,37 @@ def test_a_pop_if_ready_with_nothing_to_claim_proposes_nothing(
     # A repeat of the answered pop is answered again, ready or not (its range, not nothing).
     repeat = service.pop("orders", P0, "c", 10, "r1", 1, wait=LongPoll(if_ready=True))
     assert [m.value for m in repeat] == ["only"]
+
+
+def test_a_waiting_receive_leases_a_message_whose_lease_ends_meanwhile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A consumer group's long poll at the broker: a lease that ends during the wait is
+    handed out again then (the wait wakes at the group's next change by time, not at a
+    polling period), and no receive is proposed while nothing can be leased."""
+    service = make_service(
+        MemoryMessageStore(), replicas=1, clock_ms=lambda: int(time.time() * 1000)
+    )
+    try:
+        service.produce("orders", P0, (NewMessage(value="job"),), None, None)
+        settings = GroupSettings(visibility_timeout_ms=300, max_deliveries=0)
+        first = service.receive("orders", P0, "workers", settings, 10, "r1")
+        assert [(m.value, count) for m, count in first] == [("job", 1)]
+        replica = service._replica("orders", P0).partition
+        proposed: list[object] = []
+        receive = replica.receive
+
+        def counted(*args: Any) -> Any:
+            proposed.append(args)
+            return receive(*args)
+
+        monkeypatch.setattr(replica, "receive", counted)
+        again = service.receive("orders", P0, "workers", settings, 10, "r2", wait_s=WAIT_S)
+        assert [(m.value, count) for m, count in again] == [("job", 2)]
+        assert len(proposed) == 1  # only the receive that leased it
+        assert replica.read(lambda log: log.groups.next_change_ms("workers", 0)) is not None
+    finally:
+        service.close()
 
 
 def read(chunks: Iterator[bytes], count: int) -> list[Event]:

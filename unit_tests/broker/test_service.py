@@ -49,7 +49,10 @@ def store() -> MemoryMessageStore:
 
 
 def make_service(
-    store: MemoryMessageStore, replicas: int, limits: Limits = LIMITS
+    store: MemoryMessageStore,
+    replicas: int,
+    limits: Limits = LIMITS,
+    clock_ms: Callable[[], int] = lambda: 1_700_000_000_000,
 ) -> BrokerService:
     def make_replica(s: ReplicaSpec) -> HostedReplica:
         twin = MemoryConsensus(
@@ -57,7 +60,7 @@ def make_service(
         )
         return HostedReplica(s, twin, store, limits, no_peer)
 
-    service = BrokerService(store, make_replica, limits, lambda: 1_700_000_000_000)
+    service = BrokerService(store, make_replica, limits, clock_ms)
     service.host(spec(replicas))
     return service
 

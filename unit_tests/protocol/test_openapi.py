@@ -342,7 +342,7 @@ RECEIVE: dict[str, object] = {
     "wait_ms": "10",
 }
 BROKER_RECEIVE: dict[str, object] = {
-    **{k: v for k, v in RECEIVE.items() if k != "wait_ms"},
+    **RECEIVE,
     "partition_id": "0",
     "visibility_timeout_ms": "30000",
     "max_deliveries": "5",

@@ -22,6 +22,7 @@ from broker.persistence.sql_store import SqlMessageStore
 from broker.registration import Registration
 from broker.replica import HostedReplica
 from broker.service import BrokerService, ReplicaStatus
+from protocol.access import node_token
 from protocol.durable_files import make_directories
 from protocol.limits import Limits
 from protocol.openapi import Node, api_document
@@ -55,7 +56,9 @@ def create_app(config: BrokerConfig) -> App:
     keys = KeyVerifier(config.managers_url, config.limits, link)
     clients = ClientVerifier(config.managers_url, config.limits, link)
     app = App(
-        "broker", config.limits, authenticator(link.node_token, keys.grant, config.metrics_token)
+        "broker",
+        config.limits,
+        authenticator(node_token(config.secret), keys.grant, config.metrics_token),
     )
     add_status_routes(app, service, config.broker_id, metrics, config.limits)
     add_document_route(app, api_document(Node.BROKER))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+from manager.address_proof import PROOF_PATH, AddressProver, add_proof_route
 from manager.api import (
     brokers,
     cluster,
@@ -28,6 +29,7 @@ from manager.redrive import Redriver
 from manager.registry.state import ManagerState
 from manager.replica_mover import ReplicaMover
 from manager.service import ManagerService
+from protocol.access import node_token
 from protocol.errors import ErrorCode, RaftQError
 from protocol.openapi import Node, api_document
 from runtime.http_api import App, add_document_route, count_requests, json_response
@@ -42,6 +44,7 @@ _ANY_MANAGER = {
     ("GET", "/metrics"),
     ("GET", "/cluster"),
     ("GET", "/openapi.json"),
+    ("POST", PROOF_PATH),
 }
 """Requests a manager answers whether or not it leads; every other one needs the leader,
 whose registry is the only one known to be up to date."""
@@ -63,7 +66,9 @@ def create_app(config: ManagerConfig) -> App:
     metrics = _metrics(raft)
 
     app = App(
-        "manager", limits, authenticator(link.node_token, service.grant, config.metrics_token)
+        "manager",
+        limits,
+        authenticator(node_token(config.secret), service.grant, config.metrics_token),
     )
     _install_leader_gate(app, raft, view)
     _install_refusal_passthrough(app)
@@ -71,6 +76,7 @@ def create_app(config: ManagerConfig) -> App:
     status.add_routes(app, config.manager_id, view, metrics)
     add_document_route(app, api_document(Node.MANAGER))
     cluster.add_routes(app, view)
+    add_proof_route(app, AddressProver(config), limits)
     topics.add_routes(app, service, limits)
     partitions.add_routes(app, service, limits)
     producers.add_routes(app, service, limits)

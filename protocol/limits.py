@@ -312,6 +312,12 @@ class Limits:
     manager_peer_check_timeout_s: float = 1.0
     """A starting manager waits this long for each peer's peer list (``manager/peer_check``);
     a paused peer delays the start by this much and is skipped."""
+    manager_proof_timeout_s: float = 2.0
+    """Longest wait for the answer of a manager the leader is asked to add to its address
+    check (``manager/address_proof.py``): it runs already, and answers at once."""
+    manager_join_poll_s: float = 1.0
+    """How often a manager that no running peer lists yet (it waits to be added) asks its
+    peers whether they list it now."""
     http_connections_max: int = 512
     """Connections one node serves at once (a thread each); one more is answered 503 REFUSED."""
     http_header_bytes_max: int = 64 * 1024

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import requests
 
-from protocol.access import NODE_HEADER, node_token
+from protocol.access import AUTHORIZATION_HEADER, NODE_HEADER, node_token
 from protocol.durable_files import create_if_missing, make_directories, write_atomically
 from raftq.cluster_layout import (
     CLUSTER_FILE,
@@ -49,6 +49,10 @@ LOG_TAIL_BYTES_MAX = 64 * 1024
 
 class ClusterError(RuntimeError):
     """The cluster could not be started, found or stopped as asked."""
+
+
+class _RefusedError(ClusterError):
+    """The managers refused a change (nothing done)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,15 +222,18 @@ class LocalCluster:
         self.save()
 
     def add_manager(self, timeout_s: float = 90.0) -> NodeSpec:
-        """Grow the managers by one (the next id): the running managers record it and add
-        its Raft node to their group (committed) first, then ``cluster.json`` records it
-        and it starts, its file listing every manager; waits until it follows a leader."""
+        """Grow the managers by one (the next id): ``cluster.json`` records it and it starts,
+        its file listing every manager; it waits to be added (nobody lists it yet). Then the
+        managers are asked with the admin key: the leader checks its address (it answers
+        with the cluster secret), records it and adds its Raft node to the group (committed).
+        Waits until it follows a leader. Refused (400/409): it is stopped and forgotten."""
         if self._settings.hosts:
             raise ClusterError("cannot add a manager to a cluster with --hosts: which address?")
         try:
             settings = replace(self._settings, managers=self._settings.managers + 1).validate()
         except LayoutError as exc:
             raise ClusterError(f"cannot add a manager: {exc}") from None
+        before = self._settings
         node = {n.name: n for n in plan_nodes(settings, self._python)}[
             f"manager-{settings.managers}"
         ]
@@ -236,11 +243,19 @@ class LocalCluster:
             "raft_address": node.raft_address,
         }
         deadline_s = time.monotonic() + timeout_s
-        self._call_managers("POST", body, (200, 201), deadline_s)
         self._settings = settings
         self._nodes = {n.name: n for n in plan_nodes(settings, self._python)}
         self.save()
         self._progress(f"starting {node.name} (pid {self.start_node(node.name)})")
+        try:
+            self._wait_answers(node, deadline_s)
+            self._call_managers("POST", body, (200, 201), deadline_s)
+        except _RefusedError:
+            self.stop_node(node.name)
+            self._settings = before
+            self._nodes = {n.name: n for n in plan_nodes(before, self._python)}
+            self.save()
+            raise
         self._wait_follows(node, deadline_s)
         return node
 
@@ -263,18 +278,21 @@ class LocalCluster:
     def _call_managers(
         self, method: str, body: dict[str, object], done: tuple[int, ...], deadline_s: float
     ) -> None:
-        """``/managers`` through the load balancer, as a node, repeated while the answer
-        is a 503 (no leader yet, a leader handing over, an outcome not known: each repeat
-        is harmless) until ``deadline_s``."""
+        """``/managers`` through the load balancer, with the admin key (it is a client's
+        request: no node credential goes through the load balancer), repeated while the
+        answer is a 503 (no leader yet, a leader handing over, an outcome not known: each
+        repeat is harmless) until ``deadline_s``. Any other refusal: ``_RefusedError``."""
+        if self._admin_key is None:
+            raise ClusterError("this cluster has no admin API key yet: run raftq cluster up")
         last = "no attempt"
         with self._session() as session:
+            session.headers[AUTHORIZATION_HEADER] = f"Bearer {self._admin_key}"
             while time.monotonic() < deadline_s:
                 try:
                     response = session.request(
                         method,
                         self.lb_url + "/managers",
                         json=body,
-                        headers=self.node_headers(),
                         timeout=ADMIN_KEY_REQUEST_TIMEOUT_S,
                     )
                 except requests.RequestException as exc:
@@ -284,13 +302,25 @@ class LocalCluster:
                         return
                     last = f"{response.status_code} {response.text[:300]}"
                     if response.status_code != 503:
-                        raise ClusterError(f"{method} /managers: {last}")
+                        raise _RefusedError(f"{method} /managers: {last}")
                 time.sleep(READY_POLL_PERIOD_S)
         raise ClusterError(f"{method} /managers did not succeed: {last}")
 
-    def _wait_follows(self, node: NodeSpec, deadline_s: float) -> None:
+    def _wait_answers(self, node: NodeSpec, deadline_s: float) -> None:
+        """Until ``node`` answers HTTP (a manager being added answers its address check)."""
         with self._session() as session:
-            session.headers.update(self.node_headers())
+            while time.monotonic() < deadline_s and self.is_running(node.name):
+                if _answers(session, node.http_address + "/") is not None:
+                    return
+                time.sleep(READY_POLL_PERIOD_S)
+        raise _RefusedError(
+            f"{node.name} did not answer in time (or exited)\n"
+            f"last lines of {node.log_file}:\n{self.log_tail(node.name)}"
+        )
+
+    def _wait_follows(self, node: NodeSpec, deadline_s: float) -> None:
+        """Until ``node`` knows a leader (``leader_address`` is public)."""
+        with self._session() as session:
             while time.monotonic() < deadline_s:
                 self._fail_if_exited()
                 answer = _answers(session, node.http_address + "/raft_status")

@@ -57,9 +57,10 @@ def nothing_was_sent(exc: BaseException) -> bool:
 class PeerLink:
     """How a node calls its peers, built once from its config."""
 
-    node_token: str = field(repr=False)
+    node_token: str | None = field(repr=False)
     """Sent with every call (``protocol.access.node_token`` of the cluster secret): the
-    peers' internal endpoints answer only nodes."""
+    peers' internal endpoints answer only nodes. ``None``: no credential at all (for
+    addresses not yet proven to be the cluster's, ``without_credential``)."""
     tls: ssl.SSLContext | None
     """How ``https://`` peers are checked (``runtime.tls.client_context``); ``None``: the
     system's CAs."""
@@ -68,6 +69,11 @@ class PeerLink:
     def of(cls, secret: str, tls: TlsFiles) -> PeerLink:
         """A node's link from its config: the token of the cluster secret, its TLS files."""
         return cls(node_token(secret), client_context(tls))
+
+    def without_credential(self) -> PeerLink:
+        """The same TLS checks, no credential: what a node calls an address with that it
+        may not trust with one (a manager it is asked to add, before it proved itself)."""
+        return PeerLink(None, self.tls)
 
 
 def connections(limits: Limits, tls: ssl.SSLContext | None) -> HttpConnections:
@@ -84,7 +90,7 @@ class JsonHttpClient:
         self._limits = limits
         self._timeout_s = limits.http_timeout_s if timeout_s is None else timeout_s
         self._connections = connections(limits, link.tls)
-        self._node_header = (NODE_HEADER, link.node_token)
+        self._credentials = [] if link.node_token is None else [(NODE_HEADER, link.node_token)]
 
     def call(
         self,
@@ -108,7 +114,9 @@ class JsonHttpClient:
         last_error: NoAnswerFromPeerError | None = None
         for attempt in range(attempts):
             now_s = time.monotonic()
-            headers = [self._node_header, _JSON_HEADER] if data is not None else [self._node_header]
+            headers = [*self._credentials]
+            if data is not None:
+                headers.append(_JSON_HEADER)
             if deadline is not None:
                 if deadline.expired(now_s):
                     raise NoAnswerError(

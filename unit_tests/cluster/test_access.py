@@ -1,7 +1,8 @@
 """Who may do what, against a real cluster (issue 9): API keys with roles for clients, the
 cluster secret's token for nodes, nothing stored from a refused request, no secret in any
-answer or log, Raft ports that unpickle nothing from outsiders, and listeners bound to the
-configured host only."""
+answer or log, Raft ports that unpickle nothing from outsiders, listeners bound to the
+configured host only, and no admin request that makes the cluster send a credential to an
+address of the admin's choice (issue 23)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import socket
 import struct
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from protocol.access import NODE_HEADER
 from raftq import Admin, ApiError, Consumer, Producer
 from stress_tests.polling import poll_until
 from unit_tests.cluster.harness import Cluster, running_cluster
+from unit_tests.cluster.recorder import Received, RecordingListener
 from unit_tests.ports import CLUSTER_BASE_PORTS, CLUSTER_PORT_SPAN, free_port
 
 pytestmark = pytest.mark.cluster
@@ -170,7 +172,10 @@ def test_internal_endpoints_answer_only_nodes(cluster: Cluster, keys: dict[str, 
         wrong = requests.request(method, url, json=body, headers={NODE_HEADER: "0" * 64})
         assert wrong.status_code == 401, url
     public = _call("GET", f"{manager}/raft_status", None).json()
-    assert set(public) <= {"id", "is_leader", "state", "leader_address", "term"}
+    assert set(public) <= {"id", "is_leader", "state", "leader_address", "term"} | {
+        "uptime_s",
+        "version",
+    }
     assert "commit_index" in cluster.internal.get(f"{manager}/raft_status", timeout=10).json()
     assert _state(cluster) == before
 
@@ -315,6 +320,68 @@ def test_ids_belong_to_their_key_and_made_up_ids_are_refused(
 
     poll_until(popped_all, WAIT_S, "the victim to pop its partition")
     assert got == list(range(end))
+
+
+def _managers(cluster: Cluster) -> tuple[Any, ...]:
+    """Who the managers are: as ``/cluster`` lists them, and the leader's Raft members."""
+    listed = _call("GET", f"{cluster.lb_url}/cluster", cluster.admin_key).json()["managers"]
+    leader = cluster.node(cluster.manager_leader())["http_address"]
+    status = cluster.internal.get(f"{leader}/raft_status", timeout=10).json()
+    return sorted((m["id"], m["address"]) for m in listed), status["partners"], status["peers"]
+
+
+def _relay_to(manager_url: str) -> Callable[[Received], tuple[int, bytes]]:
+    """A listener's answer that hands each address challenge to a real manager."""
+
+    def relay(request: Received) -> tuple[int, bytes]:
+        if request.path != "/managers/proof":
+            return 200, b"{}"
+        answer = requests.post(f"{manager_url}/managers/proof", data=request.body, timeout=10)
+        return answer.status_code, answer.content
+
+    return relay
+
+
+def test_an_admin_key_cannot_make_the_cluster_send_a_credential_to_its_listener(
+    cluster: Cluster, keys: dict[str, str]
+) -> None:
+    """Issue 23, hole 2, against real processes: an admin key adds a "manager" whose HTTP
+    URL is a listener of the test's (one that answers anything, then one that relays the
+    leader's challenge to a real manager) and whose Raft address is another. Each add is
+    refused (400: it did not prove its address), the listener gets the challenge alone,
+    with no credential, and no connection reaches the Raft address; afterwards ``GET
+    /cluster``, which made the leader call every listed manager with the node token,
+    sends the listener nothing; the managers, their Raft group and the rest are as they
+    were."""
+    before, managers_before = _state(cluster), _managers(cluster)
+    raft = socket.create_server(("127.0.0.1", 0))
+    raft.setblocking(False)
+    real = cluster.node("manager-2")["http_address"]
+    with RecordingListener() as plain, RecordingListener(_relay_to(real)) as relay, raft:
+        for listener, refusal in ((plain, "did not answer the address check as a manager"),
+                                  (relay, "says it is manager 2")):  # fmt: skip
+            body = {
+                "manager_id": 7,
+                "http_url": listener.url,
+                "raft_address": f"127.0.0.1:{raft.getsockname()[1]}",
+            }
+            added = _call("POST", f"{cluster.lb_url}/managers", cluster.admin_key, body)
+            assert added.status_code == 400, added.text
+            assert refusal in added.json()["message"], added.text
+        for _ in range(3):
+            shown = _call("GET", f"{cluster.lb_url}/cluster", cluster.admin_key)
+            assert shown.status_code == 200 and "managers" in shown.json()
+        assert _managers(cluster) == managers_before
+        for listener in (plain, relay):
+            assert [(r.method, r.path) for r in listener.received] == [
+                ("POST", "/managers/proof")
+            ], listener.received
+            for request in listener.received:
+                assert not {"authorization", NODE_HEADER.lower()} & request.header_names()
+                assert not any(n.startswith("x-raftq-node") for n in request.header_names())
+        with pytest.raises(BlockingIOError):
+            raft.accept()  # nobody connected to the Raft address
+    assert _state(cluster) == before
 
 
 def _evil_frame(marker: Path) -> bytes:

@@ -44,6 +44,7 @@ from protocol.group_requests import (
 from protocol.limits import Limits
 from protocol.openapi import Node, api_document, operations
 from protocol.requests import (
+    AddressChallenge,
     BrokerRef,
     ChecksumRange,
     CreateKeyRequest,
@@ -422,6 +423,7 @@ PARSED = [
         {"manager_id": 4, "http_url": "http://h:1", "raft_address": "h:2"},
     ),
     Parsed(M, "DELETE", "/managers", ManagerRef.parse_id, {"manager_id": 4}),
+    Parsed(M, "POST", "/managers/proof", AddressChallenge.parse, {"nonce": "ab" * 20}),
     Parsed(M, "GET", "/lag", TopicRef.parse, {"topic": "orders"}),
     Parsed(B, "GET", "/lag", TopicRef.parse, {"topic": "orders"}),
     Parsed(B, "GET", "/groups", TopicRef.parse, {"topic": "orders"}),

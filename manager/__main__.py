@@ -85,6 +85,7 @@ def _checked(argv: list[str]) -> _Start:
         config.limits,
         config.secret,
         config.tls,
+        f"manager-{config.manager_id}",
         lambda client: joining.append(check_peers_agree(config, client)),
     )
     return _Start(config, joining == [True])

@@ -29,11 +29,10 @@ from manager.redrive import Redriver
 from manager.registry.state import ManagerState
 from manager.replica_mover import ReplicaMover
 from manager.service import ManagerService
-from protocol.access import node_token
 from protocol.errors import ErrorCode, RaftQError
 from protocol.openapi import Node, api_document
 from runtime.http_api import App, add_document_route, count_requests, json_response
-from runtime.http_auth import authenticator
+from runtime.http_auth import NodeVerifier, authenticator
 from runtime.http_client import PeerLink
 from runtime.http_server import HttpRequest, HttpResponse
 from runtime.metrics import Metrics
@@ -54,7 +53,7 @@ def create_app(config: ManagerConfig) -> App:
     limits = config.limits
     raft = ManagerRaft(config)
     monitor = BrokerMonitor(limits.broker_dead_after_s)
-    link = PeerLink.of(config.secret, config.tls)
+    link = PeerLink.of(config.secret, config.tls, f"manager-{config.manager_id}")
     broker_client = BrokerClient(limits, link)
     request_executor = ThreadPoolExecutor(limits.manager_http_threads_max, "broker-call")
     poll_executor = ThreadPoolExecutor(limits.manager_http_threads_max, "broker-poll")
@@ -68,7 +67,7 @@ def create_app(config: ManagerConfig) -> App:
     app = App(
         "manager",
         limits,
-        authenticator(node_token(config.secret), service.grant, config.metrics_token),
+        authenticator(_node_verifier(config), service.grant, config.metrics_token),
     )
     _install_leader_gate(app, raft, view)
     _install_refusal_passthrough(app)
@@ -92,6 +91,13 @@ def create_app(config: ManagerConfig) -> App:
         limits, raft, service, broker_client, monitor, poll_executor, mover, dead_letters
     ).start()
     return app
+
+
+def _node_verifier(config: ManagerConfig) -> NodeVerifier:
+    """Requests signed for this manager: at its own address, or at the one its entry in its
+    peers gives (what the other nodes call it by)."""
+    mine = [p.http_url for p in config.peers if p.manager_id == config.manager_id]
+    return NodeVerifier(config.secret, [config.http_url, *mine], config.limits)
 
 
 def _install_leader_gate(app: App, raft: ManagerRaft, view: ClusterView) -> None:

@@ -76,7 +76,8 @@ def wait_until_listed(config: ManagerConfig, stopping: threading.Event) -> bool:
     """Ask the peers until one lists this manager (True) or the manager stops (False)."""
     limits = config.limits
     client = JsonHttpClient(
-        replace(limits, http_retries_max=1), PeerLink.of(config.secret, config.tls)
+        replace(limits, http_retries_max=1),
+        PeerLink.of(config.secret, config.tls, f"manager-{config.manager_id}"),
     )
     next_log_s = time.monotonic()
     try:

@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Never, TextIO
 from urllib.parse import urlsplit
 
+import requests
 from tqdm import tqdm
 
-from protocol.access import node_token
 from protocol.node_config import NodeConfigError, NodeFile, check_deployment, parse_node_file
 from protocol.types import NewMessage, headers_of
 from raftq.admin import Admin
@@ -48,6 +48,7 @@ from raftq.cluster_layout import CLUSTER_FILE, LayoutError, admin_key_of
 from raftq.consumer import Consumer
 from raftq.errors import RaftQClientError
 from raftq.group import GroupMember
+from raftq.node_signing import NodeSigning, manager_leader
 from raftq.producer import Producer
 from raftq.records import ConsumerLag, GroupInfo, Record
 
@@ -840,8 +841,9 @@ def cmd_key(args: argparse.Namespace, context: Context) -> int:
     secret_file = getattr(args, "secret_file", None)
     if secret_file is not None:  # the first admin key of a deployment: asked as a node
         url = resolve_url(args.url, args.dir, context.env_url)
-        token = node_token(_read_secret(secret_file))
-        admin = Admin(url, node_token=token, tls_ca=resolve_tls_ca(args, context))
+        signing = NodeSigning.of(_read_secret(secret_file))
+        tls_ca = resolve_tls_ca(args, context)
+        admin = Admin(_leader_of(url, tls_ca), node=signing, tls_ca=tls_ca)
     else:
         target = resolve_target(args, context)
         admin = Admin(target.url, api_key=target.api_key, tls_ca=target.tls_ca)
@@ -1009,6 +1011,18 @@ def cmd_node(args: argparse.Namespace, context: Context) -> int:
     context.stdout.flush()
     # exec, not a child: a service manager (systemd) then sees and signals the node itself.
     os.execv(sys.executable, [sys.executable, "-m", node.role, "--config", args.config])
+
+
+def _leader_of(url: str, tls_ca: str | None) -> str:
+    """The manager leader's own URL, asked of ``url`` (the load balancer or a manager):
+    a node's request goes straight to it, never through the load balancer."""
+    with requests.Session() as session:
+        session.trust_env = False  # no proxy between this host's nodes; our CA, not the env's
+        session.verify = tls_ca or True
+        leader = manager_leader(session, url, ClientLimits().request_timeout_s)
+    if leader is None:
+        raise UsageError(f"{url}/raft_status names no manager leader: is the cluster up?")
+    return leader
 
 
 def _read_secret(path: str) -> str:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import requests
 
-from protocol.access import AUTHORIZATION_HEADER, NODE_HEADER, node_token
+from protocol.access import AUTHORIZATION_HEADER
 from protocol.durable_files import create_if_missing, make_directories, write_atomically
 from raftq.cluster_layout import (
     CLUSTER_FILE,
@@ -36,6 +36,7 @@ from raftq.cluster_layout import (
     parse_cluster_json,
     plan_nodes,
 )
+from raftq.node_signing import NodeSigning, manager_leader
 
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 """Where ``python -m manager`` finds its package even when RaftQ is not installed."""
@@ -445,24 +446,33 @@ class LocalCluster:
         session.verify = self.tls_ca or True
         return session
 
-    def node_headers(self) -> dict[str, str]:
-        """What a node sends to another (``X-RaftQ-Node``): for tools that read internals
-        (``/raft_status`` details, ``/checksum``) with the cluster's own secret."""
+    def node_auth(self, name: str = "tool-cli") -> NodeSigning:
+        """Signs each request as a node (``raftq.node_signing``), with a key from the
+        cluster's own secret: for tools that read internals (``/raft_status`` details,
+        ``/checksum``). Send such requests to the node itself: the load balancer refuses
+        them."""
         secret = self._settings.secret_file.read_text(encoding="utf-8").strip()
-        return {NODE_HEADER: node_token(secret)}
+        return NodeSigning.of(secret, name)
 
     def _create_admin_key(self, deadline_s: float) -> str:
-        """Ask the managers for an admin key, as a node. Retried until the deadline: a
-        retry after a lost answer makes a second key whose secret nobody ever saw."""
+        """Ask the manager leader itself for an admin key, as a node. Retried until the
+        deadline: a retry after a lost answer makes a second key whose secret nobody ever
+        saw."""
         last = "no attempt"
+        signing = self.node_auth()
         with self._session() as session:
             while time.monotonic() < deadline_s:
+                leader = self._manager_leader(session)
+                if leader is None:
+                    last = "no manager leads"
+                    time.sleep(READY_POLL_PERIOD_S)
+                    continue
                 try:
                     response = session.post(
-                        self.lb_url + "/keys",
+                        leader + "/keys",
                         json={"role": "admin", "name": "cluster up"},
-                        headers=self.node_headers(),
                         timeout=ADMIN_KEY_REQUEST_TIMEOUT_S,
+                        auth=signing,
                     )
                 except requests.RequestException as exc:
                     last = repr(exc)
@@ -483,7 +493,6 @@ class LocalCluster:
         next_progress_s = time.monotonic() + PROGRESS_PERIOD_S
         ready_before = False
         with self._session() as session:
-            session.headers.update(self.node_headers())  # GET /brokers is not for everyone
             while True:
                 self._fail_if_exited()
                 waiting_for, culprit = self._readiness(session)
@@ -560,10 +569,17 @@ class LocalCluster:
                 )
 
     def _readiness(self, session: requests.Session) -> tuple[str | None, str]:
-        """(what is still missing or None when ready, the node whose log would explain it)."""
-        answer = _answers(session, self.lb_url + "/brokers")
+        """(what is still missing or None when ready, the node whose log would explain it):
+        the load balancer knows the manager leader, and that leader lists every broker
+        alive (asked as a node, straight)."""
+        leader = manager_leader(session, self.lb_url, HTTP_PROBE_TIMEOUT_S)
+        if leader is None:
+            if _answers(session, self.lb_url + "/") is None:
+                return "the load balancer does not answer", "lb"
+            return "the load balancer knows no manager leader yet", self._silent_manager(session)
+        answer = _answers(session, leader + "/brokers", self.node_auth())
         if answer is None:
-            return "the load balancer does not answer", "lb"
+            return f"the manager leader {leader} does not answer", self._silent_manager(session)
         status, body = answer
         if status != 200 or not isinstance(body, dict):
             message = body.get("message") if isinstance(body, dict) else None
@@ -586,11 +602,9 @@ class LocalCluster:
         return "manager-1"
 
     def _manager_leader(self, session: requests.Session) -> str | None:
-        answer = _answers(session, self.lb_url + "/raft_status")
-        if answer is not None and isinstance(answer[1], dict):
-            leader = answer[1].get("leader_address")
-            if isinstance(leader, str):
-                return leader
+        leader = manager_leader(session, self.lb_url, HTTP_PROBE_TIMEOUT_S)
+        if leader is not None:
+            return leader
         for i in self._settings.manager_ids:
             node = self.node(f"manager-{i}")
             reply = _answers(session, node.http_address + "/raft_status")
@@ -626,10 +640,13 @@ def _open_settings(
     return settings, dict(pids)
 
 
-def _answers(session: requests.Session, url: str) -> tuple[int, object] | None:
-    """(status, JSON body or None), or None when nothing answered in time."""
+def _answers(
+    session: requests.Session, url: str, auth: NodeSigning | None = None
+) -> tuple[int, object] | None:
+    """(status, JSON body or None), or None when nothing answered in time. ``auth``: sign
+    as a node (for a node's own URL only)."""
     try:
-        with session.get(url, timeout=HTTP_PROBE_TIMEOUT_S) as response:
+        with session.get(url, timeout=HTTP_PROBE_TIMEOUT_S, auth=auth) as response:
             try:
                 return response.status_code, response.json()
             except ValueError:

@@ -265,7 +265,9 @@ def _broker(settings: ClusterSettings, python: str, i: int) -> NodeSpec:
     body.update(data_dir=str(settings.directory / name))
     if settings.db_url is not None:
         body["db_url"] = broker_db_url(settings.db_url, i)
-    body.update(managers_url=settings.lb_url, secret_file=str(settings.secret_file))
+    # The managers' own URLs: a broker's node requests never go through the load balancer.
+    managers = [peer.http_url for peer in _manager_peers(settings)]
+    body.update(managers=managers, secret_file=str(settings.secret_file))
     data_dir, log_file, config_file, argv, text = _node(settings, python, name, body)
     return NodeSpec(
         name,

@@ -205,12 +205,18 @@ def _start_after(
 
 
 def check_before_start(
-    limits: Limits, secret: str, tls: TlsFiles, check: Callable[[JsonHttpClient], None]
+    limits: Limits,
+    secret: str,
+    tls: TlsFiles,
+    node: str,
+    check: Callable[[JsonHttpClient], None],
 ) -> None:
     """Run a start-up check against the running nodes (``check`` raises ``ValueError`` to
-    refuse the start) with a client that makes one attempt per call: a node that is not
-    listening yet is skipped at once, before this one binds its port or starts Raft."""
-    client = JsonHttpClient(replace(limits, http_retries_max=1), PeerLink.of(secret, tls))
+    refuse the start) with a client that makes one attempt per call, signed as ``node``: a
+    node that is not listening yet is skipped at once, before this one binds its port or
+    starts Raft."""
+    link = PeerLink.of(secret, tls, node)
+    client = JsonHttpClient(replace(limits, http_retries_max=1), link)
     try:
         check(client)
     finally:

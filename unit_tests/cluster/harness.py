@@ -20,6 +20,7 @@ import requests
 
 from raftq.cluster import LocalCluster
 from stress_tests.cluster_view import manager_leader
+from unit_tests.node_signing import TEST_NODE
 
 _T = TypeVar("_T")
 CLI_TIMEOUT_S = 180
@@ -46,7 +47,8 @@ class Cluster:
         self.http = requests.Session()
         """Calls the client API with the admin key ``cluster up`` made."""
         self.internal = requests.Session()
-        """Calls nodes' internal endpoints with the cluster secret's node token."""
+        """Calls nodes' internal endpoints as a node (each request signed with a key from the
+        cluster secret: to a node's own URL, never the load balancer's)."""
 
     # --- lifecycle through the CLI ----------------------------------------------------------
 
@@ -67,7 +69,7 @@ class Cluster:
             session.trust_env = False
             session.verify = self.local.tls_ca or True
         self.http.headers["Authorization"] = f"Bearer {self.admin_key}"
-        self.internal.headers.update(self.local.node_headers())
+        self.internal.auth = self.local.node_auth(TEST_NODE)
 
     def down(self) -> None:
         self._cli("cluster", "down", "--dir", str(self.directory))

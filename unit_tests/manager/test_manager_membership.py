@@ -22,7 +22,7 @@ from runtime.http_client import PeerLink
 from unit_tests.manager.in_memory_app import manager_config
 
 LIMITS = Limits()
-LINK = PeerLink("test-node-token", None)
+LINK = PeerLink(None, None)
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import pytest
 
 from protocol.deadline import Deadline
 from protocol.limits import Limits
+from protocol.node_auth import NodeCredential
 from runtime.http_client import JsonHttpClient, NoAnswerError, PeerLink
 
 
@@ -43,7 +44,9 @@ def truncating_server() -> Iterator[str]:
 
 
 def test_a_broken_off_answer_is_an_unknown_outcome(truncating_server: str) -> None:
-    client = JsonHttpClient(Limits(http_retries_max=2), PeerLink("t", None))
+    client = JsonHttpClient(
+        Limits(http_retries_max=2), PeerLink(NodeCredential.of("s" * 16, "manager-1"), None)
+    )
     with pytest.raises(NoAnswerError) as caught:
         client.call("POST", f"{truncating_server}/logs", {"x": 1}, idempotent=True)
     assert caught.value.refused is False
@@ -51,7 +54,7 @@ def test_a_broken_off_answer_is_an_unknown_outcome(truncating_server: str) -> No
 
 
 def test_nothing_is_sent_once_the_callers_deadline_has_passed(truncating_server: str) -> None:
-    client = JsonHttpClient(Limits(), PeerLink("t", None))
+    client = JsonHttpClient(Limits(), PeerLink(None, None))
     with pytest.raises(NoAnswerError) as gone:
         client.call("POST", truncating_server, {"a": 1}, deadline=Deadline(at_s=0.0))
     assert gone.value.refused and gone.value.code.proves_nothing_done

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from broker.access import ClientVerifier, KeyVerifier
 from broker.api.groups import add_group_routes
 from broker.api.logs import add_log_routes, add_stream_route
-from broker.api.partitions import add_partition_routes
+from broker.api.partitions import RaftPorts, add_partition_routes
 from broker.api.status import add_status_routes
 from broker.config import BrokerConfig
 from broker.managers import Managers
@@ -73,7 +73,8 @@ def create_app(config: BrokerConfig) -> App:
     add_log_routes(app, service, config.limits, metrics, clients)
     add_stream_route(app, service, config.limits)
     add_group_routes(app, service, config.limits, metrics)
-    add_partition_routes(app, service, config.broker_id, config.limits)
+    ports = RaftPorts(config.host, config.raft_port_min, config.raft_port_max)
+    add_partition_routes(app, service, config.broker_id, config.limits, ports)
     count_requests(app, metrics)
 
     managers = Managers(config.managers, config.limits, JsonHttpClient(config.limits, link))

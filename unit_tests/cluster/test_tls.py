@@ -117,7 +117,8 @@ def test_nodes_refuse_to_start_with_unusable_tls_settings(cluster: Cluster, tmp_
     broker = [
         *("--id", "9", "--host", "127.0.0.1", "--port", str(http_port)),
         *("--raft-port-min", str(raft_min), "--raft-port-max", str(raft_max)),
-        *("--data-dir", str(tmp_path / "b9"), "--managers-url", cluster.lb_url),
+        *("--data-dir", str(tmp_path / "b9")),
+        *("--managers", str(cluster.node("manager-1")["http_address"])),
         *("--secret-file", secret),
     ]
     for extra, reason in (

@@ -63,7 +63,9 @@ def create_app(config: BrokerConfig) -> App:
         "broker",
         config.limits,
         authenticator(
-            NodeVerifier(config.secret, [config.address], config.limits),
+            NodeVerifier(
+                config.secret, [config.address], config.limits, certified_only=config.tls.mutual
+            ),
             keys.grant,
             config.metrics_token,
         ),

@@ -17,7 +17,7 @@ from runtime.command_line import (
     read_metrics_token,
     read_secret,
 )
-from runtime.tls import NO_TLS, TlsFiles, add_tls_options, tls_from
+from runtime.tls import NO_TLS, TlsFiles, add_mutual_tls_option, add_tls_options, tls_from
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +69,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="start even when a running broker has other limits (a rolling change)",
     )
     add_tls_options(parser)
+    add_mutual_tls_option(parser)
     add_metrics_token_option(parser)
     return parser.parse_args(argv)
 

@@ -23,7 +23,7 @@ from runtime.command_line import (
     read_secret,
     run_server,
 )
-from runtime.tls import add_tls_options, tls_from
+from runtime.tls import add_mutual_tls_option, add_tls_options, tls_from
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -39,6 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--secret-file", type=Path, required=True, help="the cluster secret")
     add_limit_option(parser)
     add_tls_options(parser)
+    add_mutual_tls_option(parser)
     add_metrics_token_option(parser)
     return parser
 

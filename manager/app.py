@@ -97,7 +97,12 @@ def _node_verifier(config: ManagerConfig) -> NodeVerifier:
     """Requests signed for this manager: at its own address, or at the one its entry in its
     peers gives (what the other nodes call it by)."""
     mine = [p.http_url for p in config.peers if p.manager_id == config.manager_id]
-    return NodeVerifier(config.secret, [config.http_url, *mine], config.limits)
+    return NodeVerifier(
+        config.secret,
+        [config.http_url, *mine],
+        config.limits,
+        certified_only=config.tls.mutual,
+    )
 
 
 def _install_leader_gate(app: App, raft: ManagerRaft, view: ClusterView) -> None:

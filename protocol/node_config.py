@@ -44,6 +44,7 @@ _KEYS: dict[str, dict[str, _Key]] = {
         "data_dir": _Key(str, path=True),
         "secret_file": _Key(str, path=True),
         "metrics_token_file": _Key(str, required=False, path=True),
+        "mutual_tls": _Key(bool, required=False),
     },
     "broker": {
         "role": _Key(str),
@@ -58,6 +59,7 @@ _KEYS: dict[str, dict[str, _Key]] = {
         "secret_file": _Key(str, path=True),
         "limits_may_differ": _Key(bool, required=False),
         "metrics_token_file": _Key(str, required=False, path=True),
+        "mutual_tls": _Key(bool, required=False),
     },
     "load_balancer": {
         "role": _Key(str),
@@ -316,4 +318,6 @@ def _toml(value: object) -> str:
     """A TOML value: JSON's strings, numbers and arrays are TOML's too."""
     if isinstance(value, list):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
     return json.dumps(value) if isinstance(value, str) else str(value)

@@ -49,12 +49,16 @@ class Admin:
         api_key: str | None = None,
         tls_ca: str | None = None,
         node: NodeSigning | None = None,
+        node_cert: tuple[str, str] | None = None,
     ) -> None:
         """``api_key``: sent with every request (``Authorization: Bearer``); ``tls_ca``: the
         CA bundle ``https://`` certificates are checked against (default: the system's);
-        ``node``: act as a node (see ``HttpTransport``)."""
+        ``node``: act as a node (see ``HttpTransport``), showing ``node_cert`` (certificate
+        and key files) to nodes with mutual TLS."""
         self._limits = (limits or ClientLimits()).validate()
-        self._http = HttpTransport(url, self._limits, api_key=api_key, tls_ca=tls_ca, node=node)
+        self._http = HttpTransport(
+            url, self._limits, api_key=api_key, tls_ca=tls_ca, node=node, node_cert=node_cert
+        )
 
     def close(self) -> None:
         self._http.close()

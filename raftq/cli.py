@@ -233,6 +233,13 @@ def _add_key_commands(
         help="ask as a node, with the cluster secret instead of an API key (the first admin "
         "key of a deployment)",
     )
+    make.add_argument(
+        "--node-cert",
+        nargs=2,
+        metavar=("CERT", "KEY"),
+        help="with --secret-file, for nodes with --mutual-tls: a certificate of the cluster's "
+        "CA and its key, shown with the request (default: a --dir cluster's own)",
+    )
     key_commands.add_parser("list", parents=[target], help="list API keys (never the keys)")
     revoke = key_commands.add_parser("revoke", parents=[target], help="revoke an API key")
     revoke.add_argument("key_id")
@@ -417,6 +424,13 @@ def _add_cluster_commands(commands: argparse._SubParsersAction[argparse.Argument
         action="store_true",
         default=None,
         help="HTTPS on every node, with certificates of a CA made for this cluster",
+    )
+    up.add_argument(
+        "--mutual-tls",
+        action="store_true",
+        default=None,
+        help="with --tls: managers and brokers take node requests only from callers that "
+        "show a certificate of the cluster's CA",
     )
     status = actions.add_parser("status", help="liveness of every node and the manager leader")
     status.add_argument("--dir", default=DEFAULT_DIR)
@@ -843,7 +857,8 @@ def cmd_key(args: argparse.Namespace, context: Context) -> int:
         url = resolve_url(args.url, args.dir, context.env_url)
         signing = NodeSigning.of(_read_secret(secret_file))
         tls_ca = resolve_tls_ca(args, context)
-        admin = Admin(_leader_of(url, tls_ca), node=signing, tls_ca=tls_ca)
+        cert = _node_cert(args)
+        admin = Admin(_leader_of(url, tls_ca), node=signing, tls_ca=tls_ca, node_cert=cert)
     else:
         target = resolve_target(args, context)
         admin = Admin(target.url, api_key=target.api_key, tls_ca=target.tls_ca)
@@ -1013,6 +1028,20 @@ def cmd_node(args: argparse.Namespace, context: Context) -> int:
     os.execv(sys.executable, [sys.executable, "-m", node.role, "--config", args.config])
 
 
+def _node_cert(args: argparse.Namespace) -> tuple[str, str] | None:
+    """``--node-cert CERT KEY``, else a ``--dir`` cluster's own with ``--mutual-tls``."""
+    if args.node_cert:
+        return str(args.node_cert[0]), str(args.node_cert[1])
+    if args.url is not None:
+        return None
+    with contextlib.suppress(UsageError):
+        body = _cluster_file(args.dir)
+        if body.get("mutual_tls") is True:
+            tls = Path(args.dir or DEFAULT_DIR) / "tls"
+            return str(tls / "node.pem"), str(tls / "node-key.pem")
+    return None
+
+
 def _leader_of(url: str, tls_ca: str | None) -> str:
     """The manager leader's own URL, asked of ``url`` (the load balancer or a manager):
     a node's request goes straight to it, never through the load balancer."""
@@ -1059,6 +1088,7 @@ def cmd_cluster(args: argparse.Namespace, context: Context) -> int:
             db_url=args.db_url,
             limits=limits,
             tls=args.tls,
+            mutual_tls=args.mutual_tls,
             brokers=args.brokers,
             hosts=args.hosts,
             progress=progress,

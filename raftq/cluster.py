@@ -100,6 +100,7 @@ class LocalCluster:
         db_url: str | None = None,
         limits: Mapping[str, str] | None = None,
         tls: bool | None = None,
+        mutual_tls: bool | None = None,
         brokers: int | None = None,
         hosts: Sequence[str] | None = None,
         python: str = sys.executable,
@@ -115,6 +116,7 @@ class LocalCluster:
             "base_port": base_port,
             "db_url": db_url,
             "tls": tls,
+            "mutual_tls": mutual_tls,
             "brokers": brokers,
             "hosts": None if hosts is None else tuple(hosts),
         }
@@ -444,7 +446,15 @@ class LocalCluster:
         session = requests.Session()
         session.trust_env = False
         session.verify = self.tls_ca or True
+        session.cert = self._settings.node_cert  # mutual TLS: the nodes take none without
         return session
+
+    @property
+    def node_cert(self) -> tuple[str, str] | None:
+        """(certificate, key) to show with a signed request to a node: with
+        ``--mutual-tls``, the nodes take node requests only from callers that show one of
+        the cluster's CA (``requests``' ``cert=``); ``None`` otherwise."""
+        return self._settings.node_cert
 
     def node_auth(self, name: str = "tool-cli") -> NodeSigning:
         """Signs each request as a node (``raftq.node_signing``), with a key from the

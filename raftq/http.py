@@ -126,12 +126,14 @@ class HttpTransport:
         api_key: str | None = None,
         tls_ca: str | None = None,
         node: NodeSigning | None = None,
+        node_cert: tuple[str, str] | None = None,
     ) -> None:
         """``api_key`` goes with every request as ``Authorization: Bearer``. ``tls_ca``: the
         CA bundle (PEM) that ``https://`` servers' certificates are checked against (default:
         the system's). ``node``: act as a node, each request signed with a key from the
         cluster secret (``raftq.node_signing``): how the first admin key of a deployment is
-        made, asking the manager leader itself (never through the load balancer)."""
+        made, asking the manager leader itself (never through the load balancer); with
+        ``node_cert`` (certificate and key files) shown to nodes with mutual TLS."""
         self.url = url.rstrip("/")
         self._limits = limits
         self._rng = rng or random.Random()
@@ -143,12 +145,18 @@ class HttpTransport:
         self._api_key = api_key
         self._tls_ca = tls_ca
         self._node = node
+        self._node_cert = node_cert
         self._auth = {} if api_key is None else {AUTHORIZATION_HEADER: f"Bearer {api_key}"}
 
     def sibling(self, url: str, limits: ClientLimits) -> HttpTransport:
         """A transport of its own (connections, retries) to ``url`` with the same credentials."""
         return HttpTransport(
-            url, limits, api_key=self._api_key, tls_ca=self._tls_ca, node=self._node
+            url,
+            limits,
+            api_key=self._api_key,
+            tls_ca=self._tls_ca,
+            node=self._node,
+            node_cert=self._node_cert,
         )
 
     def close(self) -> None:
@@ -259,6 +267,7 @@ class HttpTransport:
                 timeout=(self._limits.connect_timeout_s, read_s),
                 verify=self._verify,
                 auth=self._node,
+                cert=self._node_cert,
             ) as response:
                 return Reply(
                     response.status_code,

@@ -64,9 +64,14 @@ class NodeVerifier:
         addresses: Iterable[str],
         limits: Limits,
         clock_ms: Callable[[], int] = _wall_ms,
+        *,
+        certified_only: bool = False,
     ) -> None:
         """``addresses``: the URLs other nodes reach this node at (its advertised address):
-        a request signed for any other authority is refused."""
+        a request signed for any other authority is refused. ``certified_only`` (mutual
+        TLS): a signed request is taken only from a caller that showed a certificate of
+        this node's CA."""
+        self._certified_only = certified_only
         self._secret = secret
         self._authorities = frozenset(authority(address) for address in addresses)
         self._window_ms = int(limits.node_signature_age_s_max * 1000)
@@ -78,6 +83,11 @@ class NodeVerifier:
     def verify(self, request: HttpRequest, value: str) -> Node:
         """The node that signed ``request`` (``value``: its signature header); 401 when the
         signature is malformed, for another node, stale, wrong or replayed."""
+        if self._certified_only and not request.peer_certified:
+            raise _refused(
+                "this node takes node requests over mutual TLS only, and the caller showed "
+                "no certificate of the cluster's CA (a node's --tls-cert)"
+            )
         signature = parse_signature(value)
         if signature is None:
             raise _refused("malformed node signature")

@@ -48,4 +48,5 @@ def node_session(cluster: LocalCluster) -> requests.Session:
     """A session that signs each request as a node of the cluster (to nodes only)."""
     session = requests.Session()
     session.auth = cluster.node_auth(STRESS_NODE)
+    session.cert = cluster.node_cert  # with --mutual-tls
     return session

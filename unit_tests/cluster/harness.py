@@ -6,6 +6,7 @@ Nodes run detached in their own sessions (their process group id is their pid), 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import signal
@@ -70,6 +71,7 @@ class Cluster:
             session.verify = self.local.tls_ca or True
         self.http.headers["Authorization"] = f"Bearer {self.admin_key}"
         self.internal.auth = self.local.node_auth(TEST_NODE)
+        self.internal.cert = self.local.node_cert  # with --mutual-tls
 
     def down(self) -> None:
         self._cli("cluster", "down", "--dir", str(self.directory))
@@ -167,7 +169,13 @@ def running_cluster(
     """A module's cluster: up before its first test, down after its last (``yield from``
     it in a module-scoped fixture)."""
     instance = Cluster(directory, base_port, limits=limits, tls=tls, up_args=up_args)
-    instance.up()
+    try:
+        instance.up()
+    except BaseException:
+        # Nodes ``up`` started before it failed must not hold the module's ports.
+        with contextlib.suppress(Exception):
+            instance.close()
+        raise
     try:
         yield instance
     finally:

@@ -153,3 +153,11 @@ def test_the_text_written_reads_back(tmp_path: Path) -> None:
     node = parse_node_file(path.read_text(), str(path))
     assert node.limits == {"fetch_messages_max": "500"}
     assert node.settings["data_dir"] == "/var/lib/raftq"
+
+
+def test_a_switch_written_reads_back_as_a_switch() -> None:
+    """``mutual_tls = true`` (``raftq cluster up --mutual-tls``): TOML's booleans, not
+    Python's ``True``, which no TOML reader takes."""
+    written = node_file_text({"role": "broker", "id": 1, "mutual_tls": True})
+    assert "mutual_tls = true" in written
+    assert "--mutual-tls" in parse_node_file(_broker(1) + "mutual_tls = true\n", "b.toml").argv

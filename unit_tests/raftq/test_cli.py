@@ -366,7 +366,7 @@ def test_node_run_refuses_a_bad_file_in_one_line(tmp_path: Path) -> None:
         "",
         f"raftq: {bad}: unknown key 'colour' for a broker (known: role, id, host, port, "
         "raft_port_min, raft_port_max, data_dir, db_url, managers, managers_url, secret_file, "
-        "limits_may_differ, metrics_token_file, limits, tls)\n",
+        "limits_may_differ, metrics_token_file, mutual_tls, limits, tls)\n",
     )
     missing = tmp_path / "missing.toml"
     code, _, err = _run(["node", "run", "--config", str(missing)])

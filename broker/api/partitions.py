@@ -47,32 +47,7 @@ class RaftPorts:
 def add_partition_routes(
     api: App, service: BrokerService, broker_id: int, limits: Limits, ports: RaftPorts
 ) -> None:
-    @api.get("/partitions", Action.DESCRIBE)
-    def list_partitions(http: HttpRequest) -> HttpResponse:
-        statuses = [status.to_json() for status in service.statuses()]
-        return json_response({"broker_id": broker_id, "partitions": statuses})
-
-    @api.post("/partitions", Action.NODE)
-    def host(http: HttpRequest) -> HttpResponse:
-        spec = parse_replica_spec(request_params(http), limits)
-        ports.check(spec, broker_id)
-        created = service.host(spec)
-        return json_response(spec.to_json(), 201 if created else 200)
-
-    @api.route("DELETE", "/partitions", Action.NODE)
-    def drop(http: HttpRequest) -> HttpResponse:
-        request = ReplicaRef.parse(request_params(http), limits)
-        dropped = service.drop(request.topic, request.partition_id, request.raft_address)
-        body = {"topic": request.topic, "partition_id": request.partition_id, "dropped": dropped}
-        return json_response(body)
-
-    @api.post("/partitions/members", Action.NODE)
-    def replace_member(http: HttpRequest) -> HttpResponse:
-        request = ReplaceMember.parse(request_params(http), limits)
-        body = service.replace_member(
-            request.spec, request.moved_replica_id, request.removed, request.removed_alive
-        )
-        return json_response(body)
+    _add_replica_routes(api, service, broker_id, limits, ports)
 
     @api.post("/consumers", Action.CONSUME)
     def register_consumer(http: HttpRequest) -> HttpResponse:
@@ -117,3 +92,37 @@ def add_partition_routes(
                 "flushed_offset": flushed,
             }
         )
+
+
+def _add_replica_routes(
+    api: App, service: BrokerService, broker_id: int, limits: Limits, ports: RaftPorts
+) -> None:
+    """The replicas this broker hosts: listed to any key; hosted, dropped and given new
+    members by the managers (nodes)."""
+
+    @api.get("/partitions", Action.DESCRIBE)
+    def list_partitions(http: HttpRequest) -> HttpResponse:
+        statuses = [status.to_json() for status in service.statuses()]
+        return json_response({"broker_id": broker_id, "partitions": statuses})
+
+    @api.post("/partitions", Action.NODE)
+    def host(http: HttpRequest) -> HttpResponse:
+        spec = parse_replica_spec(request_params(http), limits)
+        ports.check(spec, broker_id)
+        created = service.host(spec)
+        return json_response(spec.to_json(), 201 if created else 200)
+
+    @api.route("DELETE", "/partitions", Action.NODE)
+    def drop(http: HttpRequest) -> HttpResponse:
+        request = ReplicaRef.parse(request_params(http), limits)
+        dropped = service.drop(request.topic, request.partition_id, request.raft_address)
+        body = {"topic": request.topic, "partition_id": request.partition_id, "dropped": dropped}
+        return json_response(body)
+
+    @api.post("/partitions/members", Action.NODE)
+    def replace_member(http: HttpRequest) -> HttpResponse:
+        request = ReplaceMember.parse(request_params(http), limits)
+        body = service.replace_member(
+            request.spec, request.moved_replica_id, request.removed, request.removed_alive
+        )
+        return json_response(body)

@@ -24,7 +24,11 @@ def _checked_config(args: list[str]) -> BrokerConfig:
     refuse_password_on_command_line(args)
     config = build_config(parse_args(expand_config("broker", args)))
     check_before_start(
-        config.limits, config.secret, config.tls, lambda client: check_limits_agree(config, client)
+        config.limits,
+        config.secret,
+        config.tls,
+        f"broker-{config.broker_id}",
+        lambda client: check_limits_agree(config, client),
     )
     return config
 

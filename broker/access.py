@@ -1,7 +1,7 @@
 """``KeyVerifier``: what a broker knows about the API keys its direct-path clients send.
 
-The keys live in the managers' replicated state; a broker asks the manager leader (through
-its managers URL, with the node token) about a key it has not seen within ``key_cache_s``,
+The keys live in the managers' replicated state; a broker asks the manager leader (straight,
+as a node: ``broker.managers``) about a key it has not seen within ``key_cache_s``,
 sending the key's id and hash, never the key. Answers, also "unknown", are kept that long,
 so a revoked key still works here for up to ``key_cache_s`` (the load balancer path checks
 every request against the managers' state). Thread-safe: connection threads share it.
@@ -12,29 +12,25 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
+from broker.managers import Managers
 from protocol.access import Grant, Principal, Role, key_hash, parse_key, require_owner
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
-from runtime.http_client import JsonHttpClient, PeerLink
 
 
 class KeyVerifier:
     def __init__(
         self,
-        managers_url: str,
+        managers: Managers,
         limits: Limits,
-        link: PeerLink,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._url = f"{managers_url}/keys/verify"
-        # One attempt: a client waits on this, and falls back to the load balancer on 503.
-        self._client = JsonHttpClient(
-            replace(limits, http_retries_max=1),
-            link,
-            timeout_s=limits.http_connect_timeout_s,
-        )
+        """``managers``: one attempt per manager and a short wait (a client waits on this,
+        and falls back to the load balancer on 503)."""
+        self._managers = managers
+        self._timeout_s = limits.http_connect_timeout_s
         self._ttl_s = limits.key_cache_s
         self._entries_max = limits.key_cache_entries_max
         self._clock = clock
@@ -60,8 +56,12 @@ class KeyVerifier:
         return found
 
     def _ask(self, key_id: str, hashed: str) -> Grant | None:
-        answer = self._client.call(
-            "POST", self._url, {"key_id": key_id, "key_hash": hashed}, idempotent=True
+        answer = self._managers.call(
+            "POST",
+            "/keys/verify",
+            {"key_id": key_id, "key_hash": hashed},
+            idempotent=True,
+            timeout_s=self._timeout_s,
         )
         if answer.status == 404:
             return None
@@ -108,15 +108,12 @@ class ClientVerifier:
 
     def __init__(
         self,
-        managers_url: str,
+        managers: Managers,
         limits: Limits,
-        link: PeerLink,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._url = f"{managers_url}/clients/verify"
-        self._client = JsonHttpClient(
-            replace(limits, http_retries_max=1), link, timeout_s=limits.http_connect_timeout_s
-        )
+        self._managers = managers
+        self._timeout_s = limits.http_connect_timeout_s
         self._ttl_s = limits.key_cache_s
         self._entries_max = limits.key_cache_entries_max
         self._clock = clock
@@ -155,8 +152,12 @@ class ClientVerifier:
         return found
 
     def _ask(self, kind: str, client_id: str) -> ClientRecord | None:
-        answer = self._client.call(
-            "POST", self._url, {"kind": kind, "client_id": client_id}, idempotent=True
+        answer = self._managers.call(
+            "POST",
+            "/clients/verify",
+            {"kind": kind, "client_id": client_id},
+            idempotent=True,
+            timeout_s=self._timeout_s,
         )
         if answer.status == 404:
             return None

@@ -8,14 +8,15 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from broker.access import ClientVerifier, KeyVerifier
 from broker.api.groups import add_group_routes
 from broker.api.logs import add_log_routes, add_stream_route
-from broker.api.partitions import add_partition_routes
+from broker.api.partitions import RaftPorts, add_partition_routes
 from broker.api.status import add_status_routes
 from broker.config import BrokerConfig
+from broker.managers import Managers
 from broker.partition.raft import PartitionRaft
 from broker.peer_copy import PeerCopy
 from broker.persistence.sql_store import SqlMessageStore
@@ -28,8 +29,8 @@ from protocol.openapi import Node, api_document
 from protocol.requests import RegisterBroker
 from protocol.types import BrokerId, ReplicaSpec
 from runtime.http_api import App, add_document_route, count_requests
-from runtime.http_auth import authenticator
-from runtime.http_client import PeerLink
+from runtime.http_auth import NodeVerifier, authenticator
+from runtime.http_client import JsonHttpClient, PeerLink
 from runtime.metrics import Metrics, Refreshed
 
 
@@ -38,7 +39,7 @@ def create_app(config: BrokerConfig) -> App:
     make_directories(config.data_dir)
     store = SqlMessageStore(config.db_url)
 
-    link = PeerLink.of(config.secret, config.tls)
+    link = PeerLink.of(config.secret, config.tls, f"broker-{config.broker_id}")
     peers = PeerCopy(config.limits, link)
 
     def make_replica(spec: ReplicaSpec) -> HostedReplica:
@@ -52,22 +53,34 @@ def create_app(config: BrokerConfig) -> App:
     _register_gauges(metrics, service)
     _register_client_gauges(metrics, service, config.limits)
 
-    keys = KeyVerifier(config.managers_url, config.limits, link)
-    clients = ClientVerifier(config.managers_url, config.limits, link)
+    # One attempt per manager and a short wait: a client waits on these checks (and falls
+    # back to the load balancer on 503).
+    once = replace(config.limits, http_retries_max=1)
+    asking = JsonHttpClient(once, link, timeout_s=config.limits.http_connect_timeout_s)
+    keys = KeyVerifier(Managers(config.managers, config.limits, asking), config.limits)
+    clients = ClientVerifier(Managers(config.managers, config.limits, asking), config.limits)
     app = App(
-        "broker", config.limits, authenticator(link.node_token, keys.grant, config.metrics_token)
+        "broker",
+        config.limits,
+        authenticator(
+            NodeVerifier(
+                config.secret, [config.address], config.limits, certified_only=config.tls.mutual
+            ),
+            keys.grant,
+            config.metrics_token,
+        ),
     )
     add_status_routes(app, service, config.broker_id, metrics, config.limits)
     add_document_route(app, api_document(Node.BROKER))
     add_log_routes(app, service, config.limits, metrics, clients)
     add_stream_route(app, service, config.limits)
     add_group_routes(app, service, config.limits, metrics)
-    add_partition_routes(app, service, config.broker_id, config.limits)
+    ports = RaftPorts(config.host, config.raft_port_min, config.raft_port_max)
+    add_partition_routes(app, service, config.broker_id, config.limits, ports)
     count_requests(app, metrics)
 
-    registration = Registration(
-        config.managers_url, _announcement(config), config.limits, link, _stop_this_process
-    )
+    managers = Managers(config.managers, config.limits, JsonHttpClient(config.limits, link))
+    registration = Registration(managers, _announcement(config), config.limits, _stop_this_process)
     registration.start()
     app.on_close(service.close)
     return app

@@ -17,7 +17,7 @@ from runtime.command_line import (
     read_metrics_token,
     read_secret,
 )
-from runtime.tls import NO_TLS, TlsFiles, add_tls_options, tls_from
+from runtime.tls import NO_TLS, TlsFiles, add_mutual_tls_option, add_tls_options, tls_from
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,8 +30,9 @@ class BrokerConfig:
     data_dir: str
     db_url: str = field(repr=False)
     """May hold the database's password: never shown (``protocol.redaction``)."""
-    managers_url: str
-    """Where the broker registers: the load balancer (or a manager)."""
+    managers: tuple[str, ...]
+    """The managers' own HTTP URLs: where the broker registers and asks about keys and
+    ids, as a node, straight (never through the load balancer: ``broker.managers``)."""
     secret: str = field(repr=False)
     """The cluster secret: the password of every Raft group."""
     limits: Limits
@@ -56,7 +57,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--raft-port-max", type=int, required=True)
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--db-url", help="default: sqlite:///DATA_DIR/broker.sqlite3")
-    parser.add_argument("--managers-url", required=True, help="load balancer URL")
+    parser.add_argument(
+        "--managers", help="the managers' own HTTP URLs, comma-separated (not the load balancer)"
+    )
+    parser.add_argument("--managers-url", help=argparse.SUPPRESS)  # before signed node requests
     parser.add_argument("--secret-file", required=True)
     add_limit_option(parser)
     parser.add_argument(
@@ -65,6 +69,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="start even when a running broker has other limits (a rolling change)",
     )
     add_tls_options(parser)
+    add_mutual_tls_option(parser)
     add_metrics_token_option(parser)
     return parser.parse_args(argv)
 
@@ -78,6 +83,7 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
     data_dir = os.path.abspath(args.data_dir)
     db_url = args.db_url or f"sqlite:///{os.path.join(data_dir, 'broker.sqlite3')}"
     check_database_url(db_url)
+    managers = _managers(args.managers, args.managers_url)
     return BrokerConfig(
         broker_id=args.broker_id,
         host=args.host,
@@ -86,13 +92,32 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
         raft_port_max=args.raft_port_max,
         data_dir=data_dir,
         db_url=db_url,
-        managers_url=args.managers_url.rstrip("/"),
+        managers=managers,
         secret=secret,
         limits=limits,
         tls=tls_from(args),
         limits_may_differ=args.limits_may_differ,
         metrics_token=read_metrics_token(args.metrics_token_file),
     )
+
+
+def _managers(given: str | None, old_option: str | None) -> tuple[str, ...]:
+    """The ``--managers`` URLs; a clear refusal of the load balancer's URL that older
+    versions took (``--managers-url``, ``managers_url`` in a node file)."""
+    if old_option is not None:
+        raise ValueError(
+            f"--managers-url (managers_url = {old_option!r} in a node file) is no longer "
+            "taken: a broker calls the managers straight, signed, never through the load "
+            "balancer. Give the managers' own HTTP URLs instead: --managers "
+            "http://m1:P1,http://m2:P2,http://m3:P3 (managers = [...] in a node file)"
+        )
+    urls = tuple(url.strip().rstrip("/") for url in (given or "").split(",") if url.strip())
+    if not urls:
+        raise ValueError("--managers is required: the managers' own HTTP URLs, comma-separated")
+    wrong = [url for url in urls if not url.startswith(("http://", "https://"))]
+    if wrong:
+        raise ValueError(f"--managers takes http(s):// URLs, not {', '.join(wrong)}")
+    return urls
 
 
 def refuse_password_on_command_line(argv: Sequence[str]) -> None:

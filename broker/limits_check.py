@@ -15,6 +15,7 @@ import dataclasses
 import json
 
 from broker.config import BrokerConfig
+from broker.managers import Managers
 from protocol.errors import RaftQError
 from protocol.limits import Limits
 from runtime.http_client import JsonHttpClient
@@ -37,7 +38,9 @@ def check_limits_agree(config: BrokerConfig, client: JsonHttpClient) -> None:
         return
     timeout_s = config.limits.manager_peer_check_timeout_s
     try:
-        listed = client.call_ok("GET", f"{config.managers_url}/brokers", timeout_s=timeout_s)
+        listed = Managers(config.managers, config.limits, client).call_ok(
+            "GET", "/brokers", timeout_s=timeout_s
+        )
     except RaftQError:
         return  # the managers are not up yet
     brokers = listed.get("brokers") if isinstance(listed, dict) else None

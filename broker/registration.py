@@ -12,10 +12,10 @@ import logging
 import threading
 from collections.abc import Callable
 
+from broker.managers import Managers
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 from protocol.requests import RegisterBroker
-from runtime.http_client import JsonHttpClient, PeerLink
 
 _log = logging.getLogger(__name__)
 
@@ -23,17 +23,15 @@ _log = logging.getLogger(__name__)
 class Registration:
     def __init__(
         self,
-        managers_url: str,
+        managers: Managers,
         announcement: RegisterBroker,
         limits: Limits,
-        link: PeerLink,
         on_refused: Callable[[str], None],
     ) -> None:
-        self._url = f"{managers_url}/brokers"
+        self._managers = managers
         self._on_refused = on_refused
         self._announcement = announcement
         self._limits = limits
-        self._client = JsonHttpClient(limits, link)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="registration", daemon=True)
         self.registered = threading.Event()
@@ -48,7 +46,7 @@ class Registration:
         retry_s = self._limits.http_retry_backoff_s_max
         while not self._stop.is_set():
             try:
-                self._client.call_ok("POST", self._url, self._announcement.to_json())
+                self._managers.call_ok("POST", "/brokers", self._announcement.to_json())
                 self.registered.set()
                 wait_s = self._limits.broker_register_period_s
             except RaftQError as exc:
@@ -56,6 +54,6 @@ class Registration:
                     _log.critical("the managers refuse this broker: %s", exc.message)
                     self._on_refused(exc.message)
                     return
-                _log.info("registration with %s failed: %s", self._url, exc.message)
+                _log.info("registration with the managers failed: %s", exc.message)
                 wait_s = retry_s
             self._stop.wait(wait_s)

@@ -13,6 +13,8 @@ from load_balancer.config import LoadBalancerConfig
 from load_balancer.forwarder import Forwarder, IncomingRequest
 from load_balancer.leader_tracker import LeaderTracker
 from protocol.access import Action
+from protocol.errors import ErrorCode, RaftQError
+from protocol.node_auth import LEGACY_TOKEN_HEADER, SIGNATURE_HEADER
 from protocol.openapi import Node, api_document
 from runtime.http_api import App, add_document_route, count_requests, json_response, text_response
 from runtime.http_auth import scrape_authenticator
@@ -78,6 +80,29 @@ def _add_own_routes(
         return text_response(metrics.render())
 
 
+def refuse_node_requests(http: HttpRequest) -> None:
+    """A node's request never goes through the load balancer (issue 23): whoever reads
+    the client-facing traffic must find no node credential in it, and a manager refuses a
+    request signed for another address anyway. Refused here, not forwarded, saying what to
+    do: an older broker sends its static token here, a misconfigured one signs for it."""
+    if http.header(LEGACY_TOKEN_HEADER) is not None:
+        raise RaftQError(
+            ErrorCode.FORBIDDEN,
+            f"a node's request with the static node token ({LEGACY_TOKEN_HEADER}): the "
+            "load balancer forwards no node request, and the managers take no static token "
+            "any more. The sending node runs an older RaftQ: upgrade it; a broker then lists "
+            "the managers' own URLs in --managers (ARCHITECTURE.md, 'Upgrading to signed "
+            "node requests')",
+        )
+    if http.header(SIGNATURE_HEADER) is not None:
+        raise RaftQError(
+            ErrorCode.FORBIDDEN,
+            "a signed node request: the load balancer forwards no node request (they go "
+            "straight to the node they are for: a broker's --managers lists the managers' "
+            "own URLs, not the load balancer's)",
+        )
+
+
 _DASHBOARD = Path(__file__).with_name("dashboard.html")
 
 
@@ -101,6 +126,7 @@ def _add_forwarding(app: App, forwarder: Forwarder) -> None:
 
     @app.fallback
     def forward(http: HttpRequest) -> HttpResponse:
+        refuse_node_requests(http)
         answer = forwarder.forward(
             IncomingRequest(
                 method=http.method,

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from manager.app import create_app
 from manager.config import ManagerConfig, parse_peers
+from manager.joining import joining_prelude
 from manager.peer_check import check_peers_agree
 from runtime.command_line import (
     ServeOptions,
@@ -21,7 +23,7 @@ from runtime.command_line import (
     read_secret,
     run_server,
 )
-from runtime.tls import add_tls_options, tls_from
+from runtime.tls import add_mutual_tls_option, add_tls_options, tls_from
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,6 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--secret-file", type=Path, required=True, help="the cluster secret")
     add_limit_option(parser)
     add_tls_options(parser)
+    add_mutual_tls_option(parser)
     add_metrics_token_option(parser)
     return parser
 
@@ -57,21 +60,40 @@ def config_from_args(argv: list[str]) -> ManagerConfig:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Start:
+    config: ManagerConfig
+    joining: bool
+    """No running peer lists this manager yet: it waits to be added (``manager.joining``)."""
+
+
 def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s manager %(levelname)s %(message)s")
-    return run_server("manager", lambda: _checked(argv), create_app, _serve_options)
+    return run_server(
+        "manager",
+        lambda: _checked(argv),
+        lambda start: create_app(start.config),
+        _serve_options,
+        lambda start: joining_prelude(start.config) if start.joining else None,
+    )
 
 
-def _checked(argv: list[str]) -> ManagerConfig:
+def _checked(argv: list[str]) -> _Start:
     """The config, once the peers that answer agree on who the managers are."""
     config = config_from_args(expand_config("manager", argv))
+    joining: list[bool] = []
     check_before_start(
-        config.limits, config.secret, config.tls, lambda client: check_peers_agree(config, client)
+        config.limits,
+        config.secret,
+        config.tls,
+        f"manager-{config.manager_id}",
+        lambda client: joining.append(check_peers_agree(config, client)),
     )
-    return config
+    return _Start(config, joining == [True])
 
 
-def _serve_options(config: ManagerConfig) -> ServeOptions:
+def _serve_options(start: _Start) -> ServeOptions:
+    config = start.config
     return ServeOptions(config.host, config.port, config.limits, config.tls)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+from manager.address_proof import PROOF_PATH, AddressProver, add_proof_route
 from manager.api import (
     brokers,
     cluster,
@@ -31,7 +32,7 @@ from manager.service import ManagerService
 from protocol.errors import ErrorCode, RaftQError
 from protocol.openapi import Node, api_document
 from runtime.http_api import App, add_document_route, count_requests, json_response
-from runtime.http_auth import authenticator
+from runtime.http_auth import NodeVerifier, authenticator
 from runtime.http_client import PeerLink
 from runtime.http_server import HttpRequest, HttpResponse
 from runtime.metrics import Metrics
@@ -42,6 +43,7 @@ _ANY_MANAGER = {
     ("GET", "/metrics"),
     ("GET", "/cluster"),
     ("GET", "/openapi.json"),
+    ("POST", PROOF_PATH),
 }
 """Requests a manager answers whether or not it leads; every other one needs the leader,
 whose registry is the only one known to be up to date."""
@@ -51,7 +53,7 @@ def create_app(config: ManagerConfig) -> App:
     limits = config.limits
     raft = ManagerRaft(config)
     monitor = BrokerMonitor(limits.broker_dead_after_s)
-    link = PeerLink.of(config.secret, config.tls)
+    link = PeerLink.of(config.secret, config.tls, f"manager-{config.manager_id}")
     broker_client = BrokerClient(limits, link)
     request_executor = ThreadPoolExecutor(limits.manager_http_threads_max, "broker-call")
     poll_executor = ThreadPoolExecutor(limits.manager_http_threads_max, "broker-poll")
@@ -63,7 +65,9 @@ def create_app(config: ManagerConfig) -> App:
     metrics = _metrics(raft)
 
     app = App(
-        "manager", limits, authenticator(link.node_token, service.grant, config.metrics_token)
+        "manager",
+        limits,
+        authenticator(_node_verifier(config), service.grant, config.metrics_token),
     )
     _install_leader_gate(app, raft, view)
     _install_refusal_passthrough(app)
@@ -71,6 +75,7 @@ def create_app(config: ManagerConfig) -> App:
     status.add_routes(app, config.manager_id, view, metrics)
     add_document_route(app, api_document(Node.MANAGER))
     cluster.add_routes(app, view)
+    add_proof_route(app, AddressProver(config), limits)
     topics.add_routes(app, service, limits)
     partitions.add_routes(app, service, limits)
     producers.add_routes(app, service, limits)
@@ -86,6 +91,18 @@ def create_app(config: ManagerConfig) -> App:
         limits, raft, service, broker_client, monitor, poll_executor, mover, dead_letters
     ).start()
     return app
+
+
+def _node_verifier(config: ManagerConfig) -> NodeVerifier:
+    """Requests signed for this manager: at its own address, or at the one its entry in its
+    peers gives (what the other nodes call it by)."""
+    mine = [p.http_url for p in config.peers if p.manager_id == config.manager_id]
+    return NodeVerifier(
+        config.secret,
+        [config.http_url, *mine],
+        config.limits,
+        certified_only=config.tls.mutual,
+    )
 
 
 def _install_leader_gate(app: App, raft: ManagerRaft, view: ClusterView) -> None:

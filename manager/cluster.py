@@ -4,10 +4,12 @@ ClusterSummary idea). Any manager answers; peers are asked with a short timeout.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import replace
 from importlib import metadata
 
+from manager.address_proof import AddressCheck
 from manager.config import ManagerConfig, Peer
 from manager.peer_check import peer_list
 from manager.registry.commands import AddManager, RemoveManager
@@ -28,8 +30,14 @@ def _version() -> str:
         return "unknown"
 
 
-PUBLIC_RAFT_STATUS = ("id", "is_leader", "state", "leader_address", "term")
-"""Who leads, for anyone (the load balancer and ``raftq cluster status`` need it)."""
+PUBLIC_RAFT_STATUS = ("id", "is_leader", "state", "leader_address", "term", "uptime_s", "version")
+"""Who leads, for anyone (the load balancer and ``raftq cluster status`` need it), and what
+``/cluster`` shows of each manager: the managers ask each other for it without a
+credential (issue 23: no client request makes the cluster send one anywhere)."""
+
+AddressCheckFn = Callable[[ManagerRef], None]
+"""Raises unless the manager a ``POST /managers`` names proved its address
+(``manager.address_proof.AddressCheck.check``)."""
 
 
 class ClusterView:
@@ -40,7 +48,10 @@ class ClusterView:
         service: ManagerService,
         executor: Executor,
         link: PeerLink,
+        address_check: AddressCheckFn | None = None,
     ) -> None:
+        """``address_check``: the leader's check before it adds a manager (default: the
+        challenge of ``manager.address_proof``)."""
         self._config = config
         self._raft = raft
         self._service = service
@@ -49,11 +60,14 @@ class ClusterView:
         self._version = _version()
         self._started_s = time.monotonic()
         limits = config.limits
+        once = replace(limits, http_retries_max=1)
+        # No credential: /cluster needs only what anyone may see of a peer.
         self._peer_http = JsonHttpClient(
-            replace(limits, http_retries_max=1),
-            link,
-            timeout_s=limits.http_connect_timeout_s,
+            once, link.without_credential(), timeout_s=limits.http_connect_timeout_s
         )
+        if address_check is None:
+            address_check = AddressCheck(config.secret, limits, link).check
+        self._address_check = address_check
 
     def peers(self) -> tuple[Peer, ...]:
         """The managers today: this one's file, with the managers added and removed since
@@ -67,10 +81,12 @@ class ClusterView:
 
     # --- membership ----------------------------------------------------------------------
     def add_manager(self, request: ManagerRef) -> tuple[dict[str, object], int]:
-        """Add one manager: recorded first (every manager then knows its HTTP address),
-        then its Raft node joins the group, committed before the answer. Start the new
-        manager's process with every member in its ``--peers``. 200 when it is a member
-        already; 409 ID_TAKEN for an id or address in use or retired."""
+        """Add one manager, whose process runs already (with every member and itself in
+        its ``--peers``; it waits to be added): it proves its address first
+        (``manager.address_proof``), then it is recorded (every manager then knows its
+        HTTP address), then its Raft node joins the group, committed before the answer.
+        200 when it is a member already; 409 ID_TAKEN for an id or address in use or
+        retired; 400 when it did not prove its address."""
         peer = Peer(request.manager_id, request.http_url, request.raft_address)
         known = {p.manager_id: p for p in self.peers()}
         if known.get(peer.manager_id) == peer and peer.raft_address in self._members():
@@ -92,6 +108,9 @@ class ClusterView:
                 f"{away} manager(s) do not answer the leader: bring them back, or remove "
                 "them, before adding one",
             )
+        # Before anything is recorded or the Raft group counts it: an admin key must not
+        # be able to make the cluster trust (and later call) an address of its choosing.
+        self._address_check(request)
         outcome = self._raft.propose(AddManager(peer.manager_id, peer.http_url, peer.raft_address))
         if outcome is Outcome.EXISTS:
             raise RaftQError(

@@ -5,15 +5,16 @@ Managers started from files whose ``[[peers]]`` differ could each count a differ
 A peer that does not answer yet is skipped: it makes the same check when it starts. Once
 managers were added or removed (``raftq manager add|remove``), a running peer's list is the
 cluster's today and an older file may lag it: then it is enough that the peer lists this
-manager as this file does. One
-attempt per peer (the caller's client makes one), bounded by ``manager_peer_check_timeout_s``,
-before the manager binds its port or starts Raft: a peer that is down costs nothing, a
-paused one that much.
+manager as this file does. A manager that no answering peer lists, while each lists
+exactly the others of its file, is one being added (``raftq manager add``): it starts and
+waits (``manager.joining``). One attempt per peer (the caller's client makes one), bounded
+by ``manager_peer_check_timeout_s``, before the manager binds its port or starts Raft: a
+peer that is down costs nothing, a paused one that much.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from manager.config import ConfigError, ManagerConfig, Peer
 from protocol.errors import RaftQError
@@ -31,9 +32,42 @@ def _mine(config: ManagerConfig) -> str:
     return peer_list([me])[0]
 
 
-def check_peers_agree(config: ManagerConfig, client: JsonHttpClient) -> None:
-    """Raise ``ConfigError`` naming both lists when a peer that answers lists others."""
+def check_peers_agree(config: ManagerConfig, client: JsonHttpClient) -> bool:
+    """Raise ``ConfigError`` naming both lists when a peer that answers lists others.
+    Return whether this manager is being added: peers answer, none lists it, and each
+    lists exactly the others of this file (it then waits until one does,
+    ``manager.joining``)."""
     ours = peer_list(config.peers)
+    mine = _mine(config)
+    others = sorted(set(ours) - {mine})
+    answered = listed = False
+    for peer, theirs, changed in _peer_lists(config, client):
+        answered = True
+        if mine not in theirs and sorted(theirs) == others:
+            continue  # this manager is about to be added
+        listed = True
+        if changed and mine in theirs:
+            continue  # managers were added or removed since the files were written
+        if sorted(theirs) != ours:
+            raise ConfigError(
+                f"manager {peer.manager_id} ({peer.http_url}) lists other managers than this "
+                f"one: there {sorted(theirs)}, here {ours}; every manager's file "
+                "must list the same [[peers]] (raftq node check)"
+            )
+    return answered and not listed
+
+
+def listed_by_a_peer(config: ManagerConfig, client: JsonHttpClient) -> bool:
+    """Whether a running peer lists this manager as its file does (it was added)."""
+    mine = _mine(config)
+    return any(mine in theirs for _, theirs, _ in _peer_lists(config, client))
+
+
+def _peer_lists(
+    config: ManagerConfig, client: JsonHttpClient
+) -> Iterator[tuple[Peer, list[str], bool]]:
+    """Each answering peer, its list of managers and whether managers were added or
+    removed since the cluster started."""
     for peer in config.peers:
         if peer.manager_id == config.manager_id:
             continue
@@ -51,11 +85,4 @@ def check_peers_agree(config: ManagerConfig, client: JsonHttpClient) -> None:
         if not isinstance(theirs, list):
             continue
         changed = isinstance(body, dict) and body.get("peers_changed") is True
-        if changed and _mine(config) in map(str, theirs):
-            continue  # managers were added or removed since the files were written
-        if sorted(map(str, theirs)) != ours:
-            raise ConfigError(
-                f"manager {peer.manager_id} ({peer.http_url}) lists other managers than this "
-                f"one: there {sorted(map(str, theirs))}, here {ours}; every manager's file "
-                "must list the same [[peers]] (raftq node check)"
-            )
+        yield peer, [str(item) for item in theirs], changed

@@ -4,8 +4,9 @@ nodes, and the one rule that decides every request. Pure.
 A client sends ``Authorization: Bearer rq_<key id>_<secret part>``. The manager keeps, per
 key id, only the SHA-256 of the whole key with its grant (role and topic patterns) in its
 replicated state; brokers ask the manager leader about a key they have not seen lately
-(``broker.access``). A node sends ``X-RaftQ-Node: <token>``, an HMAC of a fixed label under
-the cluster secret: it proves the caller holds the secret, and may do anything.
+(``broker.access``). A node signs each request with its own key, derived from the cluster
+secret (``protocol.node_auth``): it proves which node sent it, for which node, when, and
+may do anything.
 
 Roles (Kafka's ACL operations folded into three, and one for monitoring): ``admin`` does
 everything; ``producer`` writes to its topics; ``consumer`` reads its topics; ``metrics``
@@ -27,11 +28,9 @@ from enum import Enum
 from protocol.errors import ErrorCode, RaftQError
 
 AUTHORIZATION_HEADER = "Authorization"
-NODE_HEADER = "X-RaftQ-Node"
 KEY_PREFIX = "rq_"
 KEY_ID_CHARS = 12
 _KEY = re.compile(r"^rq_([0-9a-f]{12})_([A-Za-z0-9_-]{20,100})$")
-_NODE_LABEL = b"raftq node http v1"
 TOPIC_PATTERNS_MAX = 100
 """Topic patterns per key: a grant is checked on every request, so it stays short."""
 
@@ -88,7 +87,17 @@ class Grant:
 
 @dataclass(frozen=True, slots=True)
 class Node:
-    """Another node of the cluster (it proved it holds the cluster secret)."""
+    """Another node of the cluster: it signed the request with its own key, so it holds
+    the cluster secret (``protocol.node_auth``)."""
+
+    name: str = "node"
+    """``manager-<id>``, ``broker-<id>`` or ``tool-<what>``."""
+
+    @property
+    def broker_id(self) -> int | None:
+        """The id of the broker that signed, ``None`` for any other node."""
+        kind, _, number = self.name.partition("-")
+        return int(number) if kind == "broker" and number.isdigit() else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,10 +202,6 @@ def bearer_key(authorization: str | None) -> str | None:
         return None
     scheme, _, value = authorization.strip().partition(" ")
     return value.strip() if scheme.lower() == "bearer" and value.strip() else None
-
-
-def node_token(secret: str) -> str:
-    return hmac.new(secret.encode("utf-8"), _NODE_LABEL, hashlib.sha256).hexdigest()
 
 
 def same_secret(given: str, expected: str) -> bool:

@@ -305,6 +305,16 @@ class Limits:
     deadline_clock_skew_s_max: float = 1.0
     """Clock skew between hosts that a request's absolute deadline (``X-RaftQ-Deadline-Ms``)
     is granted: a host whose clock runs ahead by more refuses such requests early."""
+    node_signature_age_s_max: float = 30.0
+    """A node's signed request (``protocol.node_auth``) is refused when its timestamp is
+    further than this from the receiver's clock, in either direction: the hosts' clocks
+    must agree to within this (less the time a request travels), and a request read off
+    the wire can be replayed nowhere even within it (each signature is taken once)."""
+    node_signatures_remembered_max: int = 100_000
+    """Signatures a node remembers to refuse their replay, at most (``ReplayGuard``): each
+    is kept until it is too old to be taken anyway. When full, the oldest second is
+    forgotten and any request signed in it or earlier is refused (503 REFUSED: the sender
+    signs anew); ~100 bytes each."""
     deadline_reply_margin_s: float = 0.2
     """Taken off the budget (``protocol.deadline``) a hop sends onward, so the callee gives up
     a little before its caller does and its answer still arrives."""
@@ -312,6 +322,12 @@ class Limits:
     manager_peer_check_timeout_s: float = 1.0
     """A starting manager waits this long for each peer's peer list (``manager/peer_check``);
     a paused peer delays the start by this much and is skipped."""
+    manager_proof_timeout_s: float = 2.0
+    """Longest wait for the answer of a manager the leader is asked to add to its address
+    check (``manager/address_proof.py``): it runs already, and answers at once."""
+    manager_join_poll_s: float = 1.0
+    """How often a manager that no running peer lists yet (it waits to be added) asks its
+    peers whether they list it now."""
     http_connections_max: int = 512
     """Connections one node serves at once (a thread each); one more is answered 503 REFUSED."""
     http_header_bytes_max: int = 64 * 1024
@@ -506,6 +522,11 @@ _RULES: tuple[tuple[str, Callable[[Limits], bool]], ...] = (
     (
         "broker_dead_after_s <= broker_replace_after_s",
         lambda limits: limits.broker_dead_after_s <= limits.broker_replace_after_s,
+    ),
+    (
+        "deadline_clock_skew_s_max <= node_signature_age_s_max (clocks that deadlines "
+        "tolerate must not make the nodes refuse each other's requests)",
+        lambda limits: limits.deadline_clock_skew_s_max <= limits.node_signature_age_s_max,
     ),
     (
         "http_idle_connection_s_max < http_keepalive_idle_s",

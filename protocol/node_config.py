@@ -44,6 +44,7 @@ _KEYS: dict[str, dict[str, _Key]] = {
         "data_dir": _Key(str, path=True),
         "secret_file": _Key(str, path=True),
         "metrics_token_file": _Key(str, required=False, path=True),
+        "mutual_tls": _Key(bool, required=False),
     },
     "broker": {
         "role": _Key(str),
@@ -53,10 +54,12 @@ _KEYS: dict[str, dict[str, _Key]] = {
         "raft_port_max": _Key(int),
         "data_dir": _Key(str, path=True),
         "db_url": _Key(str, required=False),
-        "managers_url": _Key(str),
+        "managers": _Key(list, required=False),
+        "managers_url": _Key(str, required=False),
         "secret_file": _Key(str, path=True),
         "limits_may_differ": _Key(bool, required=False),
         "metrics_token_file": _Key(str, required=False, path=True),
+        "mutual_tls": _Key(bool, required=False),
     },
     "load_balancer": {
         "role": _Key(str),
@@ -100,7 +103,7 @@ class NodeFile:
     def _option_text(self, key: str, value: object) -> str:
         if key == "peers":
             return ",".join(p.to_option() for p in self.peers)
-        if isinstance(value, list):  # the load balancer's managers
+        if isinstance(value, list):  # the managers' URLs (load balancer, broker)
             return ",".join(str(v) for v in value)
         return str(value)
 
@@ -231,7 +234,28 @@ def check_deployment(files: Sequence[NodeFile]) -> list[str]:
                 f"{lb.source} lists managers {sorted(listed)}, the managers' peers are "
                 f"{sorted(urls)}"
             )
+    for broker in (f for f in files if f.role == "broker"):
+        problems += _broker_managers(broker, urls if managers else None)
     return problems
+
+
+def _broker_managers(broker: NodeFile, urls: set[str] | None) -> list[str]:
+    """A broker must list managers' own URLs (``managers``): its node requests never go
+    through the load balancer (issue 23)."""
+    if "managers_url" in broker.settings:
+        return [
+            f"{broker.source}: managers_url (the load balancer) is no longer taken: list the "
+            "managers' own URLs in managers = [...]"
+        ]
+    listed = {str(u).rstrip("/") for u in _as_list(broker.settings.get("managers"))}
+    if not listed:
+        return [f"{broker.source} lists no managers (managers = [...])"]
+    if urls is not None and not listed <= urls:
+        return [
+            f"{broker.source} lists {sorted(listed - urls)} among its managers, which no "
+            f"manager is (the managers' peers are {sorted(urls)})"
+        ]
+    return []
 
 
 def _as_list(value: object) -> list[object]:
@@ -294,4 +318,6 @@ def _toml(value: object) -> str:
     """A TOML value: JSON's strings, numbers and arrays are TOML's too."""
     if isinstance(value, list):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
     return json.dumps(value) if isinstance(value, str) else str(value)

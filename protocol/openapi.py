@@ -37,13 +37,36 @@ def api_document(node: Node) -> dict[str, object]:
     paths = {
         Node.MANAGER: manager_paths,
         Node.BROKER: _mapping(source[BROKER_PATHS]),
-        Node.LOAD_BALANCER: {**manager_paths, **_mapping(source[LOAD_BALANCER_PATHS])},
+        Node.LOAD_BALANCER: {
+            **_without_internal(manager_paths),
+            **_mapping(source[LOAD_BALANCER_PATHS]),
+        },
     }[node]
     document = {key: value for key, value in source.items() if not key.startswith("x-raftq-")}
     info = _mapping(source["info"])
     document["info"] = {**info, "title": f"RaftQ {node.value.replace('_', ' ')}"}
     document["paths"] = paths
     return copy.deepcopy(document)
+
+
+def _without_internal(paths: dict[str, object]) -> dict[str, object]:
+    """The operations a client may send: the load balancer forwards no node request (issue
+    23: they go straight to the node they are for), so its document leaves those out."""
+    kept: dict[str, object] = {}
+    for path, item in paths.items():
+        methods = {
+            method: operation
+            for method, operation in _mapping(item).items()
+            if method not in _METHODS or not _internal(operation)
+        }
+        if any(method in _METHODS for method in methods):
+            kept[path] = methods
+    return kept
+
+
+def _internal(operation: object) -> bool:
+    tags = _mapping(operation).get("tags")
+    return isinstance(tags, list) and "internal" in tags
 
 
 def operations(document: dict[str, object]) -> set[tuple[str, str]]:

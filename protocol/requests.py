@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from protocol.access import KEY_ID_CHARS, Role, check_topic_patterns
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits, PartitionLimits
+from protocol.node_auth import valid_nonce
 from protocol.types import (
     NO_HEADERS,
     BrokerId,
@@ -624,6 +625,21 @@ class ManagerRef:
     @staticmethod
     def parse_id(params: Params, limits: Limits) -> int:
         return get_int(params, "manager_id", minimum=1, maximum=_MANAGER_ID_MAX)
+
+
+@dataclass(frozen=True, slots=True)
+class AddressChallenge:
+    """``POST /managers/proof {"nonce"}``: the leader's challenge to a manager it is asked to
+    add (``protocol.node_auth``): 32 to 128 lowercase hex characters."""
+
+    nonce: str
+
+    @classmethod
+    def parse(cls, params: Params, limits: Limits) -> AddressChallenge:
+        nonce = require_str(params, "nonce", 128)
+        if not valid_nonce(nonce):
+            raise invalid("field 'nonce' must be 32 to 128 lowercase hex characters")
+        return cls(nonce)
 
 
 @dataclass(frozen=True, slots=True)

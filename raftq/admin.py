@@ -12,6 +12,7 @@ from protocol.errors import ErrorCode
 from raftq.client_limits import ClientLimits
 from raftq.errors import ApiError, ProtocolError, RaftQClientError, UnavailableError
 from raftq.http import HttpTransport
+from raftq.node_signing import NodeSigning
 from raftq.records import (
     BrokerInfo,
     GroupInfo,
@@ -47,14 +48,16 @@ class Admin:
         limits: ClientLimits | None = None,
         api_key: str | None = None,
         tls_ca: str | None = None,
-        node_token: str | None = None,
+        node: NodeSigning | None = None,
+        node_cert: tuple[str, str] | None = None,
     ) -> None:
         """``api_key``: sent with every request (``Authorization: Bearer``); ``tls_ca``: the
         CA bundle ``https://`` certificates are checked against (default: the system's);
-        ``node_token``: act as a node (see ``HttpTransport``)."""
+        ``node``: act as a node (see ``HttpTransport``), showing ``node_cert`` (certificate
+        and key files) to nodes with mutual TLS."""
         self._limits = (limits or ClientLimits()).validate()
         self._http = HttpTransport(
-            url, self._limits, api_key=api_key, tls_ca=tls_ca, node_token=node_token
+            url, self._limits, api_key=api_key, tls_ca=tls_ca, node=node, node_cert=node_cert
         )
 
     def close(self) -> None:

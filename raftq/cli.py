@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Never, TextIO
 from urllib.parse import urlsplit
 
+import requests
 from tqdm import tqdm
 
-from protocol.access import node_token
 from protocol.node_config import NodeConfigError, NodeFile, check_deployment, parse_node_file
 from protocol.types import NewMessage, headers_of
 from raftq.admin import Admin
@@ -48,6 +48,7 @@ from raftq.cluster_layout import CLUSTER_FILE, LayoutError, admin_key_of
 from raftq.consumer import Consumer
 from raftq.errors import RaftQClientError
 from raftq.group import GroupMember
+from raftq.node_signing import NodeSigning, manager_leader
 from raftq.producer import Producer
 from raftq.records import ConsumerLag, GroupInfo, Record
 
@@ -231,6 +232,13 @@ def _add_key_commands(
         "--secret-file",
         help="ask as a node, with the cluster secret instead of an API key (the first admin "
         "key of a deployment)",
+    )
+    make.add_argument(
+        "--node-cert",
+        nargs=2,
+        metavar=("CERT", "KEY"),
+        help="with --secret-file, for nodes with --mutual-tls: a certificate of the cluster's "
+        "CA and its key, shown with the request (default: a --dir cluster's own)",
     )
     key_commands.add_parser("list", parents=[target], help="list API keys (never the keys)")
     revoke = key_commands.add_parser("revoke", parents=[target], help="revoke an API key")
@@ -416,6 +424,13 @@ def _add_cluster_commands(commands: argparse._SubParsersAction[argparse.Argument
         action="store_true",
         default=None,
         help="HTTPS on every node, with certificates of a CA made for this cluster",
+    )
+    up.add_argument(
+        "--mutual-tls",
+        action="store_true",
+        default=None,
+        help="with --tls: managers and brokers take node requests only from callers that "
+        "show a certificate of the cluster's CA",
     )
     status = actions.add_parser("status", help="liveness of every node and the manager leader")
     status.add_argument("--dir", default=DEFAULT_DIR)
@@ -840,8 +855,10 @@ def cmd_key(args: argparse.Namespace, context: Context) -> int:
     secret_file = getattr(args, "secret_file", None)
     if secret_file is not None:  # the first admin key of a deployment: asked as a node
         url = resolve_url(args.url, args.dir, context.env_url)
-        token = node_token(_read_secret(secret_file))
-        admin = Admin(url, node_token=token, tls_ca=resolve_tls_ca(args, context))
+        signing = NodeSigning.of(_read_secret(secret_file))
+        tls_ca = resolve_tls_ca(args, context)
+        cert = _node_cert(args)
+        admin = Admin(_leader_of(url, tls_ca), node=signing, tls_ca=tls_ca, node_cert=cert)
     else:
         target = resolve_target(args, context)
         admin = Admin(target.url, api_key=target.api_key, tls_ca=target.tls_ca)
@@ -1011,6 +1028,32 @@ def cmd_node(args: argparse.Namespace, context: Context) -> int:
     os.execv(sys.executable, [sys.executable, "-m", node.role, "--config", args.config])
 
 
+def _node_cert(args: argparse.Namespace) -> tuple[str, str] | None:
+    """``--node-cert CERT KEY``, else a ``--dir`` cluster's own with ``--mutual-tls``."""
+    if args.node_cert:
+        return str(args.node_cert[0]), str(args.node_cert[1])
+    if args.url is not None:
+        return None
+    with contextlib.suppress(UsageError):
+        body = _cluster_file(args.dir)
+        if body.get("mutual_tls") is True:
+            tls = Path(args.dir or DEFAULT_DIR) / "tls"
+            return str(tls / "node.pem"), str(tls / "node-key.pem")
+    return None
+
+
+def _leader_of(url: str, tls_ca: str | None) -> str:
+    """The manager leader's own URL, asked of ``url`` (the load balancer or a manager):
+    a node's request goes straight to it, never through the load balancer."""
+    with requests.Session() as session:
+        session.trust_env = False  # no proxy between this host's nodes; our CA, not the env's
+        session.verify = tls_ca or True
+        leader = manager_leader(session, url, ClientLimits().request_timeout_s)
+    if leader is None:
+        raise UsageError(f"{url}/raft_status names no manager leader: is the cluster up?")
+    return leader
+
+
 def _read_secret(path: str) -> str:
     try:
         secret = Path(path).read_text(encoding="utf-8").strip()
@@ -1045,6 +1088,7 @@ def cmd_cluster(args: argparse.Namespace, context: Context) -> int:
             db_url=args.db_url,
             limits=limits,
             tls=args.tls,
+            mutual_tls=args.mutual_tls,
             brokers=args.brokers,
             hosts=args.hosts,
             progress=progress,

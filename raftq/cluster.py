@@ -24,7 +24,7 @@ from pathlib import Path
 
 import requests
 
-from protocol.access import NODE_HEADER, node_token
+from protocol.access import AUTHORIZATION_HEADER
 from protocol.durable_files import create_if_missing, make_directories, write_atomically
 from raftq.cluster_layout import (
     CLUSTER_FILE,
@@ -36,6 +36,7 @@ from raftq.cluster_layout import (
     parse_cluster_json,
     plan_nodes,
 )
+from raftq.node_signing import NodeSigning, manager_leader
 
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 """Where ``python -m manager`` finds its package even when RaftQ is not installed."""
@@ -49,6 +50,10 @@ LOG_TAIL_BYTES_MAX = 64 * 1024
 
 class ClusterError(RuntimeError):
     """The cluster could not be started, found or stopped as asked."""
+
+
+class _RefusedError(ClusterError):
+    """The managers refused a change (nothing done)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +100,7 @@ class LocalCluster:
         db_url: str | None = None,
         limits: Mapping[str, str] | None = None,
         tls: bool | None = None,
+        mutual_tls: bool | None = None,
         brokers: int | None = None,
         hosts: Sequence[str] | None = None,
         python: str = sys.executable,
@@ -110,6 +116,7 @@ class LocalCluster:
             "base_port": base_port,
             "db_url": db_url,
             "tls": tls,
+            "mutual_tls": mutual_tls,
             "brokers": brokers,
             "hosts": None if hosts is None else tuple(hosts),
         }
@@ -218,15 +225,18 @@ class LocalCluster:
         self.save()
 
     def add_manager(self, timeout_s: float = 90.0) -> NodeSpec:
-        """Grow the managers by one (the next id): the running managers record it and add
-        its Raft node to their group (committed) first, then ``cluster.json`` records it
-        and it starts, its file listing every manager; waits until it follows a leader."""
+        """Grow the managers by one (the next id): ``cluster.json`` records it and it starts,
+        its file listing every manager; it waits to be added (nobody lists it yet). Then the
+        managers are asked with the admin key: the leader checks its address (it answers
+        with the cluster secret), records it and adds its Raft node to the group (committed).
+        Waits until it follows a leader. Refused (400/409): it is stopped and forgotten."""
         if self._settings.hosts:
             raise ClusterError("cannot add a manager to a cluster with --hosts: which address?")
         try:
             settings = replace(self._settings, managers=self._settings.managers + 1).validate()
         except LayoutError as exc:
             raise ClusterError(f"cannot add a manager: {exc}") from None
+        before = self._settings
         node = {n.name: n for n in plan_nodes(settings, self._python)}[
             f"manager-{settings.managers}"
         ]
@@ -236,11 +246,19 @@ class LocalCluster:
             "raft_address": node.raft_address,
         }
         deadline_s = time.monotonic() + timeout_s
-        self._call_managers("POST", body, (200, 201), deadline_s)
         self._settings = settings
         self._nodes = {n.name: n for n in plan_nodes(settings, self._python)}
         self.save()
         self._progress(f"starting {node.name} (pid {self.start_node(node.name)})")
+        try:
+            self._wait_answers(node, deadline_s)
+            self._call_managers("POST", body, (200, 201), deadline_s)
+        except _RefusedError:
+            self.stop_node(node.name)
+            self._settings = before
+            self._nodes = {n.name: n for n in plan_nodes(before, self._python)}
+            self.save()
+            raise
         self._wait_follows(node, deadline_s)
         return node
 
@@ -263,18 +281,21 @@ class LocalCluster:
     def _call_managers(
         self, method: str, body: dict[str, object], done: tuple[int, ...], deadline_s: float
     ) -> None:
-        """``/managers`` through the load balancer, as a node, repeated while the answer
-        is a 503 (no leader yet, a leader handing over, an outcome not known: each repeat
-        is harmless) until ``deadline_s``."""
+        """``/managers`` through the load balancer, with the admin key (it is a client's
+        request: no node credential goes through the load balancer), repeated while the
+        answer is a 503 (no leader yet, a leader handing over, an outcome not known: each
+        repeat is harmless) until ``deadline_s``. Any other refusal: ``_RefusedError``."""
+        if self._admin_key is None:
+            raise ClusterError("this cluster has no admin API key yet: run raftq cluster up")
         last = "no attempt"
         with self._session() as session:
+            session.headers[AUTHORIZATION_HEADER] = f"Bearer {self._admin_key}"
             while time.monotonic() < deadline_s:
                 try:
                     response = session.request(
                         method,
                         self.lb_url + "/managers",
                         json=body,
-                        headers=self.node_headers(),
                         timeout=ADMIN_KEY_REQUEST_TIMEOUT_S,
                     )
                 except requests.RequestException as exc:
@@ -284,13 +305,25 @@ class LocalCluster:
                         return
                     last = f"{response.status_code} {response.text[:300]}"
                     if response.status_code != 503:
-                        raise ClusterError(f"{method} /managers: {last}")
+                        raise _RefusedError(f"{method} /managers: {last}")
                 time.sleep(READY_POLL_PERIOD_S)
         raise ClusterError(f"{method} /managers did not succeed: {last}")
 
-    def _wait_follows(self, node: NodeSpec, deadline_s: float) -> None:
+    def _wait_answers(self, node: NodeSpec, deadline_s: float) -> None:
+        """Until ``node`` answers HTTP (a manager being added answers its address check)."""
         with self._session() as session:
-            session.headers.update(self.node_headers())
+            while time.monotonic() < deadline_s and self.is_running(node.name):
+                if _answers(session, node.http_address + "/") is not None:
+                    return
+                time.sleep(READY_POLL_PERIOD_S)
+        raise _RefusedError(
+            f"{node.name} did not answer in time (or exited)\n"
+            f"last lines of {node.log_file}:\n{self.log_tail(node.name)}"
+        )
+
+    def _wait_follows(self, node: NodeSpec, deadline_s: float) -> None:
+        """Until ``node`` knows a leader (``leader_address`` is public)."""
+        with self._session() as session:
             while time.monotonic() < deadline_s:
                 self._fail_if_exited()
                 answer = _answers(session, node.http_address + "/raft_status")
@@ -413,26 +446,43 @@ class LocalCluster:
         session = requests.Session()
         session.trust_env = False
         session.verify = self.tls_ca or True
+        session.cert = self._settings.node_cert  # mutual TLS: the nodes take none without
         return session
 
-    def node_headers(self) -> dict[str, str]:
-        """What a node sends to another (``X-RaftQ-Node``): for tools that read internals
-        (``/raft_status`` details, ``/checksum``) with the cluster's own secret."""
+    @property
+    def node_cert(self) -> tuple[str, str] | None:
+        """(certificate, key) to show with a signed request to a node: with
+        ``--mutual-tls``, the nodes take node requests only from callers that show one of
+        the cluster's CA (``requests``' ``cert=``); ``None`` otherwise."""
+        return self._settings.node_cert
+
+    def node_auth(self, name: str = "tool-cli") -> NodeSigning:
+        """Signs each request as a node (``raftq.node_signing``), with a key from the
+        cluster's own secret: for tools that read internals (``/raft_status`` details,
+        ``/checksum``). Send such requests to the node itself: the load balancer refuses
+        them."""
         secret = self._settings.secret_file.read_text(encoding="utf-8").strip()
-        return {NODE_HEADER: node_token(secret)}
+        return NodeSigning.of(secret, name)
 
     def _create_admin_key(self, deadline_s: float) -> str:
-        """Ask the managers for an admin key, as a node. Retried until the deadline: a
-        retry after a lost answer makes a second key whose secret nobody ever saw."""
+        """Ask the manager leader itself for an admin key, as a node. Retried until the
+        deadline: a retry after a lost answer makes a second key whose secret nobody ever
+        saw."""
         last = "no attempt"
+        signing = self.node_auth()
         with self._session() as session:
             while time.monotonic() < deadline_s:
+                leader = self._manager_leader(session)
+                if leader is None:
+                    last = "no manager leads"
+                    time.sleep(READY_POLL_PERIOD_S)
+                    continue
                 try:
                     response = session.post(
-                        self.lb_url + "/keys",
+                        leader + "/keys",
                         json={"role": "admin", "name": "cluster up"},
-                        headers=self.node_headers(),
                         timeout=ADMIN_KEY_REQUEST_TIMEOUT_S,
+                        auth=signing,
                     )
                 except requests.RequestException as exc:
                     last = repr(exc)
@@ -453,7 +503,6 @@ class LocalCluster:
         next_progress_s = time.monotonic() + PROGRESS_PERIOD_S
         ready_before = False
         with self._session() as session:
-            session.headers.update(self.node_headers())  # GET /brokers is not for everyone
             while True:
                 self._fail_if_exited()
                 waiting_for, culprit = self._readiness(session)
@@ -530,10 +579,17 @@ class LocalCluster:
                 )
 
     def _readiness(self, session: requests.Session) -> tuple[str | None, str]:
-        """(what is still missing or None when ready, the node whose log would explain it)."""
-        answer = _answers(session, self.lb_url + "/brokers")
+        """(what is still missing or None when ready, the node whose log would explain it):
+        the load balancer knows the manager leader, and that leader lists every broker
+        alive (asked as a node, straight)."""
+        leader = manager_leader(session, self.lb_url, HTTP_PROBE_TIMEOUT_S)
+        if leader is None:
+            if _answers(session, self.lb_url + "/") is None:
+                return "the load balancer does not answer", "lb"
+            return "the load balancer knows no manager leader yet", self._silent_manager(session)
+        answer = _answers(session, leader + "/brokers", self.node_auth())
         if answer is None:
-            return "the load balancer does not answer", "lb"
+            return f"the manager leader {leader} does not answer", self._silent_manager(session)
         status, body = answer
         if status != 200 or not isinstance(body, dict):
             message = body.get("message") if isinstance(body, dict) else None
@@ -556,11 +612,9 @@ class LocalCluster:
         return "manager-1"
 
     def _manager_leader(self, session: requests.Session) -> str | None:
-        answer = _answers(session, self.lb_url + "/raft_status")
-        if answer is not None and isinstance(answer[1], dict):
-            leader = answer[1].get("leader_address")
-            if isinstance(leader, str):
-                return leader
+        leader = manager_leader(session, self.lb_url, HTTP_PROBE_TIMEOUT_S)
+        if leader is not None:
+            return leader
         for i in self._settings.manager_ids:
             node = self.node(f"manager-{i}")
             reply = _answers(session, node.http_address + "/raft_status")
@@ -596,10 +650,13 @@ def _open_settings(
     return settings, dict(pids)
 
 
-def _answers(session: requests.Session, url: str) -> tuple[int, object] | None:
-    """(status, JSON body or None), or None when nothing answered in time."""
+def _answers(
+    session: requests.Session, url: str, auth: NodeSigning | None = None
+) -> tuple[int, object] | None:
+    """(status, JSON body or None), or None when nothing answered in time. ``auth``: sign
+    as a node (for a node's own URL only)."""
     try:
-        with session.get(url, timeout=HTTP_PROBE_TIMEOUT_S) as response:
+        with session.get(url, timeout=HTTP_PROBE_TIMEOUT_S, auth=auth) as response:
             try:
                 return response.status_code, response.json()
             except ValueError:

@@ -69,6 +69,9 @@ class ClusterSettings:
     removed_brokers: tuple[int, ...] = ()
     """Brokers of 1..N removed by ``raftq broker remove``: never started again (their ids
     are refused by the managers); the others keep their ids and ports."""
+    mutual_tls: bool = False
+    """With ``tls``: managers and brokers show their certificate to the peers they call and
+    take node requests only from callers with one of the cluster's CA (``--mutual-tls``)."""
 
     @property
     def manager_ids(self) -> tuple[int, ...]:
@@ -96,6 +99,8 @@ class ClusterSettings:
             raise LayoutError(f"--base-port must be between 1024 and {highest}")
         if self.db_url is not None:
             broker_db_url(self.db_url, 1)  # raises LayoutError when unusable
+        if self.mutual_tls and not self.tls:
+            raise LayoutError("--mutual-tls needs --tls")
         if self.hosts and len(self.hosts) != 1 + MANAGER_COUNT + self.brokers:
             raise LayoutError(
                 f"--hosts needs {1 + MANAGER_COUNT + self.brokers} addresses (load balancer, "
@@ -135,6 +140,14 @@ class ClusterSettings:
     @property
     def tls_key_file(self) -> Path:
         return self.directory / TLS_DIR / "node-key.pem"
+
+    @property
+    def node_cert(self) -> tuple[str, str] | None:
+        """(certificate, key) a tool shows the nodes with its signed requests: with
+        ``mutual_tls``, the nodes' own (``None`` otherwise)."""
+        if not self.mutual_tls:
+            return None
+        return str(self.tls_cert_file), str(self.tls_key_file)
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +252,8 @@ def _manager(settings: ClusterSettings, python: str, i: int) -> NodeSpec:
     body: dict[str, object] = {"role": "manager", "id": i, "host": host, "port": http_port}
     body.update(raft_port=raft_port, data_dir=str(settings.directory / name))
     body.update(secret_file=str(settings.secret_file))
+    if settings.mutual_tls:
+        body["mutual_tls"] = True
     data_dir, log_file, config_file, argv, text = _node(
         settings, python, name, body, _manager_peers(settings)
     )
@@ -265,7 +280,11 @@ def _broker(settings: ClusterSettings, python: str, i: int) -> NodeSpec:
     body.update(data_dir=str(settings.directory / name))
     if settings.db_url is not None:
         body["db_url"] = broker_db_url(settings.db_url, i)
-    body.update(managers_url=settings.lb_url, secret_file=str(settings.secret_file))
+    # The managers' own URLs: a broker's node requests never go through the load balancer.
+    managers = [peer.http_url for peer in _manager_peers(settings)]
+    body.update(managers=managers, secret_file=str(settings.secret_file))
+    if settings.mutual_tls:
+        body["mutual_tls"] = True
     data_dir, log_file, config_file, argv, text = _node(settings, python, name, body)
     return NodeSpec(
         name,
@@ -324,6 +343,7 @@ def cluster_json(
         "db_url": settings.db_url,
         "limits": dict(settings.limits),
         "tls": settings.tls,
+        "mutual_tls": settings.mutual_tls,
         "brokers": settings.brokers,
         "hosts": list(settings.hosts),
         "removed_brokers": list(settings.removed_brokers),
@@ -351,8 +371,9 @@ def parse_cluster_json(directory: Path, body: object) -> tuple[ClusterSettings, 
     host, base_port, db_url = body.get("host"), body.get("base_port"), body.get("db_url")
     limits, tls = body.get("limits", {}), body.get("tls", False)
     brokers = body.get("brokers", DEFAULT_BROKER_COUNT)  # absent in files of older versions
-    if not isinstance(tls, bool):
-        raise LayoutError(f"{CLUSTER_FILE}: tls must be true or false")
+    mutual_tls = body.get("mutual_tls", False)  # absent in files of older versions
+    if not isinstance(tls, bool) or not isinstance(mutual_tls, bool):
+        raise LayoutError(f"{CLUSTER_FILE}: tls and mutual_tls must be true or false")
     if not isinstance(brokers, int) or isinstance(brokers, bool):
         raise LayoutError(f"{CLUSTER_FILE}: brokers must be a number")
     removed = body.get("removed_brokers", [])
@@ -385,6 +406,7 @@ def parse_cluster_json(directory: Path, body: object) -> tuple[ClusterSettings, 
         managers,
         tuple(removed_managers),
         tuple(removed),
+        mutual_tls,
     )
     pids: dict[str, int] = {}
     nodes = body.get("nodes", [])

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import requests
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
-from protocol.access import AUTHORIZATION_HEADER, NODE_HEADER
+from protocol.access import AUTHORIZATION_HEADER
 from protocol.deadline import EPOCH_HEADER as EPOCH_DEADLINE_HEADER
 from protocol.deadline import HEADER as DEADLINE_HEADER
 from protocol.deadline import Deadline
@@ -29,6 +29,7 @@ from protocol.errors import proves_nothing_done
 from protocol.streams import Event, EventReader
 from raftq.client_limits import ClientLimits
 from raftq.errors import ApiError, ProtocolError, UnavailableError
+from raftq.node_signing import NodeSigning
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,12 +125,15 @@ class HttpTransport:
         sleep: Callable[[float], None] = time.sleep,
         api_key: str | None = None,
         tls_ca: str | None = None,
-        node_token: str | None = None,
+        node: NodeSigning | None = None,
+        node_cert: tuple[str, str] | None = None,
     ) -> None:
         """``api_key`` goes with every request as ``Authorization: Bearer``. ``tls_ca``: the
         CA bundle (PEM) that ``https://`` servers' certificates are checked against (default:
-        the system's). ``node_token``: act as a node (``X-RaftQ-Node``, from the cluster
-        secret): how the first admin key of a deployment is made."""
+        the system's). ``node``: act as a node, each request signed with a key from the
+        cluster secret (``raftq.node_signing``): how the first admin key of a deployment is
+        made, asking the manager leader itself (never through the load balancer); with
+        ``node_cert`` (certificate and key files) shown to nodes with mutual TLS."""
         self.url = url.rstrip("/")
         self._limits = limits
         self._rng = rng or random.Random()
@@ -140,15 +144,19 @@ class HttpTransport:
         self._verify: str | bool = tls_ca or True
         self._api_key = api_key
         self._tls_ca = tls_ca
-        self._node_token = node_token
+        self._node = node
+        self._node_cert = node_cert
         self._auth = {} if api_key is None else {AUTHORIZATION_HEADER: f"Bearer {api_key}"}
-        if node_token is not None:
-            self._auth[NODE_HEADER] = node_token
 
     def sibling(self, url: str, limits: ClientLimits) -> HttpTransport:
         """A transport of its own (connections, retries) to ``url`` with the same credentials."""
         return HttpTransport(
-            url, limits, api_key=self._api_key, tls_ca=self._tls_ca, node_token=self._node_token
+            url,
+            limits,
+            api_key=self._api_key,
+            tls_ca=self._tls_ca,
+            node=self._node,
+            node_cert=self._node_cert,
         )
 
     def close(self) -> None:
@@ -258,6 +266,8 @@ class HttpTransport:
                 },
                 timeout=(self._limits.connect_timeout_s, read_s),
                 verify=self._verify,
+                auth=self._node,
+                cert=self._node_cert,
             ) as response:
                 return Reply(
                     response.status_code,

@@ -5,8 +5,10 @@ for bad settings."""
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,6 +22,7 @@ from runtime.http_server import HttpRequest, HttpResponse, HttpServer
 from runtime.tls import TlsFiles, server_context
 
 SECRET_CHARS_MIN = 16
+_log = logging.getLogger(__name__)
 _Config = TypeVar("_Config")
 
 
@@ -110,17 +113,32 @@ def read_metrics_token(path: Path | None) -> str | None:
     return token
 
 
+@dataclass(frozen=True, slots=True)
+class Prelude:
+    """What a node serves before its app is built, and what it waits for first (a manager
+    being added answers its address check and waits until the managers list it)."""
+
+    app: App
+    ready: Callable[[threading.Event], bool]
+    """Blocks until the node may build its app (True), or until the event is set (the node
+    stops: False). Runs on the "start" thread."""
+
+
 def run_server(
     role: str,
     build: Callable[[], _Config],
     create_app: Callable[[_Config], App],
     options: Callable[[_Config], ServeOptions],
+    prelude: Callable[[_Config], Prelude | None] = lambda _config: None,
 ) -> int:
     """Build the config once (exit 2 with the reason if it is invalid), bind the port (exit 2
     if it is taken: before any Raft node starts), build the app, then serve until SIGTERM or
-    SIGINT; requests in progress then finish (bounded) and the app is closed."""
+    SIGINT; requests in progress then finish (bounded) and the app is closed. With a
+    ``prelude``, its app serves while a thread waits for it to be ready, then builds the
+    node's app, which serves from then on."""
     try:
         config = build()
+        first = prelude(config)
     except ValueError as exc:  # ConfigError and LimitsError are ValueErrors
         print(f"{role}: {exc}", file=sys.stderr)
         return 2
@@ -128,7 +146,7 @@ def run_server(
     built: list[App] = []
 
     def handle(request: HttpRequest) -> HttpResponse:
-        return built[0].handle(request)
+        return built[-1].handle(request)
 
     try:
         tls = server_context(chosen.tls) if chosen.tls.serves_tls else None
@@ -136,9 +154,23 @@ def run_server(
     except OSError as exc:
         print(f"{role}: cannot listen on {chosen.host}:{chosen.port}: {exc}", file=sys.stderr)
         return 2
-    built.append(create_app(config))
+    stopping = threading.Event()
+    failed: list[BaseException] = []
+    starter: threading.Thread | None = None
+    if first is None:
+        built.append(create_app(config))
+    else:
+        built.append(first.app)
+        starter = threading.Thread(
+            target=_start_after,
+            args=(first, stopping, lambda: built.append(create_app(config)), server, failed),
+            name="start",
+            daemon=True,
+        )
+        starter.start()
 
     def stop(_signum: int, _frame: object) -> None:
+        stopping.set()
         server.shutdown()
 
     signal.signal(signal.SIGTERM, stop)
@@ -146,17 +178,45 @@ def run_server(
     try:
         server.serve_forever()
     finally:
-        built[0].close()
-    return 0
+        stopping.set()
+        if starter is not None:
+            starter.join()  # an app being built is closed below, not left running
+        for app in reversed(built):
+            app.close()
+    return 1 if failed else 0
+
+
+def _start_after(
+    first: Prelude,
+    stopping: threading.Event,
+    start: Callable[[], None],
+    server: HttpServer,
+    failed: list[BaseException],
+) -> None:
+    """The "start" thread: wait for the prelude, then build the node's app; a failure
+    stops the server (the process then exits 1, its log saying why)."""
+    try:
+        if first.ready(stopping) and not stopping.is_set():
+            start()
+    except Exception as exc:
+        _log.exception("could not start")
+        failed.append(exc)
+        server.shutdown()
 
 
 def check_before_start(
-    limits: Limits, secret: str, tls: TlsFiles, check: Callable[[JsonHttpClient], None]
+    limits: Limits,
+    secret: str,
+    tls: TlsFiles,
+    node: str,
+    check: Callable[[JsonHttpClient], None],
 ) -> None:
     """Run a start-up check against the running nodes (``check`` raises ``ValueError`` to
-    refuse the start) with a client that makes one attempt per call: a node that is not
-    listening yet is skipped at once, before this one binds its port or starts Raft."""
-    client = JsonHttpClient(replace(limits, http_retries_max=1), PeerLink.of(secret, tls))
+    refuse the start) with a client that makes one attempt per call, signed as ``node``: a
+    node that is not listening yet is skipped at once, before this one binds its port or
+    starts Raft."""
+    link = PeerLink.of(secret, tls, node)
+    client = JsonHttpClient(replace(limits, http_retries_max=1), link)
     try:
         check(client)
     finally:

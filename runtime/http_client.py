@@ -10,24 +10,32 @@ call, and every produce through the load balancer crosses two of these hops.
 
 from __future__ import annotations
 
+import logging
 import random
 import ssl
+import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from urllib.parse import urlencode, urlsplit
 
 import orjson
 
-from protocol.access import NODE_HEADER, node_token
 from protocol.deadline import EPOCH_HEADER as EPOCH_DEADLINE_HEADER
 from protocol.deadline import HEADER as DEADLINE_HEADER
 from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
+from protocol.node_auth import (
+    NODE_REFUSAL,
+    SIGNATURE_HEADER,
+    NodeCredential,
+    new_signature_nonce,
+)
 from runtime.http_connection import HttpConnections, NoAnswerFromPeerError, NotSentError
 from runtime.tls import TlsFiles, client_context
 
 _JSON_HEADER = ("Content-Type", "application/json")
+_log = logging.getLogger(__name__)
 
 
 class NoAnswerError(RaftQError):
@@ -57,17 +65,24 @@ def nothing_was_sent(exc: BaseException) -> bool:
 class PeerLink:
     """How a node calls its peers, built once from its config."""
 
-    node_token: str = field(repr=False)
-    """Sent with every call (``protocol.access.node_token`` of the cluster secret): the
-    peers' internal endpoints answer only nodes."""
+    credential: NodeCredential | None
+    """Signs every call (``protocol.node_auth``): the peers' internal endpoints answer only
+    nodes. ``None``: no credential at all (for addresses not yet proven to be the
+    cluster's, ``without_credential``)."""
     tls: ssl.SSLContext | None
     """How ``https://`` peers are checked (``runtime.tls.client_context``); ``None``: the
     system's CAs."""
 
     @classmethod
-    def of(cls, secret: str, tls: TlsFiles) -> PeerLink:
-        """A node's link from its config: the token of the cluster secret, its TLS files."""
-        return cls(node_token(secret), client_context(tls))
+    def of(cls, secret: str, tls: TlsFiles, node: str) -> PeerLink:
+        """A node's link from its config: its key from the cluster secret and its name
+        (``manager-1``, ``broker-3``, ``tool-...``), its TLS files."""
+        return cls(NodeCredential.of(secret, node), client_context(tls))
+
+    def without_credential(self) -> PeerLink:
+        """The same TLS checks, no credential: what a node calls an address with that it
+        may not trust with one (a manager it is asked to add, before it proved itself)."""
+        return PeerLink(None, self.tls)
 
 
 def connections(limits: Limits, tls: ssl.SSLContext | None) -> HttpConnections:
@@ -84,7 +99,8 @@ class JsonHttpClient:
         self._limits = limits
         self._timeout_s = limits.http_timeout_s if timeout_s is None else timeout_s
         self._connections = connections(limits, link.tls)
-        self._node_header = (NODE_HEADER, link.node_token)
+        self._credential = link.credential
+        self._refusals = _RefusalLog()
 
     def call(
         self,
@@ -108,7 +124,9 @@ class JsonHttpClient:
         last_error: NoAnswerFromPeerError | None = None
         for attempt in range(attempts):
             now_s = time.monotonic()
-            headers = [self._node_header, _JSON_HEADER] if data is not None else [self._node_header]
+            headers = self._signed(method, base, target, data)
+            if data is not None:
+                headers.append(_JSON_HEADER)
             if deadline is not None:
                 if deadline.expired(now_s):
                     raise NoAnswerError(
@@ -138,9 +156,31 @@ class JsonHttpClient:
                     break
                 time.sleep(random.uniform(0, self._limits.http_retry_backoff_s_max))
                 continue
-            return HttpAnswer(response.status, _json_or_text(response.body), dict(response.headers))
+            answer = HttpAnswer(
+                response.status, _json_or_text(response.body), dict(response.headers)
+            )
+            if answer.status == 401 and self._credential is not None:
+                self._refusals.note(base, answer.body)
+            return answer
         refused = last_error is not None and nothing_was_sent(last_error)
         raise NoAnswerError(f"{method} {url} got no answer: {last_error}", refused=refused)
+
+    def _signed(
+        self, method: str, base: str, target: str, data: bytes | None
+    ) -> list[tuple[str, str]]:
+        """The signature header of one attempt (a retry is signed anew: a receiver takes
+        each signature once)."""
+        if self._credential is None:
+            return []
+        value = self._credential.sign(
+            method,
+            base,
+            target,
+            data or b"",
+            now_ms=int(time.time() * 1000),
+            nonce=new_signature_nonce(),
+        )
+        return [(SIGNATURE_HEADER, value)]
 
     def call_ok(
         self,
@@ -169,6 +209,40 @@ class JsonHttpClient:
 
     def close(self) -> None:
         self._connections.close()
+
+
+class _RefusalLog:
+    """Says in the log, at most once a minute per peer, that a peer refused this node's
+    signed request, and what to do. A node of an older RaftQ refuses every signed request
+    with its generic 401 (it expects the static token of its version): the cluster then
+    runs two versions whose nodes cannot talk, which must not fail silently."""
+
+    PERIOD_S = 60.0
+    PEERS_MAX = 1_000
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last_s: dict[str, float] = {}
+
+    def note(self, peer: str, body: object) -> None:
+        message = str(body.get("message", "")) if isinstance(body, dict) else ""
+        now_s = time.monotonic()
+        with self._lock:
+            if now_s - self._last_s.get(peer, float("-inf")) < self.PERIOD_S:
+                return
+            if len(self._last_s) >= self.PEERS_MAX:
+                self._last_s.clear()
+            self._last_s[peer] = now_s
+        if message.startswith(NODE_REFUSAL):
+            _log.warning("%s refused this node's request: %s", peer, message)
+        else:
+            _log.warning(
+                "%s refused this node's signed request (401: %s): a node of an older RaftQ "
+                "refuses signed node requests; run the same RaftQ version on every node "
+                "(ARCHITECTURE.md, 'Upgrading to signed node requests')",
+                peer,
+                message[:200],
+            )
 
 
 def _split(url: str) -> tuple[str, str]:

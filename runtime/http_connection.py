@@ -135,7 +135,11 @@ class HttpConnections:
             if parts.scheme not in ("http", "https") or parts.hostname is None:
                 raise NotSentError(f"not an http:// or https:// URL: {base_url!r}")
             tls = parts.scheme == "https"
-            peer = _Peer(parts.hostname, parts.port or (443 if tls else 80), tls)
+            try:
+                port = parts.port
+            except ValueError as exc:
+                raise NotSentError(f"not a port in {base_url!r}: {exc}") from None
+            peer = _Peer(parts.hostname, port or (443 if tls else 80), tls)
             self._peers[base_url] = peer
         return peer
 
@@ -152,8 +156,8 @@ class HttpConnections:
             _close(entry.sock)
         try:
             sock = self._connect(peer, connect_timeout_s)
-        except OSError as exc:
-            raise NotSentError(f"cannot connect to {peer.host}:{peer.port}: {exc}") from exc
+        except (OSError, UnicodeError) as exc:  # UnicodeError: a host name IDNA refuses
+            raise NotSentError(f"cannot connect to {peer.host!r}:{peer.port}: {exc}") from exc
         return sock
 
     def _connect(self, peer: _Peer, timeout_s: float) -> socket.socket:

@@ -73,6 +73,8 @@ class HttpRequest:
     headers: list[tuple[str, str]]
     body: bytes = b""
     client_address: str | None = None
+    peer_certified: bool = False
+    """The caller showed a TLS certificate the listener's CA vouches for (mutual TLS)."""
     path: str = field(init=False)
     query_string: str = field(init=False)
     principal: Principal | None = field(default=None, init=False)
@@ -209,11 +211,13 @@ class HttpServer:
         buffer = bytearray()
         try:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            certified = False
             if self._tls is not None:
                 conn = self._handshake(conn)
+                certified = isinstance(conn, ssl.SSLSocket) and bool(conn.getpeercert())
             while not self._stopping.is_set():
                 try:
-                    request, keep_alive = self._read_request(conn, buffer, client)
+                    request, keep_alive = self._read_request(conn, buffer, client, certified)
                 except _ClientGoneError:
                     return
                 except _BadRequestError as bad:
@@ -260,7 +264,7 @@ class HttpServer:
         return wrapped
 
     def _read_request(
-        self, conn: socket.socket, buffer: bytearray, client: str | None
+        self, conn: socket.socket, buffer: bytearray, client: str | None, certified: bool
     ) -> tuple[HttpRequest, bool]:
         limits = self._limits
         while buffer[:2] == _CRLF:  # RFC 9112 2.2: ignore empty lines before a request
@@ -279,7 +283,7 @@ class HttpServer:
         method, target, version, headers = _parse_head(head)
         keep_alive = _keep_alive(version, headers)
         body = self._read_body(conn, buffer, headers, until_s)
-        return HttpRequest(method, target, headers, body, client), keep_alive
+        return HttpRequest(method, target, headers, body, client, certified), keep_alive
 
     def _read_body(
         self,

@@ -204,11 +204,7 @@ class Scenario:
     to it."""
 
 
-def produce_plan(
-    lb: str, api_key: str, topics: Topics, leader: str | None, node: Mapping[str, str]
-) -> list[Scenario]:
-    """``node``: a node's credentials, for the row without a key check (the cost of
-    authentication is its ratio to the row above it)."""
+def produce_plan(lb: str, api_key: str, topics: Topics, leader: str | None) -> list[Scenario]:
     one, three = topics.one, topics.three
     direct = produce_direct(leader, api_key, one, 0)
     return [
@@ -217,12 +213,6 @@ def produce_plan(
             "produce 1/req, 1 client",
             1,
             produce_via_lb(lb, bearer(api_key), one, 1),
-        ),
-        Scenario(
-            "produce 1/req via LB, 1 thread, as a node (no API key check)",
-            None,
-            1,
-            produce_via_lb(lb, node, one, 1),
         ),
         Scenario(
             "produce 1/req via LB, 8 threads",
@@ -276,7 +266,6 @@ def durability_plan(lb: str, api_key: str, topics: Topics) -> list[Scenario]:
 def throughput_rows(
     lb: str,
     api_key: str,
-    node: Mapping[str, str],
     topics: Topics,
     seconds: float,
     log: Callable[[str], None],
@@ -284,7 +273,7 @@ def throughput_rows(
     """Every throughput scenario in order: produce first, so pop and fetch find data."""
     with client_session(api_key) as session:
         leader = leader_address(session, lb, topics.one, 0)
-    rows = [_measure(s, seconds, log) for s in produce_plan(lb, api_key, topics, leader, node)]
+    rows = [_measure(s, seconds, log) for s in produce_plan(lb, api_key, topics, leader)]
     pop_1000 = Scenario(
         "pop 1000/req via LB, 3 partitions, 1 thread",
         "consume 1000/req, 1 client",

@@ -104,9 +104,7 @@ def raftq_rows(
     poll_until(lambda: sampler.count("idle") >= IDLE_SAMPLES, 30.0, "idle memory samples")
     sampler.set_phase("load")
     log("RaftQ scenarios:")
-    rows = bench_scenarios.throughput_rows(
-        lb, api_key, cluster.node_headers(), topics, args.seconds, log
-    )
+    rows = bench_scenarios.throughput_rows(lb, api_key, topics, args.seconds, log)
     log(f"  {bench_latency.SCENARIO} ...")
     latency = functools.partial(bench_latency.measure, lb, api_key, topics.one, args.seconds)
     rows += guarded(bench_latency.SCENARIO, lambda: [latency()])

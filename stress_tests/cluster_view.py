@@ -2,7 +2,7 @@
 
 Functions of a ``LocalCluster`` and a ``requests.Session``; every call has a short timeout, so
 a paused node makes an answer ``None``, never a hang. The session carries the credentials
-(``credentials.py``): the node token or an API key both serve every call here (a broker's
+(``credentials.py``): a node's signature or an API key both serve every call here (a broker's
 ``GET /partitions`` is for any key; a manager's ``/raft_status`` shows ``is_leader`` to all).
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import requests
+import requests.auth
 
 from raftq.cluster import LocalCluster
 
@@ -36,11 +37,13 @@ def get_json(
     url: str,
     timeout_s: float = PROBE_TIMEOUT_S,
     headers: dict[str, str] | None = None,
+    auth: requests.auth.AuthBase | None = None,
 ) -> Any:
     """The JSON body of a 200 answer, or None (no answer, other status, not JSON).
-    ``headers`` go with this request on top of the session's."""
+    ``headers`` go with this request on top of the session's; ``auth`` signs it as a node
+    (``LocalCluster.node_auth``) whatever the session's credentials."""
     try:
-        with session.get(url, timeout=timeout_s, headers=headers) as response:
+        with session.get(url, timeout=timeout_s, headers=headers, auth=auth) as response:
             return response.json() if response.status_code == 200 else None
     except (requests.RequestException, ValueError):
         return None

@@ -2,9 +2,11 @@
 
 As a client: an API key in ``Authorization: Bearer`` (the admin key ``cluster up`` made, from
 ``require_admin_key``), for everything a client does through the load balancer or straight
-to a broker. As a node: the token from the cluster secret in ``X-RaftQ-Node``
-(``node_session``), for internals (``/checksum``, a broker's ``/raft_status``); it may call
-every client endpoint too, but skips the key check, so nothing measured uses it.
+to a broker. As a node (``node_session``, ``STRESS_NODE``): each request signed with a key
+from the cluster secret (``raftq.node_signing``), for internals (``/checksum``, a broker's
+``/raft_status``), sent straight to the node (the load balancer refuses node requests); it
+may call every client endpoint of a node too, but skips the key check, so nothing measured
+uses it.
 """
 
 from __future__ import annotations
@@ -38,8 +40,13 @@ def client_session(api_key: str) -> requests.Session:
     return session
 
 
+STRESS_NODE = "tool-stress"
+"""The name the stress tools sign as."""
+
+
 def node_session(cluster: LocalCluster) -> requests.Session:
-    """A session that calls as a node of the cluster (``X-RaftQ-Node``)."""
+    """A session that signs each request as a node of the cluster (to nodes only)."""
     session = requests.Session()
-    session.headers.update(cluster.node_headers())
+    session.auth = cluster.node_auth(STRESS_NODE)
+    session.cert = cluster.node_cert  # with --mutual-tls
     return session

@@ -6,8 +6,8 @@ Runs on the runner's main thread only. Every wait is bounded; ``restore`` brings
 back whole (resume paused nodes, heal the network, start stopped nodes) and is safe to call
 at any time, also after an exception half way through a fault.
 
-Credentials: leaders are asked of the nodes with the node token (``node_session``); the probe
-producers write with the cluster's admin API key, as a client does.
+Credentials: leaders are asked of the nodes themselves, signed as a node (``node_session``);
+the probe producers write with the cluster's admin API key, as a client does.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ managers), once the replicas have caught up and flushed. Produces the ``FinalRea
 checker compares with the history.
 
 Reads as a node (``node_session``). The database checksums (``/checksum``) are for nodes
-only, so those calls send the node token themselves, whatever the caller's session carries
+only, so those calls sign as a node themselves, whatever the caller's session carries
 (a session with an API key also serves ``wait_converged`` and ``read_replica``).
 ``membership_read`` reads its moving replicas with the same functions, from their log start.
 """
@@ -19,7 +19,7 @@ import requests
 
 from raftq.cluster import LocalCluster
 from stress_tests.cluster_view import broker_names, get_json, replica_status
-from stress_tests.credentials import node_session
+from stress_tests.credentials import STRESS_NODE, node_session
 from stress_tests.history import Entry, FinalRead, RangeSum, ReplicaLog
 from stress_tests.polling import poll_until
 
@@ -61,7 +61,7 @@ def flushed_offset(
     """How far the broker's replica has flushed to its database; None without an answer."""
     url = cluster.node(broker).http_address + "/checksum"
     query = f"topic={topic}&partition_id={partition_id}&start=0&end=0"
-    body = get_json(session, f"{url}?{query}", headers=cluster.node_headers())
+    body = get_json(session, f"{url}?{query}", auth=cluster.node_auth(STRESS_NODE))
     return int(body["flushed_offset"]) if isinstance(body, dict) else None
 
 
@@ -122,7 +122,7 @@ def database_sums(
 ) -> tuple[RangeSum, ...]:
     """``GET /checksum`` over ``[start, end)`` in ranges of ``CHECKSUM_RANGE_MESSAGES``."""
     url = cluster.node(broker).http_address + "/checksum"
-    headers = cluster.node_headers()
+    auth = cluster.node_auth(STRESS_NODE)
     sums = []
     for low in range(start, end, CHECKSUM_RANGE_MESSAGES):
         params: dict[str, str | int] = {
@@ -131,7 +131,7 @@ def database_sums(
             "start": low,
             "end": min(end, low + CHECKSUM_RANGE_MESSAGES),
         }
-        with session.get(url, params=params, headers=headers, timeout=READ_TIMEOUT_S) as response:
+        with session.get(url, params=params, auth=auth, timeout=READ_TIMEOUT_S) as response:
             response.raise_for_status()
             body = response.json()
         sums.append(

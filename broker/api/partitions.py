@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from broker.service import BrokerService
 from protocol.access import Action, require_topic
 from protocol.limits import Limits
@@ -11,38 +13,41 @@ from protocol.requests import (
     ReplicaConsumer,
     ReplicaRef,
     TopicRef,
+    invalid,
     parse_replica_spec,
 )
+from protocol.types import ReplicaSpec
 from runtime.http_api import App, json_response, request_params
 from runtime.http_server import HttpRequest, HttpResponse
 
 
-def add_partition_routes(api: App, service: BrokerService, broker_id: int, limits: Limits) -> None:
-    @api.get("/partitions", Action.DESCRIBE)
-    def list_partitions(http: HttpRequest) -> HttpResponse:
-        statuses = [status.to_json() for status in service.statuses()]
-        return json_response({"broker_id": broker_id, "partitions": statuses})
+@dataclass(frozen=True, slots=True)
+class RaftPorts:
+    """Where this broker's replicas listen: its host, its range of Raft ports."""
 
-    @api.post("/partitions", Action.NODE)
-    def host(http: HttpRequest) -> HttpResponse:
-        spec = parse_replica_spec(request_params(http), limits)
-        created = service.host(spec)
-        return json_response(spec.to_json(), 201 if created else 200)
+    host: str
+    port_min: int
+    port_max: int
 
-    @api.route("DELETE", "/partitions", Action.NODE)
-    def drop(http: HttpRequest) -> HttpResponse:
-        request = ReplicaRef.parse(request_params(http), limits)
-        dropped = service.drop(request.topic, request.partition_id, request.raft_address)
-        body = {"topic": request.topic, "partition_id": request.partition_id, "dropped": dropped}
-        return json_response(body)
+    def check(self, spec: ReplicaSpec, broker_id: int) -> None:
+        """400 unless the replica ``spec`` asks this broker to host is this broker's, at a
+        Raft address of its own: a spec naming another host or port (a made-up one, or one
+        for another broker) would make this broker bind a port that is not its to take."""
+        mine = spec.replicas[spec.replica_id]
+        host, _, port = spec.raft_address.rpartition(":")
+        if mine.broker_id != broker_id:
+            raise invalid(f"replica {spec.replica_id} is broker {mine.broker_id}'s, not this one's")
+        if host != self.host or not self.port_min <= int(port) <= self.port_max:
+            raise invalid(
+                f"raft_address {spec.raft_address} is not this broker's: it hosts replicas at "
+                f"{self.host}:{self.port_min}-{self.port_max}"
+            )
 
-    @api.post("/partitions/members", Action.NODE)
-    def replace_member(http: HttpRequest) -> HttpResponse:
-        request = ReplaceMember.parse(request_params(http), limits)
-        body = service.replace_member(
-            request.spec, request.moved_replica_id, request.removed, request.removed_alive
-        )
-        return json_response(body)
+
+def add_partition_routes(
+    api: App, service: BrokerService, broker_id: int, limits: Limits, ports: RaftPorts
+) -> None:
+    _add_replica_routes(api, service, broker_id, limits, ports)
 
     @api.post("/consumers", Action.CONSUME)
     def register_consumer(http: HttpRequest) -> HttpResponse:
@@ -87,3 +92,37 @@ def add_partition_routes(api: App, service: BrokerService, broker_id: int, limit
                 "flushed_offset": flushed,
             }
         )
+
+
+def _add_replica_routes(
+    api: App, service: BrokerService, broker_id: int, limits: Limits, ports: RaftPorts
+) -> None:
+    """The replicas this broker hosts: listed to any key; hosted, dropped and given new
+    members by the managers (nodes)."""
+
+    @api.get("/partitions", Action.DESCRIBE)
+    def list_partitions(http: HttpRequest) -> HttpResponse:
+        statuses = [status.to_json() for status in service.statuses()]
+        return json_response({"broker_id": broker_id, "partitions": statuses})
+
+    @api.post("/partitions", Action.NODE)
+    def host(http: HttpRequest) -> HttpResponse:
+        spec = parse_replica_spec(request_params(http), limits)
+        ports.check(spec, broker_id)
+        created = service.host(spec)
+        return json_response(spec.to_json(), 201 if created else 200)
+
+    @api.route("DELETE", "/partitions", Action.NODE)
+    def drop(http: HttpRequest) -> HttpResponse:
+        request = ReplicaRef.parse(request_params(http), limits)
+        dropped = service.drop(request.topic, request.partition_id, request.raft_address)
+        body = {"topic": request.topic, "partition_id": request.partition_id, "dropped": dropped}
+        return json_response(body)
+
+    @api.post("/partitions/members", Action.NODE)
+    def replace_member(http: HttpRequest) -> HttpResponse:
+        request = ReplaceMember.parse(request_params(http), limits)
+        body = service.replace_member(
+            request.spec, request.moved_replica_id, request.removed, request.removed_alive
+        )
+        return json_response(body)

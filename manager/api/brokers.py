@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from manager.service import ManagerService
-from protocol.access import Action
+from protocol.access import Action, Node
+from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 from protocol.requests import BrokerRef, RegisterBroker
 from runtime.http_api import App, json_response, request_params
@@ -13,7 +14,16 @@ from runtime.http_server import HttpRequest, HttpResponse
 def add_routes(api: App, service: ManagerService, limits: Limits) -> None:
     @api.post("/brokers", Action.NODE)
     def register_broker(http: HttpRequest) -> HttpResponse:
-        body, status = service.register_broker(RegisterBroker.parse(request_params(http), limits))
+        request = RegisterBroker.parse(request_params(http), limits)
+        principal = http.principal
+        signer = principal.broker_id if isinstance(principal, Node) else None
+        if signer is not None and signer != request.broker_id:
+            # Each broker signs as itself: one registers its own id only.
+            raise RaftQError(
+                ErrorCode.FORBIDDEN,
+                f"broker {signer} may register itself only, not broker {request.broker_id}",
+            )
+        body, status = service.register_broker(request)
         return json_response(body, status)
 
     @api.post("/brokers/drain", Action.ADMIN)

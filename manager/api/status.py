@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from manager.cluster import PUBLIC_RAFT_STATUS, ClusterView
-from protocol.access import NODE, Action
+from protocol.access import Action, Node
 from runtime.http_api import App, json_response, text_response
 from runtime.http_server import HttpRequest, HttpResponse
 from runtime.metrics import Metrics
@@ -19,7 +19,7 @@ def add_routes(api: App, manager_id: int, view: ClusterView, metrics: Metrics) -
         # Who leads is public (the load balancer and `raftq cluster status` need it); the
         # rest (peers, indexes, addresses) only for nodes.
         status = view.raft_status()
-        if http.principal is NODE:
+        if isinstance(http.principal, Node):
             return json_response(status)
         return json_response({k: status[k] for k in PUBLIC_RAFT_STATUS if k in status})
 

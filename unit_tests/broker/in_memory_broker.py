@@ -18,14 +18,21 @@ from broker.config import BrokerConfig
 from broker.partition.consensus import MemoryConsensus
 from broker.persistence.store import MemoryMessageStore
 from broker.service import BrokerService
-from protocol.access import NODE_HEADER, node_token
 from protocol.limits import Limits
 from protocol.types import ReplicaSpec
+from raftq.node_signing import NodeSigning
 from runtime.http_api import App
 from unit_tests.manager.in_memory_app import Idle
+from unit_tests.node_signing import TEST_NODE, signed
 
 SECRET = "in-memory-cluster-secret"
-AS_NODE = {NODE_HEADER: node_token(SECRET)}
+AS_NODE = NodeSigning.of(SECRET, TEST_NODE)
+"""Signs a ``requests`` call as a node (``auth=AS_NODE``)."""
+
+
+def as_node(method: str, target: str, body: bytes = b"", port: int = 1) -> list[tuple[str, str]]:
+    """The headers of a node's request to the broker ``broker_app`` built on ``port``."""
+    return signed(SECRET, f"http://127.0.0.1:{port}", method, target, body)
 
 
 def _twin(spec: ReplicaSpec, _replica_dir: str, _secret: str, limits: Limits) -> MemoryConsensus:
@@ -65,7 +72,7 @@ def broker_app(
             raft_port_max=2,
             data_dir=str(data_dir),
             db_url="unused",
-            managers_url="http://127.0.0.1:1",  # unused: registration is not started
+            managers=("http://127.0.0.1:1",),  # unused: registration is not started
             secret=SECRET,
             limits=limits,
             metrics_token=metrics_token,

@@ -17,11 +17,10 @@ from protocol.errors import ErrorCode
 from protocol.limits import Limits
 from runtime.http_api import App
 from runtime.http_server import HttpRequest
-from unit_tests.broker.in_memory_broker import AS_NODE, broker_app
+from unit_tests.broker.in_memory_broker import as_node, broker_app
 
 LIMITS = Limits()
 SETTINGS = "visibility_timeout_ms=60000&max_deliveries=3&ordering=none"
-HEADERS = [(name, value) for name, value in AS_NODE.items()]
 
 
 @pytest.fixture
@@ -44,7 +43,7 @@ def broker(tmp_path: Path) -> Iterator[tuple[App, BrokerService]]:
 
 def _call(app: App, method: str, target: str, body: object = None) -> tuple[int, dict[str, object]]:
     raw = b"" if body is None else orjson.dumps(body)
-    response = app.handle(HttpRequest(method, target, HEADERS, raw))
+    response = app.handle(HttpRequest(method, target, as_node(method, target, raw), raw))
     return response.status, orjson.loads(response.body)
 
 
@@ -160,7 +159,7 @@ def test_a_groups_figures_count_what_it_has_not_settled(
     assert group["lag_s"] >= 0
     (own,) = partitions
     assert (own["group"], own["offset"], own["lag_messages"], own["in_flight"]) == (None, 0, 4, 0)
-    metrics = app.handle(HttpRequest("GET", "/metrics", HEADERS)).body.decode()
+    metrics = app.handle(HttpRequest("GET", "/metrics", as_node("GET", "/metrics"))).body.decode()
     labels = 'group="workers",partition="0",topic="orders"'
     assert f"group_lag_messages{{{labels}}} 3.0" in metrics
     assert f"group_in_flight_messages{{{labels}}} 1.0" in metrics

@@ -17,11 +17,12 @@ from protocol.access import AUTHORIZATION_HEADER
 from protocol.limits import Limits
 from runtime.http_api import App
 from runtime.http_server import HttpRequest, HttpResponse
-from unit_tests.broker.in_memory_broker import AS_NODE, broker_app
+from unit_tests.broker.in_memory_broker import as_node, broker_app
 
 CONSUMERS_SHOWN = 3
 LIMITS = Limits(metrics_consumers_per_partition_max=CONSUMERS_SHOWN, metrics_refresh_s=3600.0)
-AS_NODE_HEADERS = list(AS_NODE.items())
+AS_NODE_HEADERS = None
+"""``_call``'s headers for a request signed as a node."""
 SCRAPE_TOKEN = "scrape-token-of-this-broker"
 
 
@@ -48,13 +49,14 @@ def broker(tmp_path: Path) -> Iterator[tuple[App, BrokerService]]:
 
 
 def _call(
-    app: App, method: str, target: str, headers: list[tuple[str, str]], body: object = None
+    app: App, method: str, target: str, headers: list[tuple[str, str]] | None, body: object = None
 ) -> HttpResponse:
     raw = b"" if body is None else orjson.dumps(body)
-    return app.handle(HttpRequest(method, target, headers, raw))
+    sent = as_node(method, target, raw) if headers is None else headers
+    return app.handle(HttpRequest(method, target, sent, raw))
 
 
-def _scrape(app: App, headers: list[tuple[str, str]]) -> str:
+def _scrape(app: App, headers: list[tuple[str, str]] | None) -> str:
     response = _call(app, "GET", "/metrics", headers)
     assert response.status == 200, response.body
     return response.body.decode()

@@ -95,7 +95,7 @@ def _seed(url: str) -> None:
         ("/partitions", spec),
         ("/logs", {"topic": "orders", "partition_id": 0, "messages": [{"message": "m"}] * 3}),
     ):
-        answer = requests.post(url + path, json=body, timeout=10, headers=AS_NODE)
+        answer = requests.post(url + path, json=body, timeout=10, auth=AS_NODE)
         assert answer.status_code in (200, 201), answer.text
 
 
@@ -109,6 +109,6 @@ def _seed(url: str) -> None:
 )
 def test_broker_api_holds_to_its_document(case: Case[Any], fuzzed: Running) -> None:
     before = fuzzed.stored()
-    response = case.call(base_url=fuzzed.url, timeout=10, headers=AS_NODE)
+    response = case.call(base_url=fuzzed.url, timeout=10, auth=AS_NODE)
     if judge(case, response, error_code_in(REFUSALS_5XX)):
         assert fuzzed.stored() == before, f"{response.status_code} {response.text} changed state"

@@ -82,7 +82,7 @@ def _broker_argv(directory: Path, secret_file: Path) -> list[str]:
     return [
         "--id", "1", "--host", "127.0.0.1", "--port", str(port),
         "--raft-port-min", str(free_port()), "--raft-port-max", "65000",
-        "--data-dir", str(directory / "data"), "--managers-url", f"http://127.0.0.1:{free_port()}",
+        "--data-dir", str(directory / "data"), "--managers", f"http://127.0.0.1:{free_port()}",
         "--secret-file", str(secret_file),
     ]  # fmt: skip
 
@@ -99,7 +99,7 @@ def _node_file(argv: list[str], db_url: str) -> str:
             f"raft_port_max = {options['--raft-port-max']}",
             f'data_dir = "{options["--data-dir"]}"',
             f'db_url = "{db_url}"',
-            f'managers_url = "{options["--managers-url"]}"',
+            f'managers = ["{options["--managers"]}"]',
             f'secret_file = "{options["--secret-file"]}"',
         ]
     )

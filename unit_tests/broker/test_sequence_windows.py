@@ -16,10 +16,9 @@ from broker.persistence.store import MemoryMessageStore
 from protocol.limits import Limits
 from runtime.http_api import App
 from runtime.http_server import HttpRequest, HttpResponse
-from unit_tests.broker.in_memory_broker import AS_NODE, broker_app
+from unit_tests.broker.in_memory_broker import as_node, broker_app
 
 LIMITS = Limits()
-HEADERS = list(AS_NODE.items())
 
 
 @pytest.fixture
@@ -34,7 +33,7 @@ def app(tmp_path: Path) -> Iterator[App]:
 
 def _call(app: App, method: str, target: str, body: object = None) -> HttpResponse:
     raw = b"" if body is None else orjson.dumps(body)
-    return app.handle(HttpRequest(method, target, HEADERS, raw))
+    return app.handle(HttpRequest(method, target, as_node(method, target, raw), raw))
 
 
 def _produce(app: App, sequence: int, value: str) -> HttpResponse:

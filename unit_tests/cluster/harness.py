@@ -6,6 +6,7 @@ Nodes run detached in their own sessions (their process group id is their pid), 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import signal
@@ -20,6 +21,7 @@ import requests
 
 from raftq.cluster import LocalCluster
 from stress_tests.cluster_view import manager_leader
+from unit_tests.node_signing import TEST_NODE
 
 _T = TypeVar("_T")
 CLI_TIMEOUT_S = 180
@@ -46,7 +48,8 @@ class Cluster:
         self.http = requests.Session()
         """Calls the client API with the admin key ``cluster up`` made."""
         self.internal = requests.Session()
-        """Calls nodes' internal endpoints with the cluster secret's node token."""
+        """Calls nodes' internal endpoints as a node (each request signed with a key from the
+        cluster secret: to a node's own URL, never the load balancer's)."""
 
     # --- lifecycle through the CLI ----------------------------------------------------------
 
@@ -67,7 +70,8 @@ class Cluster:
             session.trust_env = False
             session.verify = self.local.tls_ca or True
         self.http.headers["Authorization"] = f"Bearer {self.admin_key}"
-        self.internal.headers.update(self.local.node_headers())
+        self.internal.auth = self.local.node_auth(TEST_NODE)
+        self.internal.cert = self.local.node_cert  # with --mutual-tls
 
     def down(self) -> None:
         self._cli("cluster", "down", "--dir", str(self.directory))
@@ -165,7 +169,13 @@ def running_cluster(
     """A module's cluster: up before its first test, down after its last (``yield from``
     it in a module-scoped fixture)."""
     instance = Cluster(directory, base_port, limits=limits, tls=tls, up_args=up_args)
-    instance.up()
+    try:
+        instance.up()
+    except BaseException:
+        # Nodes ``up`` started before it failed must not hold the module's ports.
+        with contextlib.suppress(Exception):
+            instance.close()
+        raise
     try:
         yield instance
     finally:

@@ -1,17 +1,20 @@
 """Who may do what, against a real cluster (issue 9): API keys with roles for clients, the
 cluster secret's token for nodes, nothing stored from a refused request, no secret in any
-answer or log, Raft ports that unpickle nothing from outsiders, and listeners bound to the
-configured host only."""
+answer or log, Raft ports that unpickle nothing from outsiders, listeners bound to the
+configured host only, and no admin request that makes the cluster send a credential to an
+address of the admin's choice (issue 23)."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import pickle
 import socket
 import struct
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,23 +22,29 @@ import pytest
 import requests
 from pysyncobj import SyncObj, SyncObjConf
 
-from protocol.access import NODE_HEADER
+from protocol.node_auth import LEGACY_TOKEN_HEADER, SIGNATURE_HEADER, node_key
 from raftq import Admin, ApiError, Consumer, Producer
-from stress_tests.polling import poll_until
+from raftq.node_signing import NodeSigning
+from stress_tests.polling import WaitTimeoutError, poll_until
 from unit_tests.cluster.harness import Cluster, running_cluster
-from unit_tests.ports import CLUSTER_BASE_PORTS, CLUSTER_PORT_SPAN, free_port
+from unit_tests.cluster.recorder import Received, RecordingListener
+from unit_tests.cluster.sniffer import Captured, LoopbackSniffer, can_capture
+from unit_tests.ports import CLUSTER_BASE_PORTS, CLUSTER_PORT_SPAN, free_port, port_block
 
 pytestmark = pytest.mark.cluster
 
 WAIT_S = 30.0
 KEY_CACHE_S = "1.0"
 """Brokers trust what they learnt about a key for this long (``key_cache_s``)."""
+SIGNATURE_AGE_S = 5.0
+"""A node's signed request is refused this long after it was signed
+(``node_signature_age_s_max``): short, so a test sees a read-off request go stale."""
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     port = CLUSTER_BASE_PORTS["access"]
-    limits = {"key_cache_s": KEY_CACHE_S}
+    limits = {"key_cache_s": KEY_CACHE_S, "node_signature_age_s_max": str(SIGNATURE_AGE_S)}
     yield from running_cluster(tmp_path_factory.mktemp("access"), port, limits)
 
 
@@ -157,20 +166,36 @@ def test_internal_endpoints_answer_only_nodes(cluster: Cluster, keys: dict[str, 
     spec = {"topic": "granted", "partition_id": 9, "replicas": []}
     register = {"broker_id": 9, "address": "http://127.0.0.1:1", "raft_host": "127.0.0.1"}
     register |= {"raft_port_min": 1, "raft_port_max": 2}
+    leader = cluster.node(cluster.manager_leader())["http_address"]
     calls = [
-        ("POST", f"{cluster.lb_url}/brokers", register),
+        ("POST", f"{leader}/brokers", register),
         ("POST", f"{broker}/partitions", spec),
         ("GET", f"{broker}/checksum", None),
         ("GET", f"{broker}/raft_status", None),
-        ("POST", f"{cluster.lb_url}/keys/verify", {"key_id": "0123456789ab", "key_hash": "0"}),
+        ("POST", f"{leader}/keys/verify", {"key_id": "0123456789ab", "key_hash": "0"}),
     ]
+    another_cluster = NodeSigning.of("another-clusters-secret-0123", "manager-1")
     for method, url, body in calls:
         assert _call(method, url, None, body).status_code == 401, url
         assert _call(method, url, cluster.admin_key, body).status_code == 403, url
-        wrong = requests.request(method, url, json=body, headers={NODE_HEADER: "0" * 64})
-        assert wrong.status_code == 401, url
+        for headers in ({LEGACY_TOKEN_HEADER: "0" * 64}, {SIGNATURE_HEADER: "v1 junk"}):
+            wrong = requests.request(method, url, json=body, headers=headers, timeout=30)
+            assert wrong.status_code == 401, (url, headers)
+        forged = requests.request(method, url, json=body, auth=another_cluster, timeout=30)
+        assert forged.status_code == 401 and "does not hold" in forged.text, url
+    # Through the load balancer, node-only operations go nowhere: an API key is refused by
+    # the manager, and a node's credential by the load balancer itself.
+    for method, path, body in (("POST", "/brokers", register), ("POST", "/keys/verify", {})):
+        assert _call(method, cluster.lb_url + path, cluster.admin_key, body).status_code == 403
+        signed = requests.request(
+            method, cluster.lb_url + path, json=body, auth=cluster.internal.auth, timeout=30
+        )
+        assert signed.status_code == 403 and "forwards no node request" in signed.text
     public = _call("GET", f"{manager}/raft_status", None).json()
-    assert set(public) <= {"id", "is_leader", "state", "leader_address", "term"}
+    assert set(public) <= {"id", "is_leader", "state", "leader_address", "term"} | {
+        "uptime_s",
+        "version",
+    }
     assert "commit_index" in cluster.internal.get(f"{manager}/raft_status", timeout=10).json()
     assert _state(cluster) == before
 
@@ -203,14 +228,15 @@ def test_no_secret_or_key_appears_in_answers_metrics_or_logs(
     cluster: Cluster, keys: dict[str, str]
 ) -> None:
     secret = Path(cluster.info["secret_file"]).read_text().strip()
-    token = cluster.internal.headers[NODE_HEADER]
+    names = [n["name"] for n in cluster.info["nodes"] if n["role"] != "load_balancer"]
+    node_keys = [node_key(secret, name).hex() for name in (*names, "tool-cli", "tool-test")]
     texts = [_call("GET", f"{cluster.lb_url}/cluster", cluster.admin_key).text]
     texts.append(_call("GET", f"{cluster.lb_url}/keys", cluster.admin_key).text)
     for node in cluster.info["nodes"]:
         texts.append(cluster.http.get(f"{node['http_address']}/metrics", timeout=10).text)
         texts.append(Path(node["log_file"]).read_text(errors="replace"))
     for text in texts:
-        for value in (secret, token, cluster.admin_key, *keys.values()):
+        for value in (secret, *node_keys, cluster.admin_key, *keys.values()):
             assert value not in text
 
 
@@ -315,6 +341,198 @@ def test_ids_belong_to_their_key_and_made_up_ids_are_refused(
 
     poll_until(popped_all, WAIT_S, "the victim to pop its partition")
     assert got == list(range(end))
+
+
+def _old_token(secret: str) -> str:
+    """The static node token every node sent with every call before signed requests (and a
+    node of an older version still sends): an HMAC of a fixed label."""
+    return hmac.new(secret.encode(), b"raftq node http v1", hashlib.sha256).hexdigest()
+
+
+def _resend(url: str, sent: Captured, body: bytes | None = None) -> requests.Response:
+    """``sent`` again, byte for byte (its headers, its body unless ``body``), to ``url``."""
+    headers = {
+        name: value
+        for name, value in sent.headers
+        if name.lower() not in ("host", "content-length", "connection")
+    }
+    data = sent.body if body is None else body
+    return requests.request(sent.method, url + sent.target, data=data, headers=headers, timeout=30)
+
+
+def _node_urls(cluster: Cluster) -> dict[int, str]:
+    """HTTP port -> address of every manager and broker."""
+    return {
+        int(str(n["http_address"]).rsplit(":", 1)[1]): str(n["http_address"])
+        for n in cluster.info["nodes"]
+        if n["role"] in ("manager", "broker")
+    }
+
+
+def _read_off_the_wire(cluster: Cluster, keys: dict[str, str]) -> list[Captured]:
+    """Every request on the cluster's ports while clients produce through the load balancer
+    and on the direct path with a key new to the brokers (the leader broker then asks the
+    managers about it), until brokers' own calls and managers' calls to brokers were seen."""
+    with LoopbackSniffer(port_block("access")) as sniffer:
+        with Producer(cluster.lb_url, "granted", api_key=keys["producer"], direct=False) as p:
+            p.produce_batch((f"seen on the wire {i}", "k") for i in range(5))
+        with Admin(cluster.lb_url, api_key=cluster.admin_key) as admin:
+            fresh = admin.create_key("producer", ["granted"], "new to every broker").key
+        body = {"topic": "granted", "partition_id": 0, "messages": [{"message": "direct"}]}
+        leader = _leader_address(cluster, "granted", 0)
+        assert _call("POST", f"{leader}/logs", fresh, body).status_code == 201
+
+        wanted = {("POST", "/brokers"), ("POST", "/keys/verify"), ("POST", "/logs")}
+        paths: set[tuple[str, str]] = set()
+
+        def seen() -> bool:
+            paths.update((c.method, c.target.split("?")[0]) for c in sniffer.requests())
+            return wanted <= paths
+
+        try:
+            poll_until(seen, WAIT_S, "a broker's registration, key check and forwarded produce")
+        except WaitTimeoutError as exc:
+            raise AssertionError(f"{exc}; read: {sorted(paths)}") from None
+        return sniffer.requests()
+
+
+@pytest.mark.skipif(not can_capture(), reason="reading the wire needs CAP_NET_RAW")
+def test_node_requests_read_off_the_wire_are_refused_when_sent_again(
+    cluster: Cluster, keys: dict[str, str]
+) -> None:
+    """Issue 23, hole 1, against real processes: everything sent to the cluster's ports is
+    read off the loopback interface while clients produce (through the load balancer and
+    on the direct path) and the nodes call each other. No node credential crosses the load
+    balancer. Each node request read (brokers registering and asking about keys and ids,
+    managers forwarding produces and polling brokers) is sent again, byte for byte: to its
+    own node (refused: taken once), to every other node (refused: signed for another) and
+    through the load balancer (refused); with another body (refused: the signature does not
+    hold); and once older than ``node_signature_age_s_max`` (refused: stale). The static
+    token of older versions is refused everywhere, saying to upgrade. Nothing stored or
+    changed."""
+    captured = _read_off_the_wire(cluster, keys)
+    lb_port = int(cluster.lb_url.rsplit(":", 1)[1])
+    through_lb = [c for c in captured if c.server_port == lb_port]
+    assert any(c.target.startswith("/logs") for c in through_lb)  # clients' traffic was read
+    for request in through_lb:
+        assert request.header(SIGNATURE_HEADER) is None, request
+        assert request.header(LEGACY_TOKEN_HEADER) is None, request
+    nodes = _node_urls(cluster)
+    signed = [c for c in captured if c.header(SIGNATURE_HEADER) and c.server_port in nodes]
+    one_of_each = {(c.server_port, c.method, c.target.split("?")[0]): c for c in signed}
+    assert len(one_of_each) >= 5, sorted(one_of_each)
+    before = _state(cluster)
+    leader_port = int(cluster.node(cluster.manager_leader())["http_address"].rsplit(":", 1)[1])
+    managers = {
+        int(str(n["http_address"]).rsplit(":", 1)[1])
+        for n in cluster.info["nodes"]
+        if n["role"] == "manager"
+    }
+    for (port, _method, _path), sent in sorted(one_of_each.items()):
+        assert _refused(_resend(nodes[port], sent), "replay", "old"), sent
+        for other_port, other in nodes.items():
+            if other_port != port:
+                assert _refused(_resend(other, sent), "signed for"), (sent, other)
+        if port != leader_port and port in managers:  # the leader checks what it was not sent
+            assert _resend(nodes[leader_port], sent).status_code == 401
+        assert _resend(cluster.lb_url, sent).status_code == 403
+    produce = next(c for c in signed if c.method == "POST" and c.target.startswith("/logs"))
+    changed = _resend(nodes[produce.server_port], produce, produce.body.replace(b"wire", b"evil"))
+    assert _refused(changed, "does not hold"), changed.text
+    secret = Path(cluster.info["secret_file"]).read_text().strip()
+    old_token = {LEGACY_TOKEN_HEADER: _old_token(secret)}
+    for url in (*(f"{node}/raft_status" for node in nodes.values()), f"{cluster.lb_url}/brokers"):
+        old = requests.request(
+            "GET" if "raft" in url else "POST", url, headers=old_token, timeout=30
+        )
+        assert old.status_code in (401, 403) and "upgrade it" in old.text, (url, old.text)
+    newest = max(signed, key=lambda c: _signed_at_ms(c))
+    poll_until(
+        lambda: time.time() * 1000 > _signed_at_ms(newest) + SIGNATURE_AGE_S * 1000,
+        WAIT_S,
+        "the newest request read to be older than node_signature_age_s_max",
+    )
+    stale = _resend(nodes[newest.server_port], newest)
+    assert _refused(stale, "old"), stale.text
+    assert _state(cluster) == before
+
+
+def _refused(answer: requests.Response, *reasons: str) -> bool:
+    """401 for one of ``reasons``, or 503 NOT_LEADER from a manager that does not lead (it
+    refuses every request but a few before it reads a credential), or 404/405 from a node
+    without that route: nothing done either way."""
+    if answer.status_code == 503:
+        return bool(answer.json()["error_code"] == 50302)
+    if answer.status_code in (404, 405):
+        return answer.json()["error_code"] in (40405, 40501)
+    return answer.status_code == 401 and any(reason in answer.text for reason in reasons)
+
+
+def _signed_at_ms(request: Captured) -> int:
+    value = request.header(SIGNATURE_HEADER) or ""
+    return int(value.split(" ts=", 1)[1].split(" ", 1)[0])
+
+
+def _managers(cluster: Cluster) -> tuple[Any, ...]:
+    """Who the managers are: as ``/cluster`` lists them, and the leader's Raft members."""
+    listed = _call("GET", f"{cluster.lb_url}/cluster", cluster.admin_key).json()["managers"]
+    leader = cluster.node(cluster.manager_leader())["http_address"]
+    status = cluster.internal.get(f"{leader}/raft_status", timeout=10).json()
+    return sorted((m["id"], m["address"]) for m in listed), status["partners"], status["peers"]
+
+
+def _relay_to(manager_url: str) -> Callable[[Received], tuple[int, bytes]]:
+    """A listener's answer that hands each address challenge to a real manager."""
+
+    def relay(request: Received) -> tuple[int, bytes]:
+        if request.path != "/managers/proof":
+            return 200, b"{}"
+        answer = requests.post(f"{manager_url}/managers/proof", data=request.body, timeout=10)
+        return answer.status_code, answer.content
+
+    return relay
+
+
+def test_an_admin_key_cannot_make_the_cluster_send_a_credential_to_its_listener(
+    cluster: Cluster, keys: dict[str, str]
+) -> None:
+    """Issue 23, hole 2, against real processes: an admin key adds a "manager" whose HTTP
+    URL is a listener of the test's (one that answers anything, then one that relays the
+    leader's challenge to a real manager) and whose Raft address is another. Each add is
+    refused (400: it did not prove its address), the listener gets the challenge alone,
+    with no credential, and no connection reaches the Raft address; afterwards ``GET
+    /cluster``, which made the leader call every listed manager with the node token,
+    sends the listener nothing; the managers, their Raft group and the rest are as they
+    were."""
+    before, managers_before = _state(cluster), _managers(cluster)
+    raft = socket.create_server(("127.0.0.1", 0))
+    raft.setblocking(False)
+    real = cluster.node("manager-2")["http_address"]
+    with RecordingListener() as plain, RecordingListener(_relay_to(real)) as relay, raft:
+        for listener, refusal in ((plain, "did not answer the address check as a manager"),
+                                  (relay, "says it is manager 2")):  # fmt: skip
+            body = {
+                "manager_id": 7,
+                "http_url": listener.url,
+                "raft_address": f"127.0.0.1:{raft.getsockname()[1]}",
+            }
+            added = _call("POST", f"{cluster.lb_url}/managers", cluster.admin_key, body)
+            assert added.status_code == 400, added.text
+            assert refusal in added.json()["message"], added.text
+        for _ in range(3):
+            shown = _call("GET", f"{cluster.lb_url}/cluster", cluster.admin_key)
+            assert shown.status_code == 200 and "managers" in shown.json()
+        assert _managers(cluster) == managers_before
+        for listener in (plain, relay):
+            assert [(r.method, r.path) for r in listener.received] == [
+                ("POST", "/managers/proof")
+            ], listener.received
+            for request in listener.received:
+                assert "authorization" not in request.header_names()
+                assert not any(n.startswith("x-raftq-node") for n in request.header_names())
+        with pytest.raises(BlockingIOError):
+            raft.accept()  # nobody connected to the Raft address
+    assert _state(cluster) == before
 
 
 def _evil_frame(marker: Path) -> bytes:

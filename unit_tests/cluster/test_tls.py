@@ -1,8 +1,9 @@
-"""A cluster started with ``raftq cluster up --tls`` (issue 9): every HTTP listener speaks
-only TLS with a certificate of the cluster's own CA, nodes reach each other over https, and
-clients (library, CLI) that are given the CA produce and consume on both paths; a client
-that does not trust the CA, or speaks plain HTTP, changes nothing. Nodes refuse to start
-with unusable TLS settings."""
+"""A cluster started with ``raftq cluster up --tls --mutual-tls`` (issues 9, 23): every HTTP
+listener speaks only TLS with a certificate of the cluster's own CA, nodes reach each other
+over https showing their own certificate, and clients (library, CLI) that are given the CA
+produce and consume on both paths; a client that does not trust the CA, or speaks plain
+HTTP, changes nothing; a node's signed request without a certificate of the CA is refused.
+Nodes refuse to start with unusable TLS settings."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ NODE_START_TIMEOUT_S = 60.0
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     port = CLUSTER_BASE_PORTS["tls"]
-    yield from running_cluster(tmp_path_factory.mktemp("tls"), port, tls=True)
+    directory = tmp_path_factory.mktemp("tls")
+    yield from running_cluster(directory, port, tls=True, up_args=["--mutual-tls"])
 
 
 def _ca(cluster: Cluster) -> str:
@@ -117,7 +119,8 @@ def test_nodes_refuse_to_start_with_unusable_tls_settings(cluster: Cluster, tmp_
     broker = [
         *("--id", "9", "--host", "127.0.0.1", "--port", str(http_port)),
         *("--raft-port-min", str(raft_min), "--raft-port-max", str(raft_max)),
-        *("--data-dir", str(tmp_path / "b9"), "--managers-url", cluster.lb_url),
+        *("--data-dir", str(tmp_path / "b9")),
+        *("--managers", str(cluster.node("manager-1")["http_address"])),
         *("--secret-file", secret),
     ]
     for extra, reason in (
@@ -138,3 +141,30 @@ def test_nodes_refuse_to_start_with_unusable_tls_settings(cluster: Cluster, tmp_
     done = _start("manager", *manager)
     assert done.returncode == 2 and "https://" in done.stderr, done.stderr
     assert not (tmp_path / "b9").exists() and not (tmp_path / "m1").exists()
+
+
+def test_with_mutual_tls_a_signature_alone_is_not_a_node(cluster: Cluster) -> None:
+    """Issue 23: the cluster secret without a node certificate of the cluster's CA no longer
+    makes a node. A request signed with the secret's key but sent without a certificate is
+    refused by every manager and broker (401); with the certificate it is taken; API keys
+    need none."""
+    ca = _ca(cluster)
+    before = _state(cluster)
+    with requests.Session() as signed_only:
+        signed_only.trust_env = False
+        signed_only.verify = ca
+        signed_only.auth = cluster.local.node_auth("tool-test")
+        for node in cluster.info["nodes"]:
+            if node["role"] == "load_balancer":
+                continue
+            url = node["http_address"] + "/raft_status"
+            refused = signed_only.get(url, timeout=WAIT_S)
+            assert refused.status_code == 401 and "mutual TLS" in refused.text, (url, refused.text)
+            taken = cluster.internal.get(url, timeout=WAIT_S)  # signed, with the certificate
+            assert taken.status_code == 200, (url, taken.text)
+    assert cluster.local.node_cert is not None
+    headers = {"Authorization": f"Bearer {cluster.admin_key}"}
+    leader = cluster.node(cluster.manager_leader())["http_address"]
+    listed = requests.get(f"{leader}/topics", headers=headers, verify=ca, timeout=WAIT_S)
+    assert listed.status_code == 200, listed.text
+    assert _state(cluster) == before

@@ -5,21 +5,30 @@ metrics, ``GET /openapi.json``) is the production wiring."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
 
 import manager.app
 from manager.broker_client import BrokerClient
+from manager.cluster import ClusterView
 from manager.config import ManagerConfig, Peer
 from manager.replicated import LocalRegistry
-from protocol.access import NODE_HEADER, node_token
 from protocol.limits import Limits
+from raftq.node_signing import NodeSigning
+from unit_tests.node_signing import TEST_NODE, signed
 
 SECRET = "in-memory-cluster-secret"
-AS_NODE = {NODE_HEADER: node_token(SECRET)}
-"""What the fuzzing sends with every request: the node token opens every operation, so the
-fuzzing reaches the handlers (who may call what is tested in ``test_access`` modules)."""
+AS_NODE = NodeSigning.of(SECRET, TEST_NODE)
+"""What the fuzzing signs every request with (``auth=AS_NODE``): a node may call every
+operation, so the fuzzing reaches the handlers (who may call what is tested in
+``test_access`` modules)."""
+
+
+def as_node(method: str, target: str, body: bytes = b"", port: int = 1) -> list[tuple[str, str]]:
+    """The headers of a node's request to the manager ``manager_config`` made on ``port``."""
+    return signed(SECRET, f"http://127.0.0.1:{port}", method, target, body)
 
 
 class Idle:
@@ -50,3 +59,7 @@ def patch_manager(
     monkeypatch.setattr(manager.app, "ManagerRaft", lambda _config: registry)
     monkeypatch.setattr(manager.app, "BrokerClient", lambda _limits, _token: brokers)
     monkeypatch.setattr(manager.app, "LeaderDuties", Idle)
+    # Every manager added proves its address: the fuzz sends made-up addresses, which the
+    # real check would call (``test_address_proof.py`` tests the check itself).
+    proven = functools.partial(ClusterView, address_check=lambda _ref: None)
+    monkeypatch.setattr(manager.app, "ClusterView", proven)

@@ -22,7 +22,7 @@ from typing import IO, Any
 import pytest
 import requests
 
-from protocol.access import NODE_HEADER, node_token
+from raftq.node_signing import NodeSigning
 from stress_tests.polling import poll_until
 from unit_tests.manager.fake_broker import FakeBroker, SharedLogs
 
@@ -71,17 +71,17 @@ class Manager:
 
 
 SECRET = "test-cluster-secret"
-AS_NODE = {NODE_HEADER: node_token(SECRET)}
+AS_NODE = NodeSigning.of(SECRET, "tool-test")
 """This module plays the brokers and the operator: it calls as a node (keys: test_access)."""
 
 
 def _get(url: str, timeout_s: float = 2.0) -> tuple[int, Any]:
-    response = requests.get(url, timeout=timeout_s, headers=AS_NODE)
+    response = requests.get(url, timeout=timeout_s, auth=AS_NODE)
     return response.status_code, response.json()
 
 
 def _post(url: str, body: dict[str, object], timeout_s: float = 10.0) -> tuple[int, Any]:
-    response = requests.post(url, json=body, timeout=timeout_s, headers=AS_NODE)
+    response = requests.post(url, json=body, timeout=timeout_s, auth=AS_NODE)
     return response.status_code, response.json()
 
 

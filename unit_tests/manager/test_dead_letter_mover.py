@@ -26,7 +26,7 @@ LIMITS = Limits()
 
 class StubBrokers(BrokerClient):
     def __init__(self, pending: list[PendingDeadLetter]) -> None:
-        super().__init__(LIMITS, PeerLink("test-node-token", None))
+        super().__init__(LIMITS, PeerLink(None, None))
         self.pending = pending
         self.marked: list[tuple[str, MarkDeadLettered]] = []
 

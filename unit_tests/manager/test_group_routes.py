@@ -24,7 +24,7 @@ from protocol.types import BrokerId
 from runtime.http_api import App
 from runtime.http_client import PeerLink
 from runtime.http_server import HttpRequest
-from unit_tests.manager.in_memory_app import AS_NODE, manager_config, patch_manager
+from unit_tests.manager.in_memory_app import as_node, manager_config, patch_manager
 
 LIMITS = Limits()
 TOPIC_LIMITS = LIMITS.partition_limits()
@@ -36,10 +36,12 @@ class Manager:
     registry: LocalRegistry
 
     def call(
-        self, method: str, target: str, body: object = None, headers: dict[str, str] = AS_NODE
+        self, method: str, target: str, body: object = None, headers: dict[str, str] | None = None
     ) -> tuple[int, dict[str, object]]:
+        """As a node, unless ``headers`` (a key's) are given."""
         data = b"" if body is None else orjson.dumps(body)
-        answer = self.app.handle(HttpRequest(method, target, list(headers.items()), data))
+        sent = as_node(method, target, data) if headers is None else list(headers.items())
+        answer = self.app.handle(HttpRequest(method, target, sent, data))
         parsed = orjson.loads(answer.body)
         assert isinstance(parsed, dict)
         return answer.status, parsed
@@ -69,7 +71,7 @@ def _manager(
 ) -> Iterator[Manager]:
     registry = LocalRegistry()
     _add_topics(registry, topic_limits, "orders", "audit", "dead")
-    patch_manager(monkeypatch, registry, BrokerClient(limits, PeerLink("node-token", None)))
+    patch_manager(monkeypatch, registry, BrokerClient(limits, PeerLink(None, None)))
     app = create_app(manager_config(tmp_path, limits))
     try:
         yield Manager(app, registry)

@@ -22,7 +22,7 @@ from runtime.http_client import PeerLink
 from unit_tests.manager.in_memory_app import manager_config
 
 LIMITS = Limits()
-LINK = PeerLink("test-node-token", None)
+LINK = PeerLink(None, None)
 
 
 @pytest.fixture
@@ -33,7 +33,12 @@ def view(tmp_path: Path) -> Iterator[tuple[ClusterView, LocalRegistry]]:
             LIMITS, registry, BrokerClient(LIMITS, LINK), BrokerMonitor(3.0), pool
         )
         config = manager_config(tmp_path, LIMITS, port=7001, raft_port=7101)
-        yield ClusterView(config, registry, service, pool, LINK), registry
+        yield ClusterView(config, registry, service, pool, LINK, _proven), registry
+
+
+def _proven(_ref: ManagerRef) -> None:
+    """Every manager added here proves its address (``test_address_proof.py`` tests the
+    check itself)."""
 
 
 def _add(view: ClusterView, manager_id: int) -> tuple[dict[str, object], int]:

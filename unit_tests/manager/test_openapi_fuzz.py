@@ -60,7 +60,7 @@ class StubBrokers(BrokerClient):
     one log per partition; what it stored is counted in ``writes``."""
 
     def __init__(self) -> None:
-        super().__init__(LIMITS, PeerLink("test-node-token", None))
+        super().__init__(LIMITS, PeerLink(None, None))
         self._lock = threading.Lock()
         self.writes = 0
         self._logs: dict[tuple[str, int], list[str]] = {}
@@ -170,7 +170,7 @@ def _seed(url: str) -> None:
 
 
 def _post(url: str, path: str, body: dict[str, object]) -> None:
-    answer = requests.post(url + path, json=body, timeout=10, headers=AS_NODE)
+    answer = requests.post(url + path, json=body, timeout=10, auth=AS_NODE)
     assert answer.status_code in (200, 201), answer.text
 
 
@@ -184,6 +184,6 @@ def _post(url: str, path: str, body: dict[str, object]) -> None:
 )
 def test_manager_api_holds_to_its_document(case: Case[Any], fuzzed: Running) -> None:
     before = fuzzed.stored()
-    response = case.call(base_url=fuzzed.url, timeout=10, headers=AS_NODE)
+    response = case.call(base_url=fuzzed.url, timeout=10, auth=AS_NODE)
     if judge(case, response, error_code_in(REFUSALS_5XX)):
         assert fuzzed.stored() == before, f"{response.status_code} {response.text} changed state"

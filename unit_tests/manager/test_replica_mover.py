@@ -30,7 +30,7 @@ class StubBrokers(BrokerClient):
     """Records the calls; the partition leader's answer is ``members_match``."""
 
     def __init__(self) -> None:
-        super().__init__(LIMITS, PeerLink("test-node-token", None))
+        super().__init__(LIMITS, PeerLink(None, None))
         self.members_match = False
         self.leader = "http://b2"
         """The broker whose replica leads the partition (and alone answers for its group)."""

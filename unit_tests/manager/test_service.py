@@ -36,7 +36,7 @@ LIMITS = Limits()
 
 class StubBrokers(BrokerClient):
     def __init__(self) -> None:
-        super().__init__(LIMITS, PeerLink("test-node-token", None))
+        super().__init__(LIMITS, PeerLink(None, None))
         self.down: set[str] = set()
         self.hosted: list[tuple[str, ReplicaSpec]] = []
         self.answers: dict[str, HttpAnswer] = {}

@@ -10,19 +10,21 @@ from protocol.access import (
     SCRAPER,
     Action,
     Grant,
+    Node,
     Role,
     bearer_key,
     check_topic_patterns,
     key_hash,
     make_key,
-    node_token,
     parse_key,
     require,
     require_topic,
 )
 from protocol.errors import ErrorCode, RaftQError
-from runtime.http_auth import authenticator, scrape_authenticator
+from protocol.limits import Limits
+from runtime.http_auth import NodeVerifier, authenticator, scrape_authenticator
 from runtime.http_server import HttpRequest
+from unit_tests.node_signing import TEST_NODE, signed
 
 KEY = make_key("0123456789ab", "s" * 43)
 PRODUCER = Grant("0123456789ab", Role.PRODUCER, ("orders", "logs.*"))
@@ -77,7 +79,6 @@ def test_keys_tokens_and_patterns() -> None:
     assert key_hash(KEY) != key_hash(KEY + "x") and len(key_hash(KEY)) == 64
     assert bearer_key(f"Bearer {KEY}") == KEY and bearer_key(f"bearer  {KEY} ") == KEY
     assert bearer_key("Basic abc") is None and bearer_key("Bearer ") is None
-    assert node_token("a" * 16) != node_token("b" * 16) and "a" * 16 not in node_token("a" * 16)
     assert check_topic_patterns(["a", "b.*", "*"], 10) == ("a", "b.*", "*")
     refused: tuple[list[object], ...] = (["a/b"], [""], ["**"], [3], ["a*b"], ["x" * 12])
     for patterns in refused:
@@ -90,20 +91,24 @@ def _request(headers: list[tuple[str, str]]) -> HttpRequest:
 
 
 def test_the_authenticator_refuses_credentials_nobody_issued() -> None:
-    token = node_token("s" * 16)
-    authenticate = authenticator(token, lambda key: PRODUCER if key == KEY else None)
+    secret = "s" * 16
+    verifier = NodeVerifier(secret, ["http://node:1"], Limits())
+    authenticate = authenticator(verifier, lambda key: PRODUCER if key == KEY else None)
     assert authenticate(_request([])) is None
-    assert authenticate(_request([("X-RaftQ-Node", token)])) is NODE
+    signed_headers = signed(secret, "http://node:1", "GET", "/topics")
+    assert authenticate(_request(signed_headers)) == Node(TEST_NODE)
     assert authenticate(_request([("Authorization", f"Bearer {KEY}")])) == PRODUCER
     for headers in (
+        signed("another-secret-0123", "http://node:1", "GET", "/topics"),
         [("X-RaftQ-Node", "0" * 64)],
+        [("X-RaftQ-Node-Auth", "v1 junk")],
         [("Authorization", f"Bearer {KEY}x")],
         [("Authorization", "Basic dXNlcjpwdw==")],
     ):
         with pytest.raises(RaftQError) as refused:
             authenticate(_request(headers))
         assert refused.value.code is ErrorCode.UNAUTHENTICATED
-        assert KEY not in refused.value.message and token not in refused.value.message
+        assert KEY not in refused.value.message and secret not in refused.value.message
 
 
 def test_metrics_need_a_metrics_or_admin_key_or_the_scrape_token() -> None:
@@ -117,7 +122,8 @@ def test_metrics_need_a_metrics_or_admin_key_or_the_scrape_token() -> None:
     assert _code(lambda: require(metrics, Action.CONSUME)) is ErrorCode.FORBIDDEN
     for action in (Action.DESCRIBE, Action.CONSUME, Action.ADMIN, Action.NODE):
         assert _code(lambda a=action: require(SCRAPER, a)) is ErrorCode.FORBIDDEN
-    authenticate = authenticator("n" * 64, lambda key: None, scrape_token="t" * 32)
+    verifier = NodeVerifier("n" * 64, ["http://node:1"], Limits())
+    authenticate = authenticator(verifier, lambda key: None, scrape_token="t" * 32)
     shown = HttpRequest("GET", "/metrics", [("Authorization", "Bearer " + "t" * 32)], b"")
     assert authenticate(shown) is SCRAPER
     wrong = HttpRequest("GET", "/metrics", [("Authorization", "Bearer " + "u" * 32)], b"")

@@ -29,10 +29,11 @@ def _manager(i: int, peers: tuple[Peer, ...] = PEERS, **limits: str) -> str:
     return node_file_text(body, peers, limits)
 
 
-def _broker(i: int, **limits: str) -> str:
+def _broker(i: int, managers: list[str] | None = None, **limits: str) -> str:
     body = {"role": "broker", "id": i, "host": f"10.0.0.{i}", "port": 17131}
     body.update(raft_port_min=17200, raft_port_max=17299, data_dir="/var/lib/raftq")
-    body.update(managers_url="http://10.0.0.1:17100", secret_file="/etc/raftq/secret")
+    listed = [p.http_url for p in PEERS] if managers is None else managers
+    body.update(managers=listed, secret_file="/etc/raftq/secret")
     return node_file_text(body, (), limits)
 
 
@@ -59,6 +60,8 @@ def test_broker_and_load_balancer_files_and_tls() -> None:
     text = _broker(1) + '\n[tls]\ncert = "node.pem"\nkey = "node-key.pem"\n'
     broker = parse_node_file(text, "/etc/raftq/broker.toml")
     assert "--db-url" not in broker.argv  # optional: the broker's SQLite default
+    listed = broker.argv[broker.argv.index("--managers") + 1]
+    assert listed == ",".join(p.http_url for p in PEERS)
     assert broker.argv[-4:] == [
         "--tls-cert", "/etc/raftq/node.pem", "--tls-key", "/etc/raftq/node-key.pem",
     ]  # fmt: skip
@@ -122,6 +125,7 @@ def test_inconsistent_files_are_named() -> None:
         ("b1.toml", _broker(1)),
         ("b1-again.toml", _broker(1)),
         ("b2.toml", _broker(2, flush_period_s="0.5")),
+        ("b3.toml", _broker(3, ["http://10.0.0.1:17100"])),  # the load balancer's URL
         ("lb.toml", _lb([p.http_url for p in PEERS[:2]])),
     )
     problems = check_deployment(files)
@@ -129,7 +133,18 @@ def test_inconsistent_files_are_named() -> None:
     assert "the peers of m3.toml differ from those of m1.toml" in problems
     assert "broker limits differ: flush_period_s is default in b1.toml, 0.5 in b2.toml" in problems
     assert any(p.startswith("lb.toml lists managers") for p in problems), problems
-    assert len(problems) == 4, problems
+    assert any("b3.toml lists ['http://10.0.0.1:17100'] among its managers" in p for p in problems)
+    assert len(problems) == 5, problems
+
+
+def test_a_broker_file_of_an_older_version_is_refused_saying_what_to_do() -> None:
+    """``managers_url`` (the load balancer) reaches the broker, which refuses it at start
+    (``broker.config``); ``raftq node check`` names it too."""
+    old = _broker(1, []).replace("managers = []", 'managers_url = "http://10.0.0.1:17100"')
+    node = parse_node_file(old, "b1.toml")
+    assert node.argv[node.argv.index("--managers-url") + 1] == "http://10.0.0.1:17100"
+    (problem,) = check_deployment([node])
+    assert "managers_url (the load balancer) is no longer taken" in problem
 
 
 def test_the_text_written_reads_back(tmp_path: Path) -> None:
@@ -138,3 +153,11 @@ def test_the_text_written_reads_back(tmp_path: Path) -> None:
     node = parse_node_file(path.read_text(), str(path))
     assert node.limits == {"fetch_messages_max": "500"}
     assert node.settings["data_dir"] == "/var/lib/raftq"
+
+
+def test_a_switch_written_reads_back_as_a_switch() -> None:
+    """``mutual_tls = true`` (``raftq cluster up --mutual-tls``): TOML's booleans, not
+    Python's ``True``, which no TOML reader takes."""
+    written = node_file_text({"role": "broker", "id": 1, "mutual_tls": True})
+    assert "mutual_tls = true" in written
+    assert "--mutual-tls" in parse_node_file(_broker(1) + "mutual_tls = true\n", "b.toml").argv

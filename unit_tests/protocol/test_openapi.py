@@ -44,6 +44,7 @@ from protocol.group_requests import (
 from protocol.limits import Limits
 from protocol.openapi import Node, api_document, operations
 from protocol.requests import (
+    AddressChallenge,
     BrokerRef,
     ChecksumRange,
     CreateKeyRequest,
@@ -83,9 +84,7 @@ Schema = dict[str, object]
 
 @pytest.fixture
 def apps(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[Node, App]]:
-    patch_manager(
-        monkeypatch, LocalRegistry(), BrokerClient(LIMITS, PeerLink("test-node-token", None))
-    )
+    patch_manager(monkeypatch, LocalRegistry(), BrokerClient(LIMITS, PeerLink(None, None)))
     monkeypatch.setattr(broker.app, "SqlMessageStore", lambda _url: MemoryMessageStore())
     monkeypatch.setattr(broker.app, "Registration", Idle)
     monkeypatch.setattr(logging, "basicConfig", lambda **_kwargs: None)
@@ -98,7 +97,7 @@ def apps(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[Node,
         raft_port_max=3,
         data_dir=str(tmp_path / "broker"),
         db_url="unused",
-        managers_url="http://127.0.0.1:1",
+        managers=("http://127.0.0.1:1",),
         secret="s",
         limits=LIMITS,
     )
@@ -162,16 +161,28 @@ def test_the_load_balancer_documents_its_routes_and_what_it_forwards(
 ) -> None:
     """The load balancer routes a few paths itself (their description differs from the
     manager's, or it is this document) and forwards every other request to the manager
-    leader: its document is its own routes plus the manager's operations."""
+    leader: its document is its own routes plus the manager's operations that a client may
+    send (it refuses node requests: they go straight to the node they are for)."""
     own = set(apps[Node.LOAD_BALANCER].routes())
     document = api_document(Node.LOAD_BALANCER)
     manager_document = api_document(Node.MANAGER)
     paths, manager_paths = _object(document["paths"]), _object(manager_document["paths"])
-    described_here = {p for p in paths if paths[p] != manager_paths.get(p)} | {"/openapi.json"}
-    assert own == {
-        (method, path) for method, path in operations(document) if path in described_here
+    described_here = {
+        (method, path)
+        for method, path in operations(document)
+        if _object(paths[path])[method.lower()]
+        != _object(manager_paths.get(path, {})).get(method.lower())
+        or path == "/openapi.json"
     }
-    assert operations(document) == own | operations(manager_document)
+    assert own == described_here
+    internal = {
+        (method.upper(), path)
+        for path, item in manager_paths.items()
+        for method, operation in _object(item).items()
+        if "internal" in _list(_object(operation).get("tags", []))
+    }
+    assert internal >= {("POST", "/brokers"), ("POST", "/keys/verify")}
+    assert operations(document) == own | (operations(manager_document) - internal)
 
 
 @pytest.mark.parametrize("node", list(Node))
@@ -422,6 +433,7 @@ PARSED = [
         {"manager_id": 4, "http_url": "http://h:1", "raft_address": "h:2"},
     ),
     Parsed(M, "DELETE", "/managers", ManagerRef.parse_id, {"manager_id": 4}),
+    Parsed(M, "POST", "/managers/proof", AddressChallenge.parse, {"nonce": "ab" * 20}),
     Parsed(M, "GET", "/lag", TopicRef.parse, {"topic": "orders"}),
     Parsed(B, "GET", "/lag", TopicRef.parse, {"topic": "orders"}),
     Parsed(B, "GET", "/groups", TopicRef.parse, {"topic": "orders"}),

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from flask import Flask, Response, jsonify, request
 from werkzeug.serving import make_server
 
-from protocol.access import NODE_HEADER
+from protocol.node_auth import SIGNATURE_HEADER
 
 Handler = Callable[[dict[str, object]], tuple[int, object]]
 
@@ -31,10 +31,13 @@ class Received:
     path: str
     params: dict[str, object]
     authorization: str | None = None
-    node_token: str | None = None
-    """The ``X-RaftQ-Node`` header, if any."""
+    node_signature: str | None = None
+    """The ``X-RaftQ-Node-Auth`` header, if any."""
     headers: dict[str, str] = field(default_factory=dict)
     """Every header, names in lower case."""
+    target: str = ""
+    """Path and query as sent."""
+    body: bytes = b""
 
 
 class FakeService:
@@ -65,8 +68,8 @@ class FakeService:
         """Every ``Authorization`` header received (``None``: a request without one)."""
         return {r.authorization for r in self.received}
 
-    def node_tokens(self, method: str, path: str) -> list[str | None]:
-        return [r.node_token for r in self.received if (r.method, r.path) == (method, path)]
+    def signed(self, method: str, path: str) -> list[Received]:
+        return [r for r in self.received if (r.method, r.path) == (method, path)]
 
     def calls(self, method: str, path: str) -> list[dict[str, object]]:
         return [r.params for r in self.received if (r.method, r.path) == (method, path)]
@@ -82,10 +85,20 @@ class FakeService:
         key = (request.method, "/" + path)
         with self._lock:
             authorization = request.headers.get("Authorization")
-            node = request.headers.get(NODE_HEADER)
+            node = request.headers.get(SIGNATURE_HEADER)
             headers = {name.lower(): value for name, value in request.headers.items()}
+            target = request.full_path.removesuffix("?")
             self.received.append(
-                Received(request.method, "/" + path, params, authorization, node, headers)
+                Received(
+                    request.method,
+                    "/" + path,
+                    params,
+                    authorization,
+                    node,
+                    headers,
+                    target,
+                    request.get_data(),
+                )
             )
             queue = self.scripts.get(key)
             reply = queue.popleft() if queue else None

@@ -46,8 +46,8 @@ def main() -> None:
             self.wfile.write(body)
 
         def do_POST(self) -> None:
-            # ``cluster up`` asks for an admin key, as a node (it holds the secret).
-            made = self.path == "/keys" and self.headers.get("X-RaftQ-Node") is not None
+            # ``cluster up`` asks the manager leader for an admin key, signed as a node.
+            made = self.path == "/keys" and self.headers.get("X-RaftQ-Node-Auth") is not None
             body = json.dumps({"key": "rq_standin_admin_key"} if made else {}).encode()
             self.send_response(201 if made else 404)
             self.send_header("Content-Type", "application/json")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from protocol.access import node_token
+from protocol.node_auth import authority, node_key, parse_signature, signature_holds
 from raftq.cli import DEFAULT_DIR, Context, UsageError, build_parser, main, resolve_url, run
 from raftq.client_limits import ClientLimits
 from raftq.cluster_layout import ClusterSettings, plan_nodes
@@ -280,6 +280,7 @@ def test_the_first_admin_key_is_asked_for_as_a_node_and_without_a_name(
     service: FakeService, tmp_path: Path
 ) -> None:
     service.default("POST", "/keys", lambda p: (201, {"key": "rq_first", **_ADMIN_KEY_INFO}))
+    service.default("GET", "/raft_status", lambda p: (200, {"is_leader": True}))
     secret = tmp_path / "secret"
     secret.write_text("s" * 64 + "\n")
     argv = ["key", "create", "--role", "admin", "--secret-file", str(secret), "--url", service.url]
@@ -288,7 +289,15 @@ def test_the_first_admin_key_is_asked_for_as_a_node_and_without_a_name(
     assert run(build_parser().parse_args(argv), context) == 0, err.getvalue()
     assert out.getvalue() == "rq_first\n"
     assert service.calls("POST", "/keys") == [{"role": "admin", "topics": []}]  # no empty name
-    assert service.node_tokens("POST", "/keys") == [node_token("s" * 64)]
+    (sent,) = service.signed("POST", "/keys")
+    signature = parse_signature(sent.node_signature or "")
+    assert signature is not None and signature.node == "tool-cli"
+    assert signature.to == authority(service.url)
+    key = node_key("s" * 64, "tool-cli")
+    assert signature_holds(key, signature, "POST", sent.target, sent.body)
+    assert sent.authorization is None  # no API key, and nothing static
+    (asked,) = service.signed("GET", "/raft_status")  # who leads: asked with no credential
+    assert asked.node_signature is None and asked.authorization is None
 
 
 _ADMIN_KEY_INFO = {
@@ -356,8 +365,8 @@ def test_node_run_refuses_a_bad_file_in_one_line(tmp_path: Path) -> None:
         1,
         "",
         f"raftq: {bad}: unknown key 'colour' for a broker (known: role, id, host, port, "
-        "raft_port_min, raft_port_max, data_dir, db_url, managers_url, secret_file, "
-        "limits_may_differ, metrics_token_file, limits, tls)\n",
+        "raft_port_min, raft_port_max, data_dir, db_url, managers, managers_url, secret_file, "
+        "limits_may_differ, metrics_token_file, mutual_tls, limits, tls)\n",
     )
     missing = tmp_path / "missing.toml"
     code, _, err = _run(["node", "run", "--config", str(missing)])

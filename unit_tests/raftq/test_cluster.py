@@ -68,7 +68,8 @@ def test_node_command_lines(tmp_path: Path) -> None:
         "--raft-port-min", "17400", "--raft-port-max", "17499",
         "--data-dir", str(tmp_path / "broker-3"),
         "--db-url", "postgresql://u:p@h:5432/raftq_broker_3",
-        "--managers-url", "http://127.0.0.1:17100", "--secret-file", str(tmp_path / "secret"),
+        "--managers", "http://127.0.0.1:17111,http://127.0.0.1:17112,http://127.0.0.1:17113",
+        "--secret-file", str(tmp_path / "secret"),
     )  # fmt: skip
     assert broker.log_file == tmp_path / "broker-3" / "node.log"
     assert nodes["lb"].log_file == tmp_path / "lb" / "node.log"

@@ -3,15 +3,20 @@ internal error (found by the stress checker: a broker killed while answering a p
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 from collections.abc import Iterator
 
 import pytest
 
+from protocol.access import Action
 from protocol.deadline import Deadline
 from protocol.limits import Limits
+from protocol.node_auth import NodeCredential
+from runtime.http_api import App, json_response, server_limits
 from runtime.http_client import JsonHttpClient, NoAnswerError, PeerLink
+from runtime.http_server import HttpRequest, HttpResponse, HttpServer
 
 
 @pytest.fixture
@@ -43,7 +48,9 @@ def truncating_server() -> Iterator[str]:
 
 
 def test_a_broken_off_answer_is_an_unknown_outcome(truncating_server: str) -> None:
-    client = JsonHttpClient(Limits(http_retries_max=2), PeerLink("t", None))
+    client = JsonHttpClient(
+        Limits(http_retries_max=2), PeerLink(NodeCredential.of("s" * 16, "manager-1"), None)
+    )
     with pytest.raises(NoAnswerError) as caught:
         client.call("POST", f"{truncating_server}/logs", {"x": 1}, idempotent=True)
     assert caught.value.refused is False
@@ -51,8 +58,40 @@ def test_a_broken_off_answer_is_an_unknown_outcome(truncating_server: str) -> No
 
 
 def test_nothing_is_sent_once_the_callers_deadline_has_passed(truncating_server: str) -> None:
-    client = JsonHttpClient(Limits(), PeerLink("t", None))
+    client = JsonHttpClient(Limits(), PeerLink(None, None))
     with pytest.raises(NoAnswerError) as gone:
         client.call("POST", truncating_server, {"a": 1}, deadline=Deadline(at_s=0.0))
     assert gone.value.refused and gone.value.code.proves_nothing_done
     client.close()
+
+
+def test_a_peer_that_refuses_a_signed_request_is_named_in_the_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A node of an older RaftQ refuses every signed request with its own 401 (it expects
+    the static token): the calling node says so in its log, once a minute per peer, rather
+    than failing silently."""
+    app = App("peer", Limits())
+
+    @app.get("/raft_status", Action.OPEN)
+    def status(_http: HttpRequest) -> HttpResponse:  # what an older node answers
+        body = {"error_code": 40101, "message": "this endpoint is for cluster nodes only"}
+        return json_response(body, 401)
+
+    server = HttpServer("127.0.0.1", 0, app.handle, server_limits(Limits()))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    older = f"http://127.0.0.1:{server.port}"
+    client = JsonHttpClient(Limits(), PeerLink(NodeCredential.of("s" * 16, "broker-1"), None))
+    try:
+        with caplog.at_level(logging.WARNING, logger="runtime.http_client"):
+            for _ in range(3):
+                assert client.call("GET", f"{older}/raft_status").status == 401
+        warned = [r.getMessage() for r in caplog.records]
+        assert len(warned) == 1, warned  # once a minute per peer
+        assert older in warned[0] and "older RaftQ" in warned[0]
+        assert "Upgrading to signed node requests" in warned[0]
+    finally:
+        client.close()
+        server.shutdown()
+        thread.join(10)

@@ -17,13 +17,15 @@ import orjson
 import pytest
 from cryptography import x509
 
-from protocol.access import Action
+from protocol.access import Action, Node
 from protocol.limits import Limits
 from raftq.client_limits import ClientLimits
 from raftq.errors import UnavailableError
 from raftq.http import HttpTransport
 from raftq.local_tls import TlsMaterial, ensure_certificates
 from runtime.http_api import App, json_response, server_limits
+from runtime.http_auth import NodeVerifier, authenticator
+from runtime.http_client import JsonHttpClient, NoAnswerError, PeerLink
 from runtime.http_connection import HttpConnections, NoAnswerFromPeerError, NotSentError
 from runtime.http_server import HttpRequest, HttpResponse, HttpServer
 from runtime.tls import TlsFiles, client_context, server_context, tls_from
@@ -202,3 +204,56 @@ def test_a_cluster_on_several_hosts_gets_one_certificate_naming_each(tmp_path: P
     assert addresses == {"127.0.0.2", "127.0.0.3", "127.0.0.1"}
     assert set(names.get_values_for_type(x509.DNSName)) == {"localhost", "queue.example"}
     assert not ensure_certificates(["127.0.0.9"], material)  # made once; a restart keeps them
+
+
+def test_mutual_tls_takes_node_requests_only_from_a_caller_with_a_certificate(
+    certificates: Certificates,
+) -> None:
+    """``--mutual-tls`` (issue 23): a node's signed request is taken only over a connection
+    whose caller showed a certificate of the node's CA; a client without one still reaches
+    what it may (API keys need no certificate); another CA's certificate ends the
+    handshake."""
+    secret = "mutual-tls-cluster-secret"
+    mutual = replace(files(certificates.ours), mutual=True)
+    built: list[App] = []
+    server = HttpServer(
+        "127.0.0.1", 0, lambda r: built[0].handle(r), server_limits(LIMITS), server_context(mutual)
+    )
+    url = f"https://127.0.0.1:{server.port}"
+    verifier = NodeVerifier(secret, [url], LIMITS, certified_only=True)
+    app = App("node", LIMITS, authenticator(verifier, lambda _key: None))
+
+    @app.get("/internal", Action.NODE)
+    def internal(http: HttpRequest) -> HttpResponse:
+        assert isinstance(http.principal, Node)
+        return json_response({"node": http.principal.name})
+
+    @app.get("/open", Action.OPEN)
+    def open_route(_http: HttpRequest) -> HttpResponse:
+        return json_response({})
+
+    built.append(app)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        shown = JsonHttpClient(LIMITS, PeerLink.of(secret, mutual, "manager-1"))
+        assert shown.call("GET", f"{url}/internal").body == {"node": "manager-1"}
+        without = JsonHttpClient(LIMITS, PeerLink.of(secret, files(certificates.ours), "manager-1"))
+        refused = without.call("GET", f"{url}/internal")
+        assert refused.status == 401 and "mutual TLS" in str(refused.body)
+        anyone = JsonHttpClient(LIMITS, PeerLink(None, client_context(files(certificates.ours))))
+        assert anyone.call("GET", f"{url}/open").status == 200  # no certificate, no signature
+        stranger = replace(files(certificates.stranger), ca_path=certificates.ours.ca_file)
+        other_ca = JsonHttpClient(
+            replace(LIMITS, http_retries_max=1),
+            PeerLink.of(secret, replace(stranger, mutual=True), "manager-1"),
+        )
+        with pytest.raises(NoAnswerError):
+            other_ca.call("GET", f"{url}/internal")
+        for client in (shown, without, anyone, other_ca):
+            client.close()
+    finally:
+        server.shutdown()
+        thread.join(WAIT_S)
+    with pytest.raises(ValueError, match="--mutual-tls needs"):
+        tls_from(argparse.Namespace(tls_cert=None, tls_key=None, tls_ca=None, mutual_tls=True))

@@ -15,6 +15,7 @@ import struct
 import time
 import zlib
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -253,6 +254,12 @@ def test_metrics_refuse_an_unauthenticated_scrape_and_client_keys(
         scraper = admin.create_key("metrics", [], "prometheus")
     before = _state(cluster)
     nodes = [n for n in cluster.info["nodes"] if n["role"] in ("broker", "manager")]
+    # A manager that follows knows a key once it applied its creation (the keys before
+    # it too: one log). Until then it answers 401, as to any key it does not know (CI saw a
+    # producer key refused so by a follower, right after the keys were made).
+    for node in nodes:
+        url = f"{node['http_address']}/metrics"
+        poll_until(partial(_scrapes, url, scraper.key), WAIT_S, f"{url} to know the new keys")
     for node in nodes:
         url = f"{node['http_address']}/metrics"
         for key in (None, "junk", _fake_key(scraper.key)):
@@ -271,6 +278,10 @@ def test_metrics_refuse_an_unauthenticated_scrape_and_client_keys(
         == 403
     )
     assert _state(cluster)[:2] == before[:2] and _state(cluster)[3] == before[3]
+
+
+def _scrapes(url: str, key: str) -> bool:
+    return bool(_call("GET", url, key).status_code == 200)
 
 
 def _consumer_count(cluster: Cluster, broker_url: str, topic: str, partition_id: int) -> float:

@@ -31,6 +31,7 @@ from unit_tests.cluster.harness import Cluster, running_cluster
 from unit_tests.cluster.recorder import Received, RecordingListener
 from unit_tests.cluster.sniffer import Captured, LoopbackSniffer, can_capture
 from unit_tests.ports import CLUSTER_BASE_PORTS, CLUSTER_PORT_SPAN, free_port, port_block
+from unit_tests.stress.prerequisites import require
 
 pytestmark = pytest.mark.cluster
 
@@ -407,7 +408,6 @@ def _read_off_the_wire(cluster: Cluster, keys: dict[str, str]) -> list[Captured]
         return sniffer.requests()
 
 
-@pytest.mark.skipif(not can_capture(), reason="reading the wire needs CAP_NET_RAW")
 def test_node_requests_read_off_the_wire_are_refused_when_sent_again(
     cluster: Cluster, keys: dict[str, str]
 ) -> None:
@@ -421,6 +421,7 @@ def test_node_requests_read_off_the_wire_are_refused_when_sent_again(
     hold); and once older than ``node_signature_age_s_max`` (refused: stale). The static
     token of older versions is refused everywhere, saying to upgrade. Nothing stored or
     changed."""
+    require(None if can_capture() else "reading the wire needs CAP_NET_RAW (root)")
     captured = _read_off_the_wire(cluster, keys)
     lb_port = int(cluster.lb_url.rsplit(":", 1)[1])
     through_lb = [c for c in captured if c.server_port == lb_port]

@@ -24,8 +24,8 @@ from manager.registry.topics import Assignment
 from manager.replicated import RaftStatus
 from protocol.durable_files import make_directories
 from protocol.types import RaftRole
-from runtime import durable_journal
-from runtime.raft_node import RaftNode, raft_conf, raft_failure
+from runtime.replication.raft import journal as durable_journal
+from runtime.replication.raft.node import RaftNode, raft_conf, raft_failure
 
 _log = logging.getLogger(__name__)
 

@@ -31,9 +31,9 @@ from protocol.durable_files import fsync_directory, make_directories
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits, PartitionLimits
 from protocol.types import ReplicaId, ReplicaSpec
-from runtime import durable_journal
-from runtime.durable_journal import FrozenState
-from runtime.raft_node import RaftNode, raft_conf, raft_failure
+from runtime.replication.raft import journal as durable_journal
+from runtime.replication.raft.dump import FrozenState
+from runtime.replication.raft.node import RaftNode, raft_conf, raft_failure
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")

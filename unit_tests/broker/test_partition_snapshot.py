@@ -17,7 +17,7 @@ from broker.partition.log import PartitionLog
 from broker.partition.raft import FrozenPartitionLog
 from protocol.limits import PartitionLimits
 from protocol.types import ReplicaId
-from runtime.durable_journal import DumpWriter
+from runtime.replication.raft.dump import DumpWriter
 from unit_tests.broker.test_partition_log import LIMITS, _random_commands, new_log
 
 WAIT_S = 30.0

@@ -181,7 +181,8 @@ with mmap.mmap(fd, 8192, mmap.MAP_SHARED) as mapped:
     mapped[0:7] = b"msynced"
     mapped.flush()  # msync(MS_SYNC)
     mapped[4096:4103] = b"fdatasy"
-    os.fdatasync(fd)  # pysyncobj's journal syncs its mapping this way (runtime/durable_journal)
+    # pysyncobj's journal syncs its mapping this way (runtime/replication/raft/journal.py)
+    os.fdatasync(fd)
     mapped[100:108] = b"unsynced"
     print(mapped[100:108].decode())
 os._exit(0)

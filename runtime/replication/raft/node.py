@@ -20,7 +20,7 @@
   not yet applied when the dump was taken, all acknowledged, counted by the leader toward
   a commit. Raft's rule, applied here: when the journal holds the dump's last entry (same
   index and term), drop only what comes before it (``DurableFileJournal.keep_from``).
-  Tested by ``unit_tests/runtime/test_raft_node.py`` (kill -9 right after a snapshot).
+  Tested by ``unit_tests/runtime/replication/raft/test_node.py`` (kill -9 right after a snapshot).
 - **Its journal** (``DurableFileJournal``), for the adapters' byte-bounded compaction, and
   its full dump written by a thread of its own (``DumpWriter``; ``useFork`` is ignored).
 - **A snapshot's receiver takes the sender's members.** pysyncobj stores in a dump the
@@ -58,7 +58,8 @@ from pysyncobj.transport import TCPTransport
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 from protocol.types import RaftRole
-from runtime.durable_journal import DumpWriter, DurableFileJournal, opened
+from runtime.replication.raft.dump import DumpWriter
+from runtime.replication.raft.journal import DurableFileJournal, opened
 
 _LEADER_POLL_S = 0.02
 _ANY_MEMBER = "*"

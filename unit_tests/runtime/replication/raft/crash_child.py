@@ -2,7 +2,8 @@
 is renamed into place, the journal is not yet compacted, and entries were appended after the
 dump's last index meanwhile (as they are while the dump writer's thread runs).
 
-``python -m unit_tests.runtime.raft_crash_child DIR PORT`` never returns: it kills itself.
+``python -m unit_tests.runtime.replication.raft.crash_child DIR PORT`` never returns: it
+kills itself.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from typing import Any
 from pysyncobj import SyncObjConf, SyncObjConsumer, replicated
 
 from protocol.limits import Limits
-from runtime import durable_journal
-from runtime.durable_journal import DurableFileJournal
-from runtime.raft_node import RaftNode
+from runtime.replication.raft import dump, journal
+from runtime.replication.raft.journal import DurableFileJournal
+from runtime.replication.raft.node import RaftNode
 
 BEFORE_SNAPSHOT = 30
 """Commands applied before the snapshot starts: the dump holds them."""
@@ -50,7 +51,7 @@ def start_node(directory: str, port: int) -> tuple[RaftNode, Counter]:
         logCompactionMinEntries=10**9,
         logCompactionMinTime=10**9,
     )
-    durable_journal.install()
+    journal.install()
     counter = Counter()
     notice_s = Limits().raft_commit_notice_delay_s
     node = RaftNode(address, [], conf, consumers=[counter], commit_notice_delay_s=notice_s)
@@ -72,8 +73,8 @@ def crash_right_after_a_snapshot(directory: str, port: int) -> None:
         counter.add(value, sync=True)
     # Hold the dump "being written" while more commands are applied.
     release = threading.Event()
-    write_done = durable_journal._DumpWrite.done
-    durable_journal._DumpWrite.done = lambda self: release.is_set() and write_done(self)  # type: ignore[method-assign]
+    write_done = dump._DumpWrite.done
+    dump._DumpWrite.done = lambda self: release.is_set() and write_done(self)  # type: ignore[method-assign]
     node.forceLogCompaction()
     wait(lambda: node._SyncObj__serializer._writing is not None, "the snapshot to start")
     for value in range(100, 100 + AFTER_SNAPSHOT):

@@ -19,10 +19,10 @@ from pysyncobj.monotonic import monotonic as raft_clock
 
 from protocol.errors import ErrorCode
 from protocol.limits import Limits
-from runtime import durable_journal
-from runtime.raft_node import RaftNode, raft_failure
+from runtime.replication.raft import journal as durable_journal
+from runtime.replication.raft.node import RaftNode, raft_failure
 from unit_tests.ports import free_port
-from unit_tests.runtime import raft_crash_child
+from unit_tests.runtime.replication.raft import crash_child
 
 WAIT_S = 10.0
 
@@ -149,7 +149,7 @@ def test_a_restart_right_after_a_snapshot_keeps_the_entries_after_it(tmp_path: P
     which it does only once the compaction after a dump is done: a node killed in between
     came back without the entries it had applied (and acknowledged) after the dump."""
     child = subprocess.run(
-        [sys.executable, "-m", "unit_tests.runtime.raft_crash_child", str(tmp_path), "0"],
+        [sys.executable, "-m", crash_child.__name__, str(tmp_path), "0"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -158,10 +158,10 @@ def test_a_restart_right_after_a_snapshot_keeps_the_entries_after_it(tmp_path: P
     assert child.returncode == -signal.SIGKILL, child.stderr
     assert (tmp_path / "raft.dump").exists()
     assert not list(tmp_path.glob("*.writing.*")), "the dump was renamed into place"
-    node, counter = raft_crash_child.start_node(str(tmp_path), free_port())
+    node, counter = crash_child.start_node(str(tmp_path), free_port())
     try:
-        expected = list(range(raft_crash_child.BEFORE_SNAPSHOT)) + list(
-            range(100, 100 + raft_crash_child.AFTER_SNAPSHOT)
+        expected = list(range(crash_child.BEFORE_SNAPSHOT)) + list(
+            range(100, 100 + crash_child.AFTER_SNAPSHOT)
         )
         deadline = time.monotonic() + WAIT_S
         while counter.values != expected and time.monotonic() < deadline:

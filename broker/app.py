@@ -17,7 +17,7 @@ from broker.api.partitions import RaftPorts, add_partition_routes
 from broker.api.status import add_status_routes
 from broker.config import BrokerConfig
 from broker.managers import Managers
-from broker.partition.raft import PartitionRaft
+from broker.partition.raft import partition_raft
 from broker.peer_copy import PeerCopy
 from broker.persistence.sql_store import SqlMessageStore
 from broker.registration import Registration
@@ -44,7 +44,7 @@ def create_app(config: BrokerConfig) -> App:
 
     def make_replica(spec: ReplicaSpec) -> HostedReplica:
         replica_dir = os.path.join(config.data_dir, "replicas", f"{spec.topic}-{spec.partition_id}")
-        raft = PartitionRaft(spec, replica_dir, config.secret, config.limits)
+        raft = partition_raft(spec, replica_dir, config.secret, config.limits)
         return HostedReplica(spec, raft, store, config.limits, peers.read)
 
     service = BrokerService(store, make_replica, config.limits, lambda: int(time.time() * 1000))

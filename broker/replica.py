@@ -3,7 +3,7 @@ commit) and its flusher."""
 
 from __future__ import annotations
 
-from broker.partition.consensus import PartitionConsensus
+from broker.partition.raft import PartitionMachine
 from broker.partition.replica import PartitionReplica
 from broker.persistence.flusher import Flusher, PeerRead
 from broker.persistence.store import MessageStore
@@ -15,13 +15,13 @@ class HostedReplica:
     def __init__(
         self,
         spec: ReplicaSpec,
-        consensus: PartitionConsensus,
+        machine: PartitionMachine,
         store: MessageStore,
         limits: Limits,
         peer_read: PeerRead,
     ) -> None:
         self.spec = spec
-        self.partition = PartitionReplica(spec, consensus, limits)
+        self.partition = PartitionReplica(spec, machine, limits)
         self.flusher = Flusher(self.partition, store, limits, peer_read)
         self.flusher.start()
 

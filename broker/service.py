@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from functools import partial
 
 from broker.partition.commands import DeadLettered, KeyValue, Receive, Redrive, Settle
-from broker.partition.consensus import Entry
 from broker.partition.group_leases import (
     DeadLetter,
     GroupFigures,
@@ -45,6 +44,7 @@ from protocol.types import (
     ReplicaSpec,
     StoredMessage,
 )
+from runtime.replication.machine import Entry
 
 _log = logging.getLogger(__name__)
 
@@ -199,7 +199,7 @@ class BrokerService:
     ) -> dict[str, object]:
         """Re-replication, on every live replica of the partition: keep ``spec`` (the
         partition's replicas, replica ``slot`` now a new one) for restarts, and on the
-        leader make the Raft group's members match it (``PartitionConsensus.
+        leader make the Raft group's members match it (``PartitionReplica.
         replace_member``: ``leaving`` is the replica the slot had, still running when
         ``leaving_alive``). Idempotent: the manager repeats it until the leader answers
         ``"members_match": true``."""

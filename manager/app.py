@@ -24,7 +24,7 @@ from manager.config import ManagerConfig
 from manager.dead_letter_mover import DeadLetterMover
 from manager.leader_duties import LeaderDuties
 from manager.log_router import LogRouter
-from manager.raft import ManagerRaft
+from manager.raft import RegistryMachine, leads, registry_raft
 from manager.redrive import Redriver
 from manager.registry.state import ManagerState
 from manager.replica_mover import ReplicaMover
@@ -51,7 +51,7 @@ whose registry is the only one known to be up to date."""
 
 def create_app(config: ManagerConfig) -> App:
     limits = config.limits
-    raft = ManagerRaft(config)
+    raft = registry_raft(config)
     monitor = BrokerMonitor(limits.broker_dead_after_s)
     link = PeerLink.of(config.secret, config.tls, f"manager-{config.manager_id}")
     broker_client = BrokerClient(limits, link)
@@ -105,9 +105,9 @@ def _node_verifier(config: ManagerConfig) -> NodeVerifier:
     )
 
 
-def _install_leader_gate(app: App, raft: ManagerRaft, view: ClusterView) -> None:
+def _install_leader_gate(app: App, raft: RegistryMachine, view: ClusterView) -> None:
     def require_leader(request: HttpRequest) -> None:
-        if (request.method, request.path) in _ANY_MANAGER or raft.is_leader():
+        if (request.method, request.path) in _ANY_MANAGER or leads(raft):
             return
         raise RaftQError(
             ErrorCode.NOT_LEADER, "this manager is not the leader", view.leader_http_url()
@@ -129,9 +129,9 @@ def _install_refusal_passthrough(app: App) -> None:
     app.error_handler(BrokerRefusalError, refusal)
 
 
-def _metrics(raft: ManagerRaft) -> Metrics:
+def _metrics(raft: RegistryMachine) -> Metrics:
     metrics = Metrics("raftq_manager")
-    metrics.gauge("is_leader", lambda: {(): 1.0 if raft.is_leader() else 0.0})
+    metrics.gauge("is_leader", lambda: {(): 1.0 if leads(raft) else 0.0})
     metrics.gauge("raft_term", lambda: {(): float(raft.status().term)})
     metrics.gauge("raft_commit_index", lambda: {(): float(raft.status().commit_index)})
     metrics.gauge(

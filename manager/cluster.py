@@ -12,11 +12,11 @@ from importlib import metadata
 from manager.address_proof import AddressCheck
 from manager.config import ManagerConfig, Peer
 from manager.peer_check import peer_list
+from manager.raft import RegistryMachine, leads
 from manager.registry.commands import AddManager, RemoveManager
 from manager.registry.managers import ManagerEntry
 from manager.registry.outcome import Outcome
 from manager.registry.state import ManagerState
-from manager.replicated import ReplicatedRegistry
 from manager.service import ManagerService, check_outcome
 from protocol.errors import ErrorCode, RaftQError
 from protocol.requests import ManagerRef
@@ -44,7 +44,7 @@ class ClusterView:
     def __init__(
         self,
         config: ManagerConfig,
-        raft: ReplicatedRegistry,
+        raft: RegistryMachine,
         service: ManagerService,
         executor: Executor,
         link: PeerLink,
@@ -75,7 +75,7 @@ class ClusterView:
         return self._raft.read(lambda s: effective_peers(self._config.peers, s))
 
     def leader_http_url(self) -> str | None:
-        address = self._raft.leader_raft_address()
+        address = self._raft.status().leader
         peers = [p for p in self.peers() if p.raft_address == address]
         return peers[0].http_url if peers else None
 
@@ -99,7 +99,7 @@ class ClusterView:
                 f"manager {clash[0].manager_id} is at {clash[0].http_url} "
                 f"({clash[0].raft_address}): choose another id and address",
             )
-        away = len(self._members()) - self._raft.members_answering()
+        away = len(self._members()) - self._raft.replicas_answering()
         if peer.raft_address not in self._members() and away > 0:
             # The new member has not started yet: with one away too, the group would be
             # one failure from a standstill (etcd refuses such an add as well).
@@ -158,7 +158,7 @@ class ClusterView:
         """Refuse a removal after which the members that answer the leader could be fewer
         than a majority (etcd's strict reconfiguration check; the leaving one is counted
         as answering: the worst case)."""
-        answering = self._raft.members_answering() - 1
+        answering = self._raft.replicas_answering() - 1
         majority = members // 2 + 1
         if answering < majority:
             raise RaftQError(
@@ -178,14 +178,14 @@ class ClusterView:
         status = self._raft.status()
         return {
             "id": self._config.manager_id,
-            "is_leader": self._raft.is_leader(),  # the same test the API uses to refuse
-            "state": status.role,
-            "leader": status.leader_raft_address,
+            "is_leader": leads(self._raft),  # the same test the API uses to refuse
+            "state": status.role.value,
+            "leader": status.leader,
             "leader_address": self.leader_http_url(),
             "term": status.term,
             "commit_index": status.commit_index,
             "last_applied": status.last_applied,
-            "partners": sorted(self._raft.members()),
+            "partners": list(status.partners),
             "peers": peer_list(self.peers()),
             "peers_changed": self._raft.read(lambda s: s.managers.changed),
             "has_quorum": status.has_quorum,

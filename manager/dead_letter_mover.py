@@ -18,7 +18,7 @@ from itertools import groupby
 
 from manager.broker_client import BrokerClient, BrokerRefusalError
 from manager.log_router import LogRouter, error_code
-from manager.replicated import ReplicatedRegistry
+from manager.raft import RegistryMachine
 from protocol.dead_letters import PendingDeadLetter, dead_letter_producer_id
 from protocol.errors import ErrorCode, RaftQError
 from protocol.group_requests import MarkDeadLettered
@@ -31,7 +31,7 @@ _log = logging.getLogger(__name__)
 
 class DeadLetterMover:
     def __init__(
-        self, limits: Limits, raft: ReplicatedRegistry, brokers: BrokerClient, router: LogRouter
+        self, limits: Limits, raft: RegistryMachine, brokers: BrokerClient, router: LogRouter
     ) -> None:
         self._limits = limits
         self._raft = raft

@@ -24,11 +24,11 @@ from manager.broker_client import BrokerClient
 from manager.broker_monitor import BrokerMonitor
 from manager.dead_letter_mover import DeadLetterMover
 from manager.leader_balance import Placed, next_transfer
+from manager.raft import RegistryMachine, leads
 from manager.registry.brokers import BrokerRecord
 from manager.registry.commands import SetBrokerAlive
 from manager.registry.topics import PartitionState
 from manager.replica_mover import ReplicaMover
-from manager.replicated import ReplicatedRegistry
 from manager.service import ManagerService
 from protocol.errors import RaftQError
 from protocol.limits import Limits
@@ -40,7 +40,7 @@ class LeaderDuties:
     def __init__(
         self,
         limits: Limits,
-        raft: ReplicatedRegistry,
+        raft: RegistryMachine,
         service: ManagerService,
         brokers: BrokerClient,
         monitor: BrokerMonitor,
@@ -77,7 +77,7 @@ class LeaderDuties:
                 _log.exception("leader duties round failed")
 
     def _tick(self) -> None:
-        if not self._raft.is_leader():
+        if not leads(self._raft):
             self._was_leader = False
             return
         brokers = self._raft.read(lambda s: s.brokers.all())

@@ -30,10 +30,10 @@ from concurrent.futures import Executor
 from manager.broker_client import BrokerClient, BrokerRefusalError
 from manager.broker_monitor import BrokerMonitor
 from manager.log_routing import broker_order, pop_order, routing_count
+from manager.raft import RegistryMachine
 from manager.registry.brokers import BrokerRecord
 from manager.registry.clients import ConsumerRecord, ProducerRecord
 from manager.registry.topics import PartitionRecord, TopicRecord
-from manager.replicated import ReplicatedRegistry
 from protocol import consume_plan, produce_plan
 from protocol.consume_plan import receive_order
 from protocol.deadline import Deadline
@@ -63,7 +63,7 @@ and its broker's ``ack`` (``protocol.types.Ack`` as JSON), passed on unchanged."
 class LogRouter:
     def __init__(
         self,
-        raft: ReplicatedRegistry,
+        raft: RegistryMachine,
         brokers: BrokerClient,
         monitor: BrokerMonitor,
         executor: Executor,

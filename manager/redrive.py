@@ -29,9 +29,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from manager.log_router import LogRouter
+from manager.raft import RegistryMachine
 from manager.registry.commands import FinishRedrive, PlanRedrive
 from manager.registry.topics import TopicRecord
-from manager.replicated import ReplicatedRegistry
 from manager.service import check_outcome
 from protocol.dead_letters import (
     DELIVERY_COUNT,
@@ -72,7 +72,7 @@ class _Range:
 
 
 class Redriver:
-    def __init__(self, limits: Limits, raft: ReplicatedRegistry, router: LogRouter) -> None:
+    def __init__(self, limits: Limits, raft: RegistryMachine, router: LogRouter) -> None:
         self._limits = limits
         self._raft = raft
         self._router = router

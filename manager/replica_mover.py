@@ -37,10 +37,10 @@ from collections.abc import Callable
 from manager.broker_client import BrokerClient
 from manager.broker_monitor import BrokerMonitor
 from manager.placement import place_replacement
+from manager.raft import RegistryMachine
 from manager.registry import commands
 from manager.registry.brokers import BrokerRecord
 from manager.registry.topics import PartitionRecord, PartitionState, TopicRecord
-from manager.replicated import ReplicatedRegistry
 from manager.service import check_outcome, replica_specs
 from protocol.errors import RaftQError
 from protocol.limits import Limits
@@ -53,7 +53,7 @@ class ReplicaMover:
     def __init__(
         self,
         limits: Limits,
-        raft: ReplicatedRegistry,
+        raft: RegistryMachine,
         brokers: BrokerClient,
         monitor: BrokerMonitor,
         clock_s: Callable[[], float] = time.monotonic,

@@ -22,13 +22,13 @@ from manager.broker_client import BrokerClient
 from manager.broker_monitor import BrokerMonitor
 from manager.log_routing import routing_count
 from manager.placement import drain_refusal, place_partitions
+from manager.raft import RegistryMachine
 from manager.registry import commands
 from manager.registry.brokers import BrokerRecord
 from manager.registry.clients import ConsumerRecord, ProducerRecord
 from manager.registry.outcome import Outcome
 from manager.registry.state import EXPIRED_PER_SWEEP_MAX, ManagerState
 from manager.registry.topics import PartitionRecord, TopicRecord
-from manager.replicated import ReplicatedRegistry
 from manager.views import (
     broker_summary,
     partition_detail,
@@ -91,7 +91,7 @@ class ManagerService:
     def __init__(
         self,
         limits: Limits,
-        raft: ReplicatedRegistry,
+        raft: RegistryMachine,
         brokers: BrokerClient,
         monitor: BrokerMonitor,
         executor: Executor,

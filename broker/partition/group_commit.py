@@ -30,11 +30,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from broker.partition.commands import Append, Command
-from broker.partition.consensus import Entry
 from broker.partition.log import Result
 from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
 from protocol.invariant import check
+from runtime.replication.machine import Entry
 
 Propose = Callable[[Sequence[Command]], tuple[list[Result], Entry]]
 """Propose commands as one Raft entry; their results in order once applied locally, and the

@@ -1,10 +1,10 @@
 """The manager's replicated commands: the one list. Pure.
 
-Each command is a small frozen record; ``ManagerState.apply`` runs it; the Raft adapter
-carries it as a plain tuple (``to_wire``/``from_wire``: a tag and the fields), never as a
-pickled class, so renaming or moving a class here can never break a journal on disk. The
-replicated interface (``manager.replicated``), its in-memory twin and the Raft adapter each
-have one ``propose(command)``; nothing else lists the commands.
+Each command is a small frozen record; ``ManagerState.apply`` runs it; the replicated
+registry (``manager.raft``) carries it as a plain tuple (``to_wire``/``from_wire``: a tag and
+the fields), never as a pickled class, so renaming or moving a class here can never break a
+journal on disk. The registry's machine (Raft, or its in-memory twin) has one
+``propose(command)``; nothing else lists the commands.
 
 Every argument a command needs to apply deterministically is in it: bounds the proposer
 read from its configuration, the proposer's clock (``now_ms``) and the registration

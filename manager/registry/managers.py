@@ -3,7 +3,7 @@
 The managers a cluster starts with are those of its node files (``--peers``); this registry
 holds only the changes since, so a manager restarted with an older file still knows every
 member: ``effective`` overlays them on the file's list. The Raft group's membership itself
-lives in pysyncobj's log (``ManagerRaft.change_member``); this is where the managers' HTTP
+lives in pysyncobj's log (``RegistryMachine.change_member``); this is where the managers' HTTP
 addresses are, for leader hints, ``/cluster`` and the load balancer.
 """
 

@@ -1,5 +1,5 @@
 """The broker's own ``create_app`` over in-memory twins: the message store, a
-``MemoryConsensus`` for each replica's Raft group, and registration with the managers not
+``partition_twin`` for each replica's Raft group, and registration with the managers not
 started. Everything else (routes, access, the error mapping, metrics) is the production
 wiring. Used by the API fuzzing and the route tests."""
 
@@ -15,7 +15,7 @@ import pytest
 
 import broker.app
 from broker.config import BrokerConfig
-from broker.partition.consensus import MemoryConsensus
+from broker.partition.raft import PartitionTwin, partition_twin
 from broker.persistence.store import MemoryMessageStore
 from broker.service import BrokerService
 from protocol.limits import Limits
@@ -35,11 +35,9 @@ def as_node(method: str, target: str, body: bytes = b"", port: int = 1) -> list[
     return signed(SECRET, f"http://127.0.0.1:{port}", method, target, body)
 
 
-def _twin(spec: ReplicaSpec, _replica_dir: str, _secret: str, limits: Limits) -> MemoryConsensus:
+def _twin(spec: ReplicaSpec, _replica_dir: str, _secret: str, limits: Limits) -> PartitionTwin:
     partition_limits = spec.limits or limits.partition_limits()
-    return MemoryConsensus(
-        f"{spec.topic}/{spec.partition_id}", len(spec.replicas), partition_limits
-    )
+    return partition_twin(f"{spec.topic}/{spec.partition_id}", len(spec.replicas), partition_limits)
 
 
 @contextmanager
@@ -60,7 +58,7 @@ def broker_app(
 
     with pytest.MonkeyPatch.context() as monkeypatch:
         monkeypatch.setattr(broker.app, "SqlMessageStore", lambda _url: store)
-        monkeypatch.setattr(broker.app, "PartitionRaft", _twin)
+        monkeypatch.setattr(broker.app, "partition_raft", _twin)
         monkeypatch.setattr(broker.app, "Registration", Idle)
         monkeypatch.setattr(logging, "basicConfig", lambda **_kwargs: None)
         monkeypatch.setattr(broker.app, "BrokerService", keeping)

@@ -9,8 +9,8 @@ import random
 from collections import OrderedDict
 
 from broker.partition.commands import Append, Consume, from_wire, to_wire
-from broker.partition.consensus import apply_group
 from broker.partition.log import Appended, Consumed, PartitionLog, Rejected
+from broker.partition.raft import apply_group
 from protocol.errors import ErrorCode
 from protocol.limits import PartitionLimits
 from protocol.types import Offset

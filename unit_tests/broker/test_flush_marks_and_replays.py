@@ -12,20 +12,19 @@ from __future__ import annotations
 
 import pickle
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import fields
 
 import pytest
 
 from broker.partition.commands import (
-    Command,
     MarkFlushed,
     ResetReplica,
     from_wire,
     to_wire,
 )
-from broker.partition.consensus import Entry, MemoryConsensus
-from broker.partition.log import Consumed, Flushed, PartitionLog, Rejected, Result
+from broker.partition.log import Consumed, Flushed, PartitionLog, Rejected
+from broker.partition.raft import PartitionTwin, partition_twin
 from broker.partition.replica import PartitionReplica
 from broker.persistence.flusher import Flusher
 from broker.persistence.store import MemoryMessageStore
@@ -180,18 +179,9 @@ def test_a_snapshot_from_before_holders_loads_with_every_holder_unknown() -> Non
     assert restored.mark_flushed(R1, 6, 4, OLD) == Flushed(Offset(6), Offset(0))
 
 
-class RecordingConsensus(MemoryConsensus):
-    """The in-memory twin, recording every command proposed."""
-
-    def __init__(self, replica_count: int) -> None:
-        super().__init__("orders/0", replica_count, LIMITS)
-        self.proposed: list[Command] = []
-
-    def propose(
-        self, commands: Sequence[Command], *, synced: bool = True
-    ) -> tuple[list[Result], Entry]:
-        self.proposed.extend(commands)
-        return super().propose(commands, synced=synced)
+def recording_twin(replica_count: int) -> PartitionTwin:
+    """The in-memory twin: it records every group proposed (``applied``)."""
+    return partition_twin("orders/0", replica_count, LIMITS)
 
 
 def flusher_spec(slot: int, replicas: int = 3) -> ReplicaSpec:
@@ -202,7 +192,7 @@ def flusher_spec(slot: int, replicas: int = 3) -> ReplicaSpec:
     return ReplicaSpec("orders", PartitionId(0), ReplicaId(slot), addresses, LIMITS)
 
 
-def flusher_of(slot: int, consensus: RecordingConsensus) -> tuple[Flusher, PartitionReplica]:
+def flusher_of(slot: int, consensus: PartitionTwin) -> tuple[Flusher, PartitionReplica]:
     spec = flusher_spec(slot)
     replica = PartitionReplica(spec, consensus, Limits())
     return Flusher(replica, MemoryMessageStore(), Limits(), _no_peer), replica
@@ -212,12 +202,12 @@ def _no_peer(spec: ReplicaSpec, start: int, end: int) -> list[StoredMessage]:
     return []
 
 
-def marks(consensus: RecordingConsensus) -> list[MarkFlushed]:
-    return [c for c in consensus.proposed if isinstance(c, MarkFlushed)]
+def marks(consensus: PartitionTwin) -> list[MarkFlushed]:
+    return [c for group in consensus.applied for c in group if isinstance(c, MarkFlushed)]
 
 
 def test_the_flusher_sends_its_address_and_start_with_a_batch_and_a_sync_mark() -> None:
-    consensus = RecordingConsensus(3)
+    consensus = recording_twin(3)
     flusher, replica = flusher_of(0, consensus)
     replica.append([(None, "a"), (None, "b")], 1_000, None, None)
     assert flusher.flush_once() == 2
@@ -231,7 +221,7 @@ def test_the_flusher_sends_its_address_and_start_with_a_batch_and_a_sync_mark() 
 
 
 def test_the_skip_to_the_log_start_carries_the_offset_it_was_read_at() -> None:
-    consensus = RecordingConsensus(3)
+    consensus = recording_twin(3)
     flusher, replica = flusher_of(2, consensus)
     replica.append([(None, str(i)) for i in range(10)], 1_000, None, None)
     for slot in (0, 1):
@@ -314,7 +304,7 @@ def service_over(store: MemoryMessageStore, replicas: int) -> BrokerService:
     spec = flusher_spec(0, replicas)
 
     def make_replica(s: ReplicaSpec) -> HostedReplica:
-        twin = MemoryConsensus("orders/0", replicas, LIMITS)
+        twin = partition_twin("orders/0", replicas, LIMITS)
         return HostedReplica(s, twin, store, Limits(flush_period_s=0.01), _no_peer)
 
     service = BrokerService(store, make_replica, Limits(), lambda: 1_000)
@@ -427,7 +417,7 @@ def test_limits_from_before_request_ids_were_remembered_keep_only_the_last() -> 
 
 
 def test_an_idle_partition_ages_by_the_time_this_host_saw_pass_not_its_wall_clock() -> None:
-    flusher, _ = flusher_of(0, RecordingConsensus(3))
+    flusher, _ = flusher_of(0, recording_twin(3))
     assert flusher._partition_now_ms(1_000, 50.0) == 1_000
     assert flusher._partition_now_ms(1_000, 52.5) == 3_500  # idle: 2.5 s seen to pass
     assert flusher._partition_now_ms(2_000, 53.0) == 2_000  # moved: counts from here

@@ -11,13 +11,14 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from broker.partition.commands import Append, Command, Consume
-from broker.partition.consensus import Entry, MemoryConsensus
 from broker.partition.group_commit import GroupCommit, GroupLimits
 from broker.partition.log import Appended, Result
+from broker.partition.raft import partition_twin
 from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import PartitionLimits
 from protocol.types import Offset
+from runtime.replication.machine import Entry
 
 PARTITION_LIMITS = PartitionLimits(
     unflushed_messages_max=100_000,
@@ -42,7 +43,7 @@ class GatedConsensus:
     pile up behind it; records every proposed group."""
 
     def __init__(self) -> None:
-        self.inner = MemoryConsensus("t/0", 3, PARTITION_LIMITS)
+        self.inner = partition_twin("t/0", 3, PARTITION_LIMITS)
         self.groups: list[int] = []
         self.gate = threading.Event()
         self.first_entered = threading.Event()
@@ -103,7 +104,7 @@ def test_a_group_respects_its_command_and_message_bounds() -> None:
 
 def test_a_failed_entry_fails_each_of_its_commands_and_the_next_group_still_runs() -> None:
     calls: list[int] = []
-    twin = MemoryConsensus("t/0", 3, PARTITION_LIMITS)
+    twin = partition_twin("t/0", 3, PARTITION_LIMITS)
 
     def propose(commands: Sequence[Command]) -> tuple[list[Result], Entry]:
         calls.append(len(commands))
@@ -167,7 +168,7 @@ def test_a_full_queue_answers_backpressure() -> None:
 
 
 def test_mixed_commands_in_one_group_each_get_their_own_kind_of_result() -> None:
-    twin = MemoryConsensus("t/0", 3, PARTITION_LIMITS)
+    twin = partition_twin("t/0", 3, PARTITION_LIMITS)
     results, _ = twin.propose([append("a", "p", 1), Consume("c", 5, "r1"), append("a", "p", 1)])
     assert results[0] == Appended(Offset(0), Offset(1), duplicate=False)
     assert results[2] == Appended(Offset(0), Offset(1), duplicate=True), "a retry inside one group"
@@ -175,7 +176,7 @@ def test_mixed_commands_in_one_group_each_get_their_own_kind_of_result() -> None
 
 
 def test_many_threads_get_contiguous_distinct_offsets() -> None:
-    twin = MemoryConsensus("t/0", 3, PARTITION_LIMITS)
+    twin = partition_twin("t/0", 3, PARTITION_LIMITS)
     group = GroupCommit(twin.propose, LIMITS)
     with ThreadPoolExecutor(max_workers=8) as pool:
         results = list(pool.map(lambda i: group.submit(append(str(i)))[0], range(400)))

@@ -1,7 +1,7 @@
 """The broker's API fuzzed with schemathesis from its own document (``GET /openapi.json``).
 
 The server is the broker's ``create_app`` in this process over in-memory twins (the message
-store, and ``MemoryConsensus`` for each replica's Raft group; registration with the managers
+store, and ``partition_twin`` for each replica's Raft group; registration with the managers
 not started), served by ``runtime.http_server`` on a free port. The checks are the manager's
 (``unit_tests/manager/test_openapi_fuzz.py``): no 5xx other than refusals, answers as the
 document describes, invalid input refused, and nothing stored by an answer that proves

@@ -20,10 +20,9 @@ from broker.partition.commands import (
     from_wire,
     to_wire,
 )
-from broker.partition.consensus import MemoryConsensus
 from broker.partition.group_leases import DeadLetter, Leased, Redriven, Settled
 from broker.partition.log import PartitionLog, Rejected
-from broker.partition.raft import FrozenPartitionLog
+from broker.partition.raft import FrozenPartitionLog, partition_twin
 from broker.partition.replica import PartitionReplica
 from protocol.errors import ErrorCode, RaftQError
 from protocol.group_requests import Outcome
@@ -202,10 +201,10 @@ def test_snapshots_keep_the_groups_and_an_older_one_has_none() -> None:
 
 def test_the_replica_proposes_group_commands_through_the_wire_and_types_the_answers() -> None:
     """``PartitionReplica.receive`` and ``settle`` go through group commit and the wire
-    form (``MemoryConsensus``); a refusal becomes a ``RaftQError`` with its code."""
+    form (``partition_twin``); a refusal becomes a ``RaftQError`` with its code."""
     address = ReplicaAddress(ReplicaId(0), BrokerId(1), "http://b1", "127.0.0.1:9100")
     spec = ReplicaSpec("t", PartitionId(0), ReplicaId(0), (address,), LIMITS)
-    replica = PartitionReplica(spec, MemoryConsensus("t/0", 1, LIMITS), Limits())
+    replica = PartitionReplica(spec, partition_twin("t/0", 1, LIMITS), Limits())
     replica.append([(None, "a"), (None, "b")], 1_000, None, None)
     leased = replica.receive(_receive(n=5))
     assert leased == Leased(((Offset(0), 1), (Offset(1), 1)))

@@ -19,7 +19,6 @@ from broker.partition.commands import (
     from_wire,
     to_wire,
 )
-from broker.partition.consensus import MemoryConsensus
 from broker.partition.log import (
     Appended,
     Consumed,
@@ -27,6 +26,7 @@ from broker.partition.log import (
     PartitionLog,
     Rejected,
 )
+from broker.partition.raft import partition_twin
 from protocol.errors import ErrorCode
 from protocol.limits import PartitionLimits
 from protocol.types import Offset, ReplicaId
@@ -290,7 +290,7 @@ def test_limits_pickled_under_their_old_module_still_load() -> None:
 
 
 def test_only_a_synced_entry_makes_what_came_before_durable() -> None:
-    twin = MemoryConsensus("t/0", 3, LIMITS)
+    twin = partition_twin("t/0", 3, LIMITS)
     twin.propose([Append(((None, "a"),), 1, None, None)], synced=False)
     assert twin.read(lambda log: (log.durable_end_offset, log.end_offset)) == (0, 1)
     twin.propose([MarkFlushed(ReplicaId(0), Offset(0))])

@@ -1,5 +1,6 @@
-"""PartitionRaft on a real (single-node) pysyncobj group: a group of commands is one entry
-with one result per command, and the log is compacted by bytes, not only by count or time."""
+"""A partition on a real (single-node) pysyncobj group (``partition_raft``): a group of
+commands is one entry with one result per command, the log is compacted by bytes, not only
+by count or time, and the partition's replicated methods keep their numbers."""
 
 from __future__ import annotations
 
@@ -12,32 +13,33 @@ import pytest
 
 from broker.partition.commands import Append, Command, Consume, MarkFlushed
 from broker.partition.log import Appended, Consumed, Flushed, Rejected
-from broker.partition.raft import PartitionRaft
+from broker.partition.raft import PARTITION_METHODS, PartitionMachine, partition_raft
 from protocol.limits import Limits
 from protocol.types import BrokerId, Offset, PartitionId, ReplicaAddress, ReplicaId, ReplicaSpec
+from runtime.replication.machine import method_numbers
 from unit_tests.ports import free_port
 
 WAIT_S = 15.0
 
 
 @pytest.fixture
-def make_raft(tmp_path: Path) -> Iterator[Callable[[Limits], PartitionRaft]]:
-    nodes: list[PartitionRaft] = []
+def make_raft(tmp_path: Path) -> Iterator[Callable[[Limits], PartitionMachine]]:
+    nodes: list[PartitionMachine] = []
 
-    def make(limits: Limits) -> PartitionRaft:
+    def make(limits: Limits) -> PartitionMachine:
         address = ReplicaAddress(ReplicaId(0), BrokerId(1), "http://b1", f"127.0.0.1:{free_port()}")
         spec = ReplicaSpec("t", PartitionId(0), ReplicaId(0), (address,))
-        node = PartitionRaft(spec, str(tmp_path / "replica"), "secret", limits)
+        node = partition_raft(spec, str(tmp_path / "replica"), "secret", limits)
         nodes.append(node)
         return node
 
     yield make
     for node in nodes:
-        node.destroy()
+        node.close()
 
 
 def test_a_group_is_one_entry_with_a_result_per_command(
-    make_raft: Callable[[Limits], PartitionRaft],
+    make_raft: Callable[[Limits], PartitionMachine],
 ) -> None:
     raft = make_raft(Limits())
     raft.propose([Consume("warm-up", 1, None)])  # past the new leader's own first entry
@@ -64,7 +66,7 @@ def test_a_group_is_one_entry_with_a_result_per_command(
 
 
 def test_the_log_is_compacted_once_its_entries_pass_the_byte_bound(
-    make_raft: Callable[[Limits], PartitionRaft],
+    make_raft: Callable[[Limits], PartitionMachine],
 ) -> None:
     raft = make_raft(Limits(raft_log_compaction_bytes_min=200_000))
     for sequence in range(40):  # ~40 KB per entry, ~1.6 MB in all (distinct values: pickle
@@ -79,7 +81,7 @@ def test_the_log_is_compacted_once_its_entries_pass_the_byte_bound(
 
 
 def test_an_unsynced_group_is_not_synced_when_journaled(
-    make_raft: Callable[[Limits], PartitionRaft], monkeypatch: pytest.MonkeyPatch
+    make_raft: Callable[[Limits], PartitionMachine], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     raft = make_raft(Limits())
     raft.propose([Consume("warm-up", 1, None)])
@@ -96,3 +98,15 @@ def test_an_unsynced_group_is_not_synced_when_journaled(
     _, synced = raft.propose([Append(((None, "b"),), 1, None, None)])
     assert len(syncs) == 1 and synced.index == unsynced.index + 1
     assert raft.read(lambda log: log.end_offset) == 2
+
+
+def test_the_partitions_replicated_methods_keep_their_numbers() -> None:
+    """A journal entry names its method by number: these are the numbers of every journal
+    written so far (``run_group_unsynced_v0`` sorts before ``run_group_v0``)."""
+    assert method_numbers(PARTITION_METHODS) == {
+        "append": 0,
+        "consume": 1,
+        "mark_flushed": 2,
+        "run_group_unsynced": 3,
+        "run_group": 4,
+    }

@@ -11,8 +11,8 @@ from dataclasses import replace
 import pytest
 
 from broker.partition.commands import Truncate, from_wire, to_wire
-from broker.partition.consensus import MemoryConsensus
 from broker.partition.log import PartitionLog, Truncated
+from broker.partition.raft import partition_twin
 from broker.persistence.store import MemoryMessageStore
 from broker.replica import HostedReplica
 from broker.service import BrokerService
@@ -74,7 +74,7 @@ def _service(
     store: MemoryMessageStore, retention: PartitionLimits, clock_ms: Callable[[], int] | None = None
 ) -> BrokerService:
     def make_replica(s: ReplicaSpec) -> HostedReplica:
-        twin = MemoryConsensus(f"{s.topic}/{s.partition_id}", 1, s.limits or retention)
+        twin = partition_twin(f"{s.topic}/{s.partition_id}", 1, s.limits or retention)
         return HostedReplica(s, twin, store, LIMITS, _no_peer)
 
     service = BrokerService(store, make_replica, LIMITS, clock_ms or (lambda: PRODUCED_MS))
@@ -181,7 +181,7 @@ def test_consumer_lag_counts_unpopped_messages_and_the_age_of_the_oldest(
     now_ms = [PRODUCED_MS]
 
     def make_replica(s: ReplicaSpec) -> HostedReplica:
-        twin = MemoryConsensus(f"{s.topic}/{s.partition_id}", 1, Limits().partition_limits())
+        twin = partition_twin(f"{s.topic}/{s.partition_id}", 1, Limits().partition_limits())
         return HostedReplica(s, twin, store, LIMITS, _no_peer)
 
     service = BrokerService(store, make_replica, LIMITS, lambda: now_ms[0])

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from broker.partition.consensus import MemoryConsensus
+from broker.partition.raft import PartitionTwin, partition_definition, partition_twin
 from broker.persistence.store import MemoryMessageStore
 from broker.replica import HostedReplica
 from broker.service import BrokerService
@@ -55,7 +55,7 @@ def make_service(
     clock_ms: Callable[[], int] = lambda: 1_700_000_000_000,
 ) -> BrokerService:
     def make_replica(s: ReplicaSpec) -> HostedReplica:
-        twin = MemoryConsensus(
+        twin = partition_twin(
             f"{s.topic}/{s.partition_id}", len(s.replicas), s.limits or limits.partition_limits()
         )
         return HostedReplica(s, twin, store, limits, no_peer)
@@ -201,7 +201,7 @@ def test_replicated_appends_are_flushed_only_after_a_synced_entry(
     assert replica.partition.read(lambda log: log.durable_end_offset) == 1
 
 
-class BehindConsensus(MemoryConsensus):
+class BehindTwin(PartitionTwin):
     """A replica that has not applied an entry of its current term yet."""
 
     behind = True
@@ -213,10 +213,11 @@ class BehindConsensus(MemoryConsensus):
 def test_a_replica_behind_its_term_refuses_reads_rather_than_answer_stale(
     store: MemoryMessageStore,
 ) -> None:
-    twins: list[BehindConsensus] = []
+    twins: list[BehindTwin] = []
 
     def make_replica(s: ReplicaSpec) -> HostedReplica:
-        twins.append(BehindConsensus("orders/0", len(s.replicas), LIMITS.partition_limits()))
+        definition = partition_definition(len(s.replicas), LIMITS.partition_limits(), 1)
+        twins.append(BehindTwin(definition, "orders/0"))
         return HostedReplica(s, twins[-1], store, LIMITS, no_peer)
 
     service = BrokerService(store, make_replica, LIMITS, lambda: 1_700_000_000_000)

@@ -1,4 +1,4 @@
-"""The manager's own ``create_app`` over in-memory twins: the registry is a ``LocalRegistry``
+"""The manager's own ``create_app`` over in-memory twins: the registry is a ``registry_twin``
 (one node that always leads), the broker client is whatever the test passes, and the leader
 duties thread is not started. Everything else (routes, the leader gate, the error mapping,
 metrics, ``GET /openapi.json``) is the production wiring."""
@@ -14,7 +14,8 @@ import manager.app
 from manager.broker_client import BrokerClient
 from manager.cluster import ClusterView
 from manager.config import ManagerConfig, Peer
-from manager.replicated import LocalRegistry
+from manager.raft import RegistryTwin
+from manager.registry.commands import command_name
 from protocol.limits import Limits
 from raftq.node_signing import NodeSigning
 from unit_tests.node_signing import TEST_NODE, signed
@@ -29,6 +30,11 @@ operation, so the fuzzing reaches the handlers (who may call what is tested in
 def as_node(method: str, target: str, body: bytes = b"", port: int = 1) -> list[tuple[str, str]]:
     """The headers of a node's request to the manager ``manager_config`` made on ``port``."""
     return signed(SECRET, f"http://127.0.0.1:{port}", method, target, body)
+
+
+def applied_names(registry: RegistryTwin) -> list[str]:
+    """The names of the commands the twin applied, in order."""
+    return [command_name(command) for command in registry.applied]
 
 
 class Idle:
@@ -53,10 +59,10 @@ def manager_config(
 
 
 def patch_manager(
-    monkeypatch: pytest.MonkeyPatch, registry: LocalRegistry, brokers: BrokerClient
+    monkeypatch: pytest.MonkeyPatch, registry: RegistryTwin, brokers: BrokerClient
 ) -> None:
     """Makes ``manager.app.create_app`` build over ``registry`` and ``brokers``."""
-    monkeypatch.setattr(manager.app, "ManagerRaft", lambda _config: registry)
+    monkeypatch.setattr(manager.app, "registry_raft", lambda _config: registry)
     monkeypatch.setattr(manager.app, "BrokerClient", lambda _limits, _token: brokers)
     monkeypatch.setattr(manager.app, "LeaderDuties", Idle)
     # Every manager added proves its address: the fuzz sends made-up addresses, which the

@@ -12,15 +12,16 @@ import pytest
 
 from manager.broker_monitor import BrokerMonitor
 from manager.log_router import LogRouter
-from manager.raft import _RegistryConsumer
+from manager.raft import REGISTRY_METHODS, registry_twin
 from manager.registry.outcome import Outcome
 from manager.registry.state import ManagerState
-from manager.replicated import LocalRegistry
 from manager.service import ManagerService
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 from protocol.requests import CreateTopic, Pop, RegisterBroker, RegisterConsumer, RegisterProducer
 from protocol.types import BrokerId, ConsumerId, PartitionId, ProducerId, RequestId
+from runtime.replication.machine import method_numbers
+from unit_tests.manager.in_memory_app import applied_names
 from unit_tests.manager.test_service import StubBrokers
 
 EXPIRY_MS = 1_000
@@ -104,21 +105,21 @@ def test_a_dump_and_commands_from_before_leases_still_load() -> None:
 
 
 def test_new_commands_renumber_none_of_the_old_ones() -> None:
-    """pysyncobj numbers replicated methods by sorted name: old journals name the old ones."""
-    names = sorted(m for m in dir(_RegistryConsumer) if m.endswith("_v0"))
-    assert names == [
-        "begin_partition_v0",
-        "begin_topic_v0",
-        "finish_partitions_v0",
-        "register_broker_v0",
-        "register_consumer_v0",
-        "register_producer_v0",
-        "set_broker_alive_v0",
-        "sweep_idle_clients_v0",
-        "upsert_consumer_v0",
-        "upsert_producer_v0",
-        "write_command_v0",
-    ]
+    """pysyncobj numbers replicated methods by sorted name: old journals name the old ones
+    by these numbers."""
+    assert method_numbers(REGISTRY_METHODS) == {
+        "begin_partition": 0,
+        "begin_topic": 1,
+        "finish_partitions": 2,
+        "register_broker": 3,
+        "register_consumer": 4,
+        "register_producer": 5,
+        "set_broker_alive": 6,
+        "sweep_idle_clients": 7,
+        "upsert_consumer": 8,
+        "upsert_producer": 9,
+        "write_command": 10,
+    }
 
 
 class _Clock:
@@ -131,7 +132,7 @@ class _Clock:
 
 def test_the_service_renews_expires_and_tells_clients_the_lease() -> None:
     limits = Limits(client_idle_expiry_s=EXPIRY_MS / 1000)
-    registry, clock = LocalRegistry(), _Clock()
+    registry, clock = registry_twin(), _Clock()
     brokers = StubBrokers()
     with ThreadPoolExecutor(2) as executor:
         monitor = BrokerMonitor(limits.broker_dead_after_s)
@@ -146,14 +147,14 @@ def test_the_service_renews_expires_and_tells_clients_the_lease() -> None:
         service.register_producer(RegisterProducer("t", ProducerId("p")))
 
         clock.now_ms += EXPIRY_MS  # not yet idle for longer: nothing proposed
-        before = len(registry.commands)
-        assert service.expire_idle_clients() == 2 and len(registry.commands) == before
+        before = len(applied_names(registry))
+        assert service.expire_idle_clients() == 2 and len(applied_names(registry)) == before
         renewed = service.register_consumer(RegisterConsumer("t", None, consumer_id))
         assert renewed["consumer_id"] == consumer_id
 
         clock.now_ms += 1
         assert service.expire_idle_clients() == 1
-        assert registry.commands[-1] == "expire_idle_clients"
+        assert applied_names(registry)[-1] == "expire_idle_clients"
         assert router.pop(Pop(consumer_id, 1, RequestId("r1"))) == {
             "messages": [{"partition_id": 0, "offset": 0, "message": "m"}]
         }
@@ -169,7 +170,7 @@ def test_a_registration_refused_for_an_id_of_another_topic_changes_nothing() -> 
     partition) is refused before anything is proposed. Apply refuses it too, but only after
     moving registry time and forgetting idle clients. (Found by the API fuzz test.)"""
     now_ms = [T0_MS]
-    registry = LocalRegistry()
+    registry = registry_twin()
     with ThreadPoolExecutor(2) as executor:
         service = ManagerService(
             Limits(client_idle_expiry_s=EXPIRY_MS / 1000),
@@ -189,7 +190,7 @@ def test_a_registration_refused_for_an_id_of_another_topic_changes_nothing() -> 
         service.register_producer(RegisterProducer("t", ProducerId("p")))
         service.register_consumer(RegisterConsumer("t", None, ConsumerId("c")))
         now_ms[0] += 1  # "idle" has run out, "p" and "c" hold their ids
-        before = registry.read(pickle.dumps), list(registry.commands)
+        before = registry.read(pickle.dumps), list(applied_names(registry))
         refusals: list[Callable[[], object]] = [
             lambda: service.register_producer(RegisterProducer("u", ProducerId("p"))),
             lambda: service.register_consumer(RegisterConsumer("u", None, ConsumerId("c"))),
@@ -201,7 +202,7 @@ def test_a_registration_refused_for_an_id_of_another_topic_changes_nothing() -> 
             with pytest.raises(RaftQError) as caught:
                 refuse()
             assert caught.value.code is ErrorCode.ID_TAKEN
-            assert (registry.read(pickle.dumps), registry.commands) == before
+            assert (registry.read(pickle.dumps), applied_names(registry)) == before
         # An id whose lease ran out is free: apply forgets it and registers it anew.
         now_ms[0] += 2 * EXPIRY_MS
         assert service.register_producer(RegisterProducer("u", ProducerId("p")))[1] is True

@@ -10,11 +10,11 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from manager.broker_monitor import BrokerMonitor
+from manager.raft import registry_twin
 from manager.registry.clients import ConsumerRecord
 from manager.registry.commands import RegisterConsumer as RegisterConsumerCommand
 from manager.registry.commands import from_wire, to_wire
 from manager.registry.outcome import Outcome
-from manager.replicated import LocalRegistry
 from manager.service import ManagerService
 from protocol.access import NODE, Grant, Role, require_owner
 from protocol.errors import ErrorCode, RaftQError
@@ -27,6 +27,7 @@ from protocol.requests import (
     VerifyClient,
 )
 from protocol.types import BrokerId, ConsumerId, PartitionId, ProducerId
+from unit_tests.manager.in_memory_app import applied_names
 from unit_tests.manager.test_client_leases import T0_MS, _state
 from unit_tests.manager.test_service import StubBrokers
 
@@ -81,7 +82,7 @@ def test_the_id_rule() -> None:
 
 
 def test_another_keys_registration_is_refused_before_anything_is_proposed() -> None:
-    registry = LocalRegistry()
+    registry = registry_twin()
     with ThreadPoolExecutor(2) as executor:
         service = ManagerService(
             Limits(), registry, StubBrokers(), BrokerMonitor(3.0), executor, lambda: T0_MS
@@ -91,7 +92,7 @@ def test_another_keys_registration_is_refused_before_anything_is_proposed() -> N
         service.create_topic(CreateTopic("t", 1, 3))
         service.register_consumer(RegisterConsumer("t", None, ConsumerId("c")), ALICE)
         service.register_producer(RegisterProducer("t", ProducerId("p")), ALICE)
-        before = registry.read(pickle.dumps), list(registry.commands)
+        before = registry.read(pickle.dumps), applied_names(registry)
         for refuse in (
             lambda: service.register_consumer(
                 RegisterConsumer("t", None, ConsumerId("c")), MALLORY
@@ -101,7 +102,7 @@ def test_another_keys_registration_is_refused_before_anything_is_proposed() -> N
             with pytest.raises(RaftQError) as refused:
                 refuse()
             assert refused.value.code is ErrorCode.ID_TAKEN
-        assert (registry.read(pickle.dumps), list(registry.commands)) == before
+        assert (registry.read(pickle.dumps), applied_names(registry)) == before
         service.register_consumer(RegisterConsumer("t", None, ConsumerId("c")), ADMIN)
         verified = service.verify_client(VerifyClient("consumer", "c"))
         assert verified["owner"] == ALICE.key_id  # the admin renewed it, claimed nothing

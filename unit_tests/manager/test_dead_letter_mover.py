@@ -9,8 +9,8 @@ from __future__ import annotations
 from manager.broker_client import BrokerClient
 from manager.dead_letter_mover import DeadLetterMover
 from manager.log_router import LogRouter
+from manager.raft import RegistryTwin, registry_twin
 from manager.registry.commands import BeginTopic, DefineGroup, FinishPartitions, RegisterBroker
-from manager.replicated import LocalRegistry
 from protocol import dead_letters
 from protocol.dead_letters import PendingDeadLetter, dead_letter_producer_id
 from protocol.deadline import Deadline
@@ -61,8 +61,8 @@ def letter(offset: int, sequence: int, group: str = "workers") -> PendingDeadLet
     return PendingDeadLetter("orders", PartitionId(1), group, 3, sequence, message)
 
 
-def registry() -> LocalRegistry:
-    raft = LocalRegistry()
+def registry() -> RegistryTwin:
+    raft = registry_twin()
     raft.propose(RegisterBroker(BrokerId(1), "http://b1", "h", 9000, 9099, 10))
     for port, topic in enumerate(("orders", "orders-dead"), start=9001):
         placement = ((BrokerId(1), f"h:{port}"),)
@@ -74,7 +74,7 @@ def registry() -> LocalRegistry:
                 "orders", group, 30_000, 3, dead_letter_topic, "none", 100, 43_200_000, 1_000, 10
             )
         )
-    assert len(raft.state.groups) == 2
+    assert raft.read(lambda s: len(s.groups)) == 2
     return raft
 
 

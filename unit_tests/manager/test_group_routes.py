@@ -15,8 +15,8 @@ import pytest
 
 from manager.app import create_app
 from manager.broker_client import BrokerClient
+from manager.raft import RegistryTwin, registry_twin
 from manager.registry.commands import BeginTopic, RegisterBroker
-from manager.replicated import LocalRegistry
 from protocol.access import AUTHORIZATION_HEADER
 from protocol.errors import ErrorCode
 from protocol.limits import Limits, PartitionLimits
@@ -24,7 +24,7 @@ from protocol.types import BrokerId
 from runtime.http_api import App
 from runtime.http_client import PeerLink
 from runtime.http_server import HttpRequest
-from unit_tests.manager.in_memory_app import as_node, manager_config, patch_manager
+from unit_tests.manager.in_memory_app import applied_names, as_node, manager_config, patch_manager
 
 LIMITS = Limits()
 TOPIC_LIMITS = LIMITS.partition_limits()
@@ -33,7 +33,7 @@ TOPIC_LIMITS = LIMITS.partition_limits()
 @dataclass(frozen=True)
 class Manager:
     app: App
-    registry: LocalRegistry
+    registry: RegistryTwin
 
     def call(
         self, method: str, target: str, body: object = None, headers: dict[str, str] | None = None
@@ -55,7 +55,7 @@ class Manager:
         return {AUTHORIZATION_HEADER: f"Bearer {made['key']}"}
 
 
-def _add_topics(registry: LocalRegistry, limits: PartitionLimits, *names: str) -> None:
+def _add_topics(registry: RegistryTwin, limits: PartitionLimits, *names: str) -> None:
     registry.propose(RegisterBroker(1, "http://b1", "h", 1, 999, 10))
     for port, name in enumerate(names, start=1):
         assignment = ((BrokerId(1), f"h:{port}"),)
@@ -69,7 +69,7 @@ def _manager(
     limits: Limits = LIMITS,
     topic_limits: PartitionLimits = TOPIC_LIMITS,
 ) -> Iterator[Manager]:
-    registry = LocalRegistry()
+    registry = registry_twin()
     _add_topics(registry, topic_limits, "orders", "audit", "dead")
     patch_manager(monkeypatch, registry, BrokerClient(limits, PeerLink(None, None)))
     app = create_app(manager_config(tmp_path, limits))
@@ -108,13 +108,13 @@ def test_a_group_is_created_then_a_repeat_is_200_and_proposes_nothing(manager: M
         "dead_letter_topic": "dead",
         "ordering": "none",
     }
-    stored, proposed = manager.stored(), list(manager.registry.commands)
+    stored, proposed = manager.stored(), list(applied_names(manager.registry))
     assert proposed[-1] == "define_group"
     # The same settings again, the defaults spelled out or null: 200, nothing proposed.
     spelled = {**asked, "visibility_timeout_ms": 30_000, "ordering": "none"}
     for repeat in (asked, spelled, {**asked, "ordering": None}):
         assert manager.call("POST", "/groups", repeat) == (200, created)
-    assert manager.stored() == stored and manager.registry.commands == proposed
+    assert manager.stored() == stored and applied_names(manager.registry) == proposed
 
 
 def test_the_same_group_with_other_settings_is_409_and_changes_nothing(manager: Manager) -> None:
@@ -168,10 +168,10 @@ def test_the_same_group_with_other_settings_is_409_and_changes_nothing(manager: 
 def test_a_refused_definition_changes_nothing(
     manager: Manager, body: dict[str, object], status: int, code: ErrorCode
 ) -> None:
-    stored, proposed = manager.stored(), list(manager.registry.commands)
+    stored, proposed = manager.stored(), list(applied_names(manager.registry))
     answer_status, answer = manager.call("POST", "/groups", body)
     assert (answer_status, _code(answer)) == (status, code), answer
-    assert manager.stored() == stored and manager.registry.commands == proposed
+    assert manager.stored() == stored and applied_names(manager.registry) == proposed
     assert manager.call("GET", "/groups")[1] == {"groups": []}
 
 

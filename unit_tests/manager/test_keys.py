@@ -10,10 +10,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from manager.broker_monitor import BrokerMonitor
+from manager.raft import registry_twin
 from manager.registry import commands
 from manager.registry.outcome import Outcome
 from manager.registry.state import ManagerState
-from manager.replicated import LocalRegistry
 from manager.service import ManagerService
 from protocol.access import Grant, Role, key_hash
 from protocol.errors import ErrorCode, RaftQError
@@ -72,7 +72,7 @@ def test_a_dump_from_before_keys_loads_and_keys_survive_a_dump() -> None:
 
 def test_the_service_makes_keys_and_knows_them_by_their_hash() -> None:
     limits = Limits()
-    registry = LocalRegistry()
+    registry = registry_twin()
     with ThreadPoolExecutor(2) as executor:
         monitor = BrokerMonitor(limits.broker_dead_after_s)
         service = ManagerService(limits, registry, StubBrokers(), monitor, executor)

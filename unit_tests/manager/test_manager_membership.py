@@ -13,21 +13,21 @@ import pytest
 from manager.broker_client import BrokerClient
 from manager.broker_monitor import BrokerMonitor
 from manager.cluster import ClusterView
-from manager.replicated import LocalRegistry
+from manager.raft import RegistryTwin, registry_twin
 from manager.service import ManagerService
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 from protocol.requests import ManagerRef
 from runtime.http_client import PeerLink
-from unit_tests.manager.in_memory_app import manager_config
+from unit_tests.manager.in_memory_app import applied_names, manager_config
 
 LIMITS = Limits()
 LINK = PeerLink(None, None)
 
 
 @pytest.fixture
-def view(tmp_path: Path) -> Iterator[tuple[ClusterView, LocalRegistry]]:
-    registry = LocalRegistry()
+def view(tmp_path: Path) -> Iterator[tuple[ClusterView, RegistryTwin]]:
+    registry = registry_twin()
     with ThreadPoolExecutor(2) as pool:
         service = ManagerService(
             LIMITS, registry, BrokerClient(LIMITS, LINK), BrokerMonitor(3.0), pool
@@ -47,14 +47,14 @@ def _add(view: ClusterView, manager_id: int) -> tuple[dict[str, object], int]:
 
 
 def test_added_managers_are_recorded_then_members_and_listed(
-    view: tuple[ClusterView, LocalRegistry],
+    view: tuple[ClusterView, RegistryTwin],
 ) -> None:
     cluster, registry = view
     for manager_id in (2, 3, 4):
         assert _add(cluster, manager_id)[1] == 201
     assert registry.members() == {"127.0.0.1:7102", "127.0.0.1:7103", "127.0.0.1:7104"}
     assert [p.manager_id for p in cluster.peers()] == [1, 2, 3, 4]
-    assert registry.commands[-3:] == ["add_manager"] * 3
+    assert applied_names(registry)[-3:] == ["add_manager"] * 3
     assert _add(cluster, 4)[1] == 200  # a repeat
     with pytest.raises(RaftQError) as taken:
         cluster.add_manager(ManagerRef(5, "http://127.0.0.1:7005", "127.0.0.1:7104"))
@@ -62,7 +62,7 @@ def test_added_managers_are_recorded_then_members_and_listed(
 
 
 def test_a_removed_manager_leaves_the_group_and_its_id_is_retired(
-    view: tuple[ClusterView, LocalRegistry],
+    view: tuple[ClusterView, RegistryTwin],
 ) -> None:
     cluster, registry = view
     for manager_id in (2, 3, 4):
@@ -79,7 +79,7 @@ def test_a_removed_manager_leaves_the_group_and_its_id_is_retired(
 
 
 def test_the_leader_hands_over_rather_than_remove_itself(
-    view: tuple[ClusterView, LocalRegistry],
+    view: tuple[ClusterView, RegistryTwin],
 ) -> None:
     cluster, registry = view
     for manager_id in (2, 3, 4):
@@ -89,12 +89,12 @@ def test_the_leader_hands_over_rather_than_remove_itself(
     assert handed.value.code is ErrorCode.NOT_LEADER
     # To the member that holds the most, which the Raft layer picks (not a named one: it
     # may be down or behind, and then every hand-off is refused).
-    assert registry.transferred_to is None and registry.transfer_asked
+    assert registry.transfers == [None]
     assert len(registry.members()) == 3  # nothing removed
 
 
 def test_changes_that_could_stop_the_group_are_refused(
-    view: tuple[ClusterView, LocalRegistry],
+    view: tuple[ClusterView, RegistryTwin],
 ) -> None:
     cluster, registry = view
     for manager_id in (2, 3, 4, 5):
@@ -104,8 +104,8 @@ def test_changes_that_could_stop_the_group_are_refused(
         _add(cluster, 6)
     assert away.value.code is ErrorCode.INVALID_FIELD and "do not answer" in away.value.message
     registry.silent_members = 2  # two of five: removing a live one would leave 2 of 4
-    before = list(registry.commands)
+    before = list(applied_names(registry))
     with pytest.raises(RaftQError) as quorum:
         cluster.remove_manager(5)
     assert quorum.value.code is ErrorCode.INVALID_FIELD
-    assert registry.commands == before and len(registry.members()) == 4
+    assert applied_names(registry) == before and len(registry.members()) == 4

@@ -28,7 +28,7 @@ from schemathesis import Case
 
 from manager.app import create_app
 from manager.broker_client import BrokerClient
-from manager.replicated import LocalRegistry
+from manager.raft import RegistryTwin, registry_twin
 from protocol.deadline import Deadline
 from protocol.errors import ErrorCode
 from protocol.limits import Limits
@@ -117,7 +117,7 @@ class StubBrokers(BrokerClient):
 @dataclass(frozen=True)
 class Running:
     url: str
-    registry: LocalRegistry
+    registry: RegistryTwin
     brokers: StubBrokers
 
     def stored(self) -> tuple[bytes, int]:
@@ -130,7 +130,7 @@ class Running:
 
 @pytest.fixture(scope="module")
 def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    registry, brokers = LocalRegistry(), StubBrokers()
+    registry, brokers = registry_twin(), StubBrokers()
     port = free_port()
     with pytest.MonkeyPatch.context() as monkeypatch:  # for the whole module, to be safe
         patch_manager(monkeypatch, registry, brokers)

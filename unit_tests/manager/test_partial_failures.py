@@ -13,7 +13,7 @@ import pytest
 from manager.broker_client import BrokerRefusalError
 from manager.broker_monitor import BrokerMonitor
 from manager.log_router import LogRouter
-from manager.replicated import LocalRegistry
+from manager.raft import registry_twin
 from manager.service import ManagerService
 from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
@@ -85,7 +85,7 @@ def _answer(script: deque[Scripted] | None) -> HttpAnswer | None:
 
 @pytest.fixture
 def routed(executor: ThreadPoolExecutor) -> Routed:
-    registry = LocalRegistry()
+    registry = registry_twin()
     brokers = ScriptedBrokers()
     monitor = BrokerMonitor(LIMITS.broker_dead_after_s)
     service = ManagerService(LIMITS, registry, brokers, monitor, executor)

@@ -10,12 +10,12 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from manager.broker_monitor import BrokerMonitor
+from manager.raft import registry_twin
 from manager.registry import commands
 from manager.registry.clients import ProducerRecord
 from manager.registry.commands import from_wire, to_wire
 from manager.registry.outcome import Outcome
 from manager.registry.state import ManagerState
-from manager.replicated import LocalRegistry
 from manager.service import ManagerService
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
@@ -73,7 +73,7 @@ def test_a_command_and_a_record_from_before_pins_still_load() -> None:
 
 def test_the_service_answers_the_pinned_count_and_refuses_one_above_the_active() -> None:
     limits = Limits()
-    registry = LocalRegistry()
+    registry = registry_twin()
     with ThreadPoolExecutor(2) as executor:
         monitor = BrokerMonitor(limits.broker_dead_after_s)
         service = ManagerService(limits, registry, StubBrokers(), monitor, executor)

@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 
 from manager.log_router import LogRouter
+from manager.raft import RegistryTwin, registry_twin
 from manager.redrive import Redriver
 from manager.registry.commands import BeginTopic, DefineGroup, FinishPartitions, RegisterBroker
 from manager.registry.groups import RedriveProgress
-from manager.replicated import LocalRegistry
 from protocol import dead_letters
 from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
@@ -76,8 +76,8 @@ def copy_of(offset: int, origin: tuple[int, int], group: str = "workers") -> dic
     return {"offset": offset, "key": None, "message": "v", "headers": headers}
 
 
-def registry() -> LocalRegistry:
-    raft = LocalRegistry()
+def registry() -> RegistryTwin:
+    raft = registry_twin()
     raft.propose(RegisterBroker(BrokerId(1), "http://b1", "h", 9000, 9099, 10))
     for port, (topic, count) in enumerate((("orders", 2), ("orders-dead", 1)), start=9001):
         placements = tuple(((BrokerId(1), f"h:{port}{p}"),) for p in range(count))
@@ -93,7 +93,7 @@ def registry() -> LocalRegistry:
 
 
 def redrive(
-    raft: LocalRegistry, router: StubRouter, group: str = "workers", most: int = 100
+    raft: RegistryTwin, router: StubRouter, group: str = "workers", most: int = 100
 ) -> dict[str, object]:
     request = RedriveRequest("orders", group, most, RequestId("r1"))
     return Redriver(LIMITS, raft, router).redrive(request, None)

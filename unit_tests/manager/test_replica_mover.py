@@ -8,6 +8,7 @@ import time
 
 from manager.broker_client import BrokerClient
 from manager.broker_monitor import BrokerMonitor
+from manager.raft import RegistryTwin, registry_twin
 from manager.registry.commands import (
     BeginTopic,
     DrainBroker,
@@ -17,11 +18,11 @@ from manager.registry.commands import (
 )
 from manager.registry.topics import PartitionRecord
 from manager.replica_mover import ReplicaMover
-from manager.replicated import LocalRegistry
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 from protocol.types import BrokerId, PartitionId, ReplicaSpec
 from runtime.http_client import PeerLink
+from unit_tests.manager.in_memory_app import applied_names
 
 LIMITS = Limits()
 
@@ -69,8 +70,8 @@ class StubBrokers(BrokerClient):
         return True
 
 
-def _registry() -> LocalRegistry:
-    registry = LocalRegistry()
+def _registry() -> RegistryTwin:
+    registry = registry_twin()
     for broker_id in (1, 2, 3, 4):
         registry.propose(RegisterBroker(broker_id, f"http://b{broker_id}", "h", 9000, 9099, 10))
     placement = tuple((BrokerId(b), f"h:{9000 + b}") for b in (1, 2, 3))
@@ -85,7 +86,7 @@ def _gone_for_long(monitor: BrokerMonitor, broker_id: int) -> None:
     monitor.record_silence(BrokerId(broker_id), now_s)
 
 
-def _partition(registry: LocalRegistry) -> PartitionRecord:
+def _partition(registry: RegistryTwin) -> PartitionRecord:
     topic = registry.read(lambda s: s.topics.get("t"))
     assert topic is not None
     return topic.partitions[0]
@@ -136,10 +137,10 @@ def test_a_move_begun_by_one_leader_is_finished_by_the_next() -> None:
     second.tick()
     done = _partition(registry)
     assert done.moving is None and [r.broker_id for r in done.replicas] == [4, 2, 3]
-    assert registry.commands[-1] == "finish_move"
+    assert applied_names(registry)[-1] == "finish_move"
 
 
-def _moving_off_dead_broker_1() -> tuple[LocalRegistry, StubBrokers, BrokerMonitor, ReplicaMover]:
+def _moving_off_dead_broker_1() -> tuple[RegistryTwin, StubBrokers, BrokerMonitor, ReplicaMover]:
     """Broker 1 dead past the replace time, and a mover whose first round began moving its
     slot 0 to broker 4."""
     registry, brokers = _registry(), StubBrokers()
@@ -161,7 +162,7 @@ def test_a_move_whose_new_replica_leads_finishes() -> None:
     _report_caught_up(monitor, [50, 50, 50], evicted=50)
     mover.tick()
     assert _partition(registry).moving is None
-    assert registry.commands[-1] == "finish_move"
+    assert applied_names(registry)[-1] == "finish_move"
 
 
 def test_a_member_that_fails_to_answer_does_not_keep_the_leader_unasked() -> None:
@@ -307,4 +308,4 @@ def test_a_move_whose_new_broker_is_gone_goes_elsewhere() -> None:
     moved = _partition(registry)
     assert moved.moving is not None and moved.moving.removed.broker_id == 1
     assert [r.broker_id for r in moved.replicas] == [5, 2, 3]
-    assert registry.commands[-1] == "retarget_move"
+    assert applied_names(registry)[-1] == "retarget_move"

@@ -11,9 +11,9 @@ import pytest
 from manager.broker_client import BrokerClient, BrokerRefusalError
 from manager.broker_monitor import BrokerMonitor
 from manager.log_router import LogRouter
+from manager.raft import RegistryTwin, registry_twin
 from manager.registry.commands import DrainBroker, SetBrokerAlive
 from manager.registry.topics import PartitionState
-from manager.replicated import LocalRegistry
 from manager.service import ManagerService
 from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
@@ -30,6 +30,7 @@ from protocol.requests import (
 from protocol.routing import partition_for_key
 from protocol.types import BrokerId, ProducerId, ReplicaSpec
 from runtime.http_client import HttpAnswer, NoAnswerError, PeerLink
+from unit_tests.manager.in_memory_app import applied_names
 
 LIMITS = Limits()
 
@@ -83,8 +84,8 @@ def executor() -> Iterator[ThreadPoolExecutor]:
 @pytest.fixture
 def setup(
     executor: ThreadPoolExecutor,
-) -> tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter]:
-    registry = LocalRegistry()
+) -> tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter]:
+    registry = registry_twin()
     brokers = StubBrokers()
     monitor = BrokerMonitor(LIMITS.broker_dead_after_s)
     service = ManagerService(LIMITS, registry, brokers, monitor, executor)
@@ -96,37 +97,37 @@ def setup(
 
 
 def test_register_broker_again_proposes_nothing(
-    setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter],
+    setup: tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter],
 ) -> None:
     registry, _, service, _ = setup
-    before = list(registry.commands)
+    before = list(applied_names(registry))
     request = RegisterBroker(BrokerId(1), "http://b1", "h", 9000, 9099)
     assert service.register_broker(request) == ({"broker_id": 1}, 200)
-    assert registry.commands == before
+    assert applied_names(registry) == before
 
 
 def test_a_second_broker_with_a_live_brokers_id_is_refused(
-    setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter],
+    setup: tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter],
 ) -> None:
     registry, _, service, _ = setup
-    before = list(registry.commands)
+    before = list(applied_names(registry))
     elsewhere = RegisterBroker(BrokerId(2), "http://b9", "h9", 9000, 9099)
     with pytest.raises(RaftQError) as refused:
         service.register_broker(elsewhere)
     assert refused.value.code is ErrorCode.ID_TAKEN
     assert "broker id 2 is registered at http://b2 and alive" in refused.value.message
-    assert registry.commands == before  # nothing stored changed
+    assert applied_names(registry) == before  # nothing stored changed
     # Once the managers hold the old one dead, the id may move (a broker that moved host).
     registry.propose(SetBrokerAlive(BrokerId(2), False))
     assert service.register_broker(elsewhere) == ({"broker_id": 2}, 201)
 
 
 def test_create_topic_records_then_hosts_then_finishes(
-    setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter],
+    setup: tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter],
 ) -> None:
     registry, brokers, service, _ = setup
     body = service.create_topic(CreateTopic("t", 2, 3))
-    assert registry.commands[-2:] == ["begin_topic", "finish_partitions"]
+    assert applied_names(registry)[-2:] == ["begin_topic", "finish_partitions"]
     assert len(brokers.hosted) == 6
     partitions = body["partitions"]
     assert isinstance(partitions, list) and len(partitions) == 2
@@ -137,7 +138,7 @@ def test_create_topic_records_then_hosts_then_finishes(
 
 
 def test_failed_broker_call_leaves_creating_and_is_resumed(
-    setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter],
+    setup: tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter],
 ) -> None:
     registry, brokers, service, _ = setup
     brokers.down.add("http://b2")
@@ -154,7 +155,7 @@ def test_failed_broker_call_leaves_creating_and_is_resumed(
 
 
 def test_a_leadership_lost_after_the_topic_was_recorded_is_an_unknown_outcome(
-    setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter],
+    setup: tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The placement is committed, then this manager loses leadership before it records the
@@ -181,7 +182,7 @@ def test_a_leadership_lost_after_the_topic_was_recorded_is_an_unknown_outcome(
 
 
 def test_not_enough_brokers(
-    setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter],
+    setup: tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter],
 ) -> None:
     registry, _, service, _ = setup
     registry.propose(SetBrokerAlive(3, False))
@@ -190,7 +191,7 @@ def test_not_enough_brokers(
     assert caught.value.code is ErrorCode.NOT_ENOUGH_BROKERS
 
 
-def test_add_partition(setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter]) -> None:
+def test_add_partition(setup: tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter]) -> None:
     _, _, service, _ = setup
     service.create_topic(CreateTopic("t", 1, 3))
     added = service.add_partition(TopicRef("t"))
@@ -204,7 +205,7 @@ def _produce(producer_id: str, params: dict[str, object]) -> Produce:
 
 
 def test_produce_routes_batches_and_keeps_request_order(
-    setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter],
+    setup: tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter],
 ) -> None:
     _, brokers, service, router = setup
     service.create_topic(CreateTopic("t", 4, 3))
@@ -234,7 +235,7 @@ def test_produce_routes_batches_and_keeps_request_order(
 
 
 def test_produce_tries_next_replica_only_when_safe(
-    setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter],
+    setup: tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter],
 ) -> None:
     _, brokers, service, router = setup
     service.create_topic(CreateTopic("t", 1, 3))
@@ -255,7 +256,7 @@ def test_produce_tries_next_replica_only_when_safe(
 
 
 def test_pop_collects_across_partitions(
-    setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter],
+    setup: tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter],
 ) -> None:
     _, _, service, router = setup
     service.create_topic(CreateTopic("t", 3, 3))
@@ -269,7 +270,7 @@ def test_pop_collects_across_partitions(
 
 
 def test_a_client_chosen_producer_id_registers_idempotently(
-    setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter],
+    setup: tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter],
 ) -> None:
     _, _, service, _ = setup
     service.create_topic(CreateTopic("t", 1, 3))
@@ -284,7 +285,7 @@ def test_a_client_chosen_producer_id_registers_idempotently(
 
 
 def test_a_batch_stored_in_some_partitions_only_is_never_reported_as_not_done(
-    setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter],
+    setup: tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter],
 ) -> None:
     _, brokers, service, router = setup
     body = service.create_topic(CreateTopic("t", 2, 3))
@@ -308,7 +309,7 @@ def test_a_batch_stored_in_some_partitions_only_is_never_reported_as_not_done(
 
 
 def test_a_request_routed_for_fewer_partitions_keeps_its_routing_after_one_is_added(
-    setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter],
+    setup: tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter],
 ) -> None:
     _, brokers, service, router = setup
     service.create_topic(CreateTopic("t", 2, 3))
@@ -330,7 +331,7 @@ def test_a_request_routed_for_fewer_partitions_keeps_its_routing_after_one_is_ad
 
 
 def test_a_pop_routed_for_fewer_partitions_visits_only_those(
-    setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter],
+    setup: tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter],
 ) -> None:
     _, _, service, router = setup
     service.create_topic(CreateTopic("t", 2, 3))
@@ -365,7 +366,7 @@ class LagBrokers(StubBrokers):
 def test_lag_lists_a_partition_whose_leader_moved_since_the_last_poll_as_unavailable(
     executor: ThreadPoolExecutor,
 ) -> None:
-    registry, brokers = LocalRegistry(), LagBrokers()
+    registry, brokers = registry_twin(), LagBrokers()
     monitor = BrokerMonitor(LIMITS.broker_dead_after_s)
     service = ManagerService(LIMITS, registry, brokers, monitor, executor)
     for broker_id in (1, 2, 3):
@@ -389,7 +390,7 @@ def test_a_creation_placed_on_a_gone_broker_is_rolled_back(executor: ThreadPoolE
     """Broker 2 died after the topic's placement was recorded: while it may come back the
     creation is retried; once it has been silent for ``broker_replace_after_s`` the
     creation is rolled back (not retried forever), and the name can be created anew."""
-    registry, brokers = LocalRegistry(), StubBrokers()
+    registry, brokers = registry_twin(), StubBrokers()
     monitor = BrokerMonitor(LIMITS.broker_dead_after_s)
     service = ManagerService(LIMITS, registry, brokers, monitor, executor)
     for broker_id in (1, 2, 3, 4):
@@ -410,13 +411,13 @@ def test_a_creation_placed_on_a_gone_broker_is_rolled_back(executor: ThreadPoolE
     monitor.record_silence(BrokerId(2), now_s)
     service.resume_pending()
     assert registry.read(lambda s: s.topics.get("t")) is None
-    assert registry.commands[-1] == "roll_back_partitions"
+    assert applied_names(registry)[-1] == "roll_back_partitions"
     body = service.create_topic(CreateTopic("t", 1, 3))  # anew, on live brokers
     assert body["partitions"][0]["replicas"] == [1, 3, 4]  # type: ignore[index]
 
 
 def test_a_partition_addition_placed_on_a_draining_broker_is_rolled_back(
-    setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter],
+    setup: tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter],
 ) -> None:
     registry, brokers, service, _ = setup
     service.create_topic(CreateTopic("t", 1, 3))
@@ -430,11 +431,11 @@ def test_a_partition_addition_placed_on_a_draining_broker_is_rolled_back(
 
 
 def test_a_drain_that_could_not_finish_is_refused_and_proposes_nothing(
-    setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter],
+    setup: tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter],
 ) -> None:
     registry, _, service, _ = setup
     service.create_topic(CreateTopic("t", 1, 3))  # on brokers 1, 2, 3: nowhere else to go
-    before = list(registry.commands)
+    before = list(applied_names(registry))
     with pytest.raises(RaftQError) as nowhere:
         service.drain_broker(BrokerId(1))
     assert nowhere.value.code is ErrorCode.CANNOT_MOVE
@@ -453,11 +454,11 @@ def test_a_drain_that_could_not_finish_is_refused_and_proposes_nothing(
         service.drain_broker(holder)
     assert "replication factor 1" in only.value.message
     assert not any(b.draining for b in registry.read(lambda s: s.brokers.all()))
-    assert "drain_broker" not in registry.commands[len(before) :]
+    assert "drain_broker" not in applied_names(registry)[len(before) :]
 
 
 def test_a_drain_is_cancelled_and_the_broker_takes_replicas_again(
-    setup: tuple[LocalRegistry, StubBrokers, ManagerService, LogRouter],
+    setup: tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter],
 ) -> None:
     registry, _, service, _ = setup
     service.register_broker(RegisterBroker(BrokerId(4), "http://b4", "h", 9000, 9099))
@@ -465,7 +466,7 @@ def test_a_drain_is_cancelled_and_the_broker_takes_replicas_again(
     service.drain_broker(BrokerId(4))
     assert service.cancel_drain(BrokerId(4))["draining"] is False
     assert service.cancel_drain(BrokerId(4))["draining"] is False  # idempotent
-    assert registry.commands[-2:] == ["cancel_drain", "cancel_drain"]
+    assert applied_names(registry)[-2:] == ["cancel_drain", "cancel_drain"]
     with pytest.raises(RaftQError) as unknown:
         service.cancel_drain(BrokerId(9))
     assert unknown.value.code is ErrorCode.NOT_FOUND

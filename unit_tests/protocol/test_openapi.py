@@ -26,7 +26,7 @@ from broker.persistence.store import MemoryMessageStore
 from load_balancer.config import LoadBalancerConfig
 from load_balancer.leader_tracker import LeaderTracker
 from manager.broker_client import BrokerClient
-from manager.replicated import LocalRegistry
+from manager.raft import registry_twin
 from protocol.access import Action
 from protocol.errors import ErrorCode, RaftQError
 from protocol.group_requests import (
@@ -84,7 +84,7 @@ Schema = dict[str, object]
 
 @pytest.fixture
 def apps(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[Node, App]]:
-    patch_manager(monkeypatch, LocalRegistry(), BrokerClient(LIMITS, PeerLink(None, None)))
+    patch_manager(monkeypatch, registry_twin(), BrokerClient(LIMITS, PeerLink(None, None)))
     monkeypatch.setattr(broker.app, "SqlMessageStore", lambda _url: MemoryMessageStore())
     monkeypatch.setattr(broker.app, "Registration", Idle)
     monkeypatch.setattr(logging, "basicConfig", lambda **_kwargs: None)

@@ -14,7 +14,7 @@ import pytest
 from manager.broker_client import BrokerRefusalError
 from manager.broker_monitor import BrokerMonitor
 from manager.log_router import LogRouter
-from manager.replicated import LocalRegistry
+from manager.raft import registry_twin
 from manager.service import ManagerService
 from protocol.deadline import Deadline
 from protocol.errors import RaftQError
@@ -104,7 +104,7 @@ def router_as_load_balancer(
 ) -> ThreadPoolExecutor:
     """``service`` answers ``/producers`` and ``/logs`` with the manager's real router."""
     executor = ThreadPoolExecutor(2)
-    registry, brokers = LocalRegistry(), PartitionBrokers(stored)
+    registry, brokers = registry_twin(), PartitionBrokers(stored)
     monitor = BrokerMonitor(LIMITS.broker_dead_after_s)
     manager = ManagerService(LIMITS, registry, brokers, monitor, executor)
     router = LogRouter(registry, brokers, monitor, executor, poll_period_s=0.01)

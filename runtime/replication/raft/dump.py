@@ -23,6 +23,7 @@ from pysyncobj.serializer import Serializer
 
 from protocol.durable_files import fsync_directory, write_all
 from runtime.durable_journal import thaw_pickled
+from runtime.replication.machine import FrozenState
 
 _log = logging.getLogger(__name__)
 
@@ -34,12 +35,6 @@ _COMPRESS_CHUNK_BYTES = 1024 * 1024
 WRITING_SUFFIX = ".writing."
 """A dump being written is ``X.dump.writing.N``."""
 _write_numbers = itertools.count()
-
-
-class FrozenState:
-    """A snapshot value that is already an immutable copy of the state it stands for:
-    ``DumpWriter`` pickles it in its own thread as it is. A consumer's ``_serialize()``
-    returns one for state too big to pickle inside the tick thread."""
 
 
 class _Pickled(FrozenState):

@@ -29,7 +29,7 @@
   without the current ones, and pysyncobj's transport refuses connections from
   non-members. Once leadership moved to a member it did not list, it followed no one and
   its move never finished (membership nemesis, seeds 101 and 501). The snapshot's last
-  part carries the sender's members (``_SnapshotTransport``), and the receiver takes them
+  part carries the sender's members (``SnapshotTransport``), and the receiver takes them
   in place of the dump's. A leader of an older version sends none: rolling upgrades are
   not supported yet (ARCHITECTURE.md).
 - **Where an entry landed**, for acknowledgements that say what they mean: the index and
@@ -48,7 +48,6 @@ import os
 import pickletools
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf
@@ -58,6 +57,8 @@ from pysyncobj.transport import TCPTransport
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 from protocol.types import RaftRole
+from runtime.replication.machine import RaftStatus
+from runtime.replication.raft import journal as durable_journal
 from runtime.replication.raft.dump import DumpWriter
 from runtime.replication.raft.journal import DurableFileJournal, opened
 
@@ -75,6 +76,7 @@ def raft_conf(
     journal_file: str,
     dump_file: str,
     membership_changes: bool = False,
+    auto_tick: bool = True,
 ) -> SyncObjConf:
     """The configuration every Raft group of RaftQ runs with (partitions and managers).
     ``membership_changes``: the group's members can be replaced one at a time
@@ -95,6 +97,7 @@ def raft_conf(
         useFork=False,  # the dump is written by DumpWriter's thread instead
         commandsWaitLeader=False,  # fail fast without a leader
         dynamicMembershipChange=membership_changes,
+        autoTick=auto_tick,  # False: its owner ticks it (``RaftNode.doTick``)
     )
 
 
@@ -126,24 +129,11 @@ def raft_failure(reason: object, what: str, commit_timeout_s: float) -> RaftQErr
     )
 
 
-@dataclass(frozen=True, slots=True)
-class NodeStatus:
-    role: RaftRole
-    leader: str | None
-    """Raft address of the group's leader, when known."""
-    term: int
-    commit_index: int
-    last_applied: int
-    has_quorum: bool
-    log_entries: int
-    uptime_s: int
-
-
 _SENDERS_MEMBERS = "raftq_members"
 """The key, on a snapshot's last part, of the sender's members (old receivers ignore it)."""
 
 
-class _SnapshotTransport(TCPTransport):
+class SnapshotTransport(TCPTransport):
     """pysyncobj's TCP transport; the last part of a snapshot carries the sending
     leader's members, its own address included (taken by the receiver's
     ``RaftNode._SyncObj__updateClusterConfiguration``)."""
@@ -167,6 +157,7 @@ class RaftNode(SyncObj):
         consumers: list[Any],
         *,
         commit_notice_delay_s: float,
+        transport: type[TCPTransport] | None = None,
     ) -> None:
         # Set before SyncObj.__init__: attributes set after it would be snapshotted.
         self._journals: list[DurableFileJournal] = []
@@ -179,8 +170,13 @@ class RaftNode(SyncObj):
         thread-safe (``transferLeadership`` sends on the tick thread's connections)."""
         self._senders_members: list[str] | None = None
         """Tick thread: the members that came with the snapshot part being handled."""
+        durable_journal.install()  # entries, votes and dumps on disk before Raft acts on them
         super().__init__(
-            self_node, partners, conf, consumers=consumers, transportClass=_SnapshotTransport
+            self_node,
+            partners,
+            conf,
+            consumers=consumers,
+            transportClass=transport or SnapshotTransport,
         )
         self.addOnTickCallback(self._transfer_when_asked)
         # pysyncobj's tick thread stops once the thread that built the node has ended. A
@@ -236,19 +232,28 @@ class RaftNode(SyncObj):
     def journal(self) -> DurableFileJournal | None:
         return self._journals[0] if self._journals else None
 
-    def node_status(self) -> NodeStatus:
+    def node_status(self) -> RaftStatus:
         raw: dict[str, Any] = self.getStatus()
         leader = raw.get("leader")
-        return NodeStatus(
+        return RaftStatus(
             role=_ROLES[raw["state"]],
             leader=None if leader is None else str(getattr(leader, "address", leader)),
             term=int(raw["raft_term"]),
             commit_index=int(raw["commit_idx"]),
             last_applied=int(raw["last_applied"]),
             has_quorum=bool(raw["has_quorum"]),
+            partners=tuple(sorted(self.members())),
             log_entries=int(raw["log_len"]),
             uptime_s=int(raw["uptime"]),
         )
+
+    def leads(self) -> bool:
+        return bool(self._isLeader())
+
+    def leader(self) -> str | None:
+        """The Raft address of the leader this node last heard of."""
+        leader = self._getLeader()
+        return None if leader is None else str(leader.address)
 
     def wait_for_leader(self, wait_s: float, what: str) -> None:
         """Ride out an election in progress; 503 NO_LEADER when none ends within ``wait_s``."""
@@ -396,15 +401,14 @@ class RaftNode(SyncObj):
         matched: dict[Any, int] = self._SyncObj__raftMatchIndex
         return any(str(n.address) == address and i >= index for n, i in list(matched.items()))
 
-    def leave_unsynced(self, consumer: object, method_prefix: str) -> None:
-        """Entries that call ``consumer``'s replicated methods named ``method_prefix…`` are
-        not synced when appended to this node's journal (a later sync covers them)."""
+    def leave_unsynced(self, consumer: object, names: frozenset[str]) -> None:
+        """Entries that call ``consumer``'s replicated methods ``names`` (``name_vN``, as
+        pysyncobj numbers them) are not synced when appended to this node's journal (a
+        later sync covers them)."""
         ids = {
             method_id
             for key, method_id in self._methodToID.items()
-            if isinstance(key, tuple)
-            and key[0] == id(consumer)
-            and key[1].startswith(method_prefix)
+            if isinstance(key, tuple) and key[0] == id(consumer) and key[1] in names
         }
         journal = self.journal
         if journal is not None and ids:

@@ -15,8 +15,9 @@ from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.journal import FIRST_RECORD_OFFSET, LAST_RECORD_OFFSET_OFFSET
 from pysyncobj.serializer import Serializer
 
+from runtime.replication.machine import FrozenState
 from runtime.replication.raft import journal as durable_journal
-from runtime.replication.raft.dump import DumpWriter, FrozenState
+from runtime.replication.raft.dump import DumpWriter
 from runtime.replication.raft.journal import DurableFileJournal, DurableMetaStorer
 
 WAIT_S = 10.0

@@ -1,0 +1,209 @@
+"""``RaftMachine``: a ``ReplicatedMachine`` over pysyncobj.
+
+One node of a Raft group (a ``RaftNode``, one TCP port) replicating one ``Definition``'s
+state (a ``StateConsumer``). It must be built in the process that serves: a ``SyncObj`` made
+before a ``fork()`` is dead in the child, and it binds only ``RaftConfig.address``.
+
+Threads: pysyncobj's tick thread applies committed entries (or its owner's, with
+``Environment.auto_tick`` off: ``tick``); a proposer blocks in ``propose`` until its entry
+is applied here, bounded by ``leader_wait_s`` plus ``raft_commit_timeout_s``; any thread
+reads under the state's lock.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from pysyncobj.syncobj import SyncObjException
+from pysyncobj.transport import TCPTransport
+
+from protocol.durable_files import fsync_directory, make_directories
+from protocol.errors import ErrorCode, RaftQError
+from protocol.limits import Limits
+from runtime.replication.machine import C, Definition, Entry, R, RaftStatus, S
+from runtime.replication.raft.consumer import Applied, StateConsumer, consumer_type
+from runtime.replication.raft.node import RaftNode, SnapshotTransport, raft_conf, raft_failure
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class RaftConfig:
+    name: str
+    """Names the group in error messages."""
+    address: str
+    """This node's Raft address (``host:port``); its port binds this host only."""
+    partners: tuple[str, ...]
+    """The other members when the group was created (a restart takes them from its log)."""
+    data_dir: str
+    """Holds ``{stem}.journal``, ``{stem}.journal.meta`` and ``{stem}.dump``."""
+    secret: str
+    """Encrypts and authenticates the group's traffic (without it pysyncobj unpickles
+    whatever anyone sends)."""
+    limits: Limits
+    stem: str = "raft"
+    leader_wait_s: float = 0.0
+    """How long ``propose`` rides out an election before it answers NO_LEADER (0: at once)."""
+    compaction_bytes_min: int | None = None
+    """Also compact the log once its entries take this many bytes (pysyncobj holds every
+    entry in memory until a compaction, which it starts by count or time only)."""
+
+    @property
+    def journal_file(self) -> str:
+        return os.path.join(self.data_dir, f"{self.stem}.journal")
+
+    @property
+    def dump_file(self) -> str:
+        return os.path.join(self.data_dir, f"{self.stem}.dump")
+
+
+@dataclass(frozen=True, slots=True)
+class Environment:
+    """What a ``RaftMachine`` takes from the world, in one place so that a simulator can give
+    its own: the transport its node talks through, and whether pysyncobj's thread ticks it
+    or its owner does (``RaftMachine.tick``). pysyncobj reads its own module's clock, which
+    cannot be given yet."""
+
+    transport: type[TCPTransport] = SnapshotTransport
+    auto_tick: bool = True
+
+
+class RaftMachine(Generic[S, C, R]):
+    """Implements ``ReplicatedMachine``. The only code that calls a ``RaftNode``."""
+
+    def __init__(
+        self,
+        definition: Definition[S, C, R],
+        config: RaftConfig,
+        environment: Environment | None = None,
+    ) -> None:
+        environment = environment or Environment()
+        self._definition = definition
+        self._config = config
+        self._quorum = (len(config.partners) + 1) // 2 + 1
+        make_directories(config.data_dir)  # durable: the journal and dump inside must be found
+        consumer: StateConsumer[S, C, R] = consumer_type(definition.methods)(definition)
+        self._consumer = consumer
+        self._node = RaftNode(
+            config.address,
+            list(config.partners),
+            _conf(config, environment.auto_tick),
+            consumers=[consumer],
+            commit_notice_delay_s=config.limits.raft_commit_notice_delay_s,
+            transport=environment.transport,
+        )
+        unsynced = {f"{m.name}_v{m.version}" for m in definition.methods if not m.synced}
+        self._node.leave_unsynced(consumer, frozenset(unsynced))
+        if config.compaction_bytes_min is not None:
+            self._node.addOnTickCallback(self._compact_when_large)
+
+    @property
+    def name(self) -> str:
+        return self._config.name
+
+    def propose(self, command: C, *, synced: bool = True) -> R:
+        if self._config.leader_wait_s > 0:
+            self._node.wait_for_leader(self._config.leader_wait_s, self.name)
+        name, args = self._definition.encode(command, synced)
+        applied = self._call(name, args)
+        # Every replica that acknowledged a synced entry synced it first, and a committed
+        # entry was acknowledged by a majority; the leader may know of more. (A follower
+        # proposes too: pysyncobj forwards its command to the leader.)
+        holding = self._node.replicas_holding(applied.index)
+        replicas_synced = max(self._quorum, holding) if synced else 0
+        entry = Entry(applied.term, applied.index, replicas_synced)
+        return self._definition.result(applied.value, entry)
+
+    def _call(self, name: str, args: tuple[object, ...]) -> Applied:
+        timeout_s = self._config.limits.raft_commit_timeout_s
+        try:
+            applied = getattr(self._consumer, name)(*args, sync=True, timeout=timeout_s)
+        except SyncObjException as exc:
+            raise raft_failure(exc.errorCode, self.name, timeout_s) from exc
+        if not isinstance(applied, Applied):
+            raise RaftQError(ErrorCode.INTERNAL, f"{self.name}: {name} applied as {applied!r}")
+        return applied
+
+    def read(self, query: Callable[[S], T]) -> T:
+        with self._consumer.lock:
+            return query(self._consumer.held_state())
+
+    def status(self) -> RaftStatus:
+        return self._node.node_status()
+
+    def caught_up(self) -> bool:
+        return self._node.caught_up()
+
+    def members(self) -> frozenset[str]:
+        return self._node.members()
+
+    def change_member(self, address: str, *, add: bool) -> None:
+        timeout_s = self._config.limits.raft_commit_timeout_s
+        self._node.change_member(address, add=add, timeout_s=timeout_s)
+
+    def member_holds(self, address: str, index: int) -> bool:
+        return self._node.member_holds(address, index)
+
+    def transfer_leadership(self, address: str | None) -> None:
+        self._node.transfer_leadership(address)
+
+    def replicas_answering(self) -> int:
+        """Within ``raft_leader_fallback_timeout_s``: after it pysyncobj's leader would count
+        its quorum lost too."""
+        return self._node.replicas_answering(self._config.limits.raft_leader_fallback_timeout_s)
+
+    def replicas_holding(self, entry: Entry) -> int:
+        if entry.term != self._node.node_status().term:
+            return 0  # led in another term: what the match indexes say is not about it
+        return self._node.replicas_holding(entry.index)
+
+    def close(self) -> None:
+        self._node.destroy()
+
+    def discard(self) -> None:
+        # The tick thread must have closed the journal before its files go.
+        self._node.close(self._config.limits.http_shutdown_grace_s)
+        directory = self._config.data_dir
+        for path in glob.glob(os.path.join(glob.escape(directory), f"{self._config.stem}.*")):
+            os.remove(path)  # journal, meta, dump, and what a write cut short left
+        if os.path.isdir(directory) and not os.listdir(directory):
+            os.rmdir(directory)
+        fsync_directory(os.path.dirname(os.path.abspath(directory)))
+
+    # --- beyond the interface: for tests and the simulator --------------------------------
+
+    def compact(self) -> None:
+        """Start a log compaction (a full dump) at the next tick, whatever the bounds."""
+        self._node.forceLogCompaction()
+
+    def stop(self, wait_s: float) -> None:
+        """``close`` and wait (bounded) until the tick thread has closed the sockets and the
+        journal (``close`` alone only asks it to, at its next tick)."""
+        self._node.close(wait_s)
+
+    def tick(self, wait_s: float = 0.0) -> None:
+        """One pass of the node's loop, by its owner (``Environment.auto_tick`` off)."""
+        self._node.doTick(wait_s)
+
+    def _compact_when_large(self) -> None:
+        """Tick thread: bound the memory the Raft log holds by bytes."""
+        journal = self._node.journal
+        bound = self._config.compaction_bytes_min
+        if journal is not None and bound is not None and journal.entry_bytes >= bound:
+            self._node.forceLogCompaction()
+
+
+def _conf(config: RaftConfig, auto_tick: bool) -> Any:
+    return raft_conf(
+        config.limits,
+        secret=config.secret,
+        bind_address=config.address,
+        journal_file=config.journal_file,
+        dump_file=config.dump_file,
+        membership_changes=True,  # members are replaced (partitions) or added (managers)
+        auto_tick=auto_tick,
+    )

@@ -1,10 +1,12 @@
 """A partition on a real (single-node) pysyncobj group (``partition_raft``): a group of
 commands is one entry with one result per command, the log is compacted by bytes, not only
-by count or time, and the partition's replicated methods keep their numbers."""
+by count or time, the partition's replicated methods keep their numbers, and the Raft files
+written before the replication layer replay to the same state."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,7 +19,7 @@ from broker.partition.raft import PARTITION_METHODS, PartitionMachine, partition
 from protocol.limits import Limits
 from protocol.types import BrokerId, Offset, PartitionId, ReplicaAddress, ReplicaId, ReplicaSpec
 from runtime.replication.machine import method_numbers
-from unit_tests.ports import free_port
+from unit_tests.ports import free_port, port_block
 
 WAIT_S = 15.0
 
@@ -110,3 +112,41 @@ def test_the_partitions_replicated_methods_keep_their_numbers() -> None:
         "run_group_unsynced": 3,
         "run_group": 4,
     }
+
+
+LEGACY_FILES = Path(__file__).parent.parent / "legacy_raft_files"
+
+
+@pytest.mark.parametrize("kind", ["journal", "dump"])
+def test_raft_files_written_before_the_replication_layer_replay_to_the_same_state(
+    tmp_path: Path, kind: str
+) -> None:
+    """Every kind of entry those journals hold (the legacy single commands, synced and
+    unsynced groups) and a full dump with entries after it (``legacy_raft_files``). The
+    entry after the dump shows only once a leader committed it: a restarted node that read
+    its term from disk took the dump's last entry, of that term, for "caught up"."""
+    directory = tmp_path / "replica"
+    shutil.copytree(LEGACY_FILES / f"partition-{kind}", directory)
+    port = port_block("legacy_raft_files")[0]  # the dump records the node's address
+    address = ReplicaAddress(ReplicaId(0), BrokerId(1), "http://b1", f"127.0.0.1:{port}")
+    spec = ReplicaSpec("t", PartitionId(0), ReplicaId(0), (address,))
+    raft = partition_raft(spec, str(directory), "secret", Limits())
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while not raft.caught_up():
+            assert time.monotonic() < deadline, "the restarted node elects itself"
+            time.sleep(0.02)
+        state = raft.read(
+            lambda log: (
+                log.end_offset,
+                list(log.flushed_offsets),
+                {offset: message[1] for offset, message in log.messages.items()},
+                log.consumers["c"].offset,
+                log.producers["p"].last_sequence,
+            )
+        )
+        assert state == (5, [2], {2: "g-2", 3: "u-1", 4: "after-1"}, 3, 3)
+        (appended,), _ = raft.propose([Append(((None, "new"),), 5000, "p", 4)])
+        assert appended == Appended(Offset(5), Offset(6), duplicate=False)
+    finally:
+        raft.stop(WAIT_S)

@@ -346,12 +346,20 @@ class RaftNode(SyncObj):
             thread.join(wait_s)
 
     def caught_up(self) -> bool:
-        """This node has applied an entry of its current term, so its state holds every
-        committed entry (a leader commits one at the start of its term, its no-op, and that
-        commits everything before it). Until then, after a restart of every node or an
-        election, each replica holds only what it had applied, and all of them may agree
-        on a stale state: reads must wait (found by the power-loss test: 0.5 s of empty
-        fetches after a restart)."""
+        """This node knows the leader of its current term (itself included) and has
+        applied an entry of that term, so its state holds every entry committed before the
+        term (a leader commits one at the start of its term, its no-op, and that commits
+        everything before it; a follower lags only by what this term's leader added since).
+        Until then, after a restart of every node or an election, each replica holds only
+        what it had applied, and all of them may agree on a stale state: reads must wait
+        (found by the power-loss test: 0.5 s of empty fetches after a restart). The known
+        leader matters after a restart: the term is restored from disk and the dump's last
+        entry is often of that term, but the entries committed after the dump are applied
+        only once a leader says they are committed (pinned with files written before the
+        replication layer: ``unit_tests/broker/test_partition_raft.py``). On a leader this
+        is the managers' old test, "its no-op is applied"."""
+        if self._getLeader() is None:
+            return False
         try:
             applied = self._SyncObj__getEntries(self._SyncObj__raftLastApplied, 1)
         except (IndexError, TypeError):  # the log is being replaced by a snapshot

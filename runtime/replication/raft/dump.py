@@ -2,7 +2,7 @@
 
 pysyncobj 0.3.17 (``useFork=False``) pickles and gzips the whole state inside its tick
 thread and writes the file without ``fsync``. ``DumpWriter`` replaces its ``Serializer``
-(``journal.install``): the tick thread only freezes the state, a thread of its own writes
+(``journal.installed``): the tick thread only freezes the state, a thread of its own writes
 and fsyncs it, and a later tick renames it into place and fsyncs the folder. The file
 format is pysyncobj's (gzip of a pickle), so dumps written before still load.
 """

@@ -14,10 +14,11 @@ rename once its directory is fsynced too; a file that replaces another is comple
 before the rename; and nothing is dropped from the journal before the full dump that holds it
 is durable under its final name.
 
-``install()`` makes every ``SyncObj`` created afterwards in this process use
-``DurableFileJournal`` (with ``DurableMetaStorer``) and ``DumpWriter`` (``dump.py``):
-pysyncobj offers no hook for these classes, so this replaces its module-level names.
-``RaftNode`` calls it right before creating its ``SyncObj``.
+While ``installed()`` lasts, a ``SyncObj`` built in its thread uses ``DurableFileJournal``
+(with ``DurableMetaStorer``) and ``DumpWriter`` (``dump.py``): pysyncobj offers no hook for
+these classes and looks them up by their module-level names when it builds a node, so they
+are swapped in for the construction only (``RaftNode``), and any other ``SyncObj`` of the
+process keeps pysyncobj's own.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pysyncobj.journal
@@ -89,9 +92,9 @@ class DurableFileJournal(FileJournal):
     _FileJournal__currentOffset: int
 
     def __init__(self, journal_file: str) -> None:
-        install()  # FileJournal.__init__ builds its MetaStorer from the module's global name
         _drop_torn_tail(journal_file)
-        super().__init__(journal_file)
+        with installed():  # FileJournal.__init__ builds its MetaStorer by its global name
+            super().__init__(journal_file)
         self._path = journal_file
         self._dump_file = dump_file_for(journal_file)
         # pysyncobj may have just created the file: its name must survive a power cut too.
@@ -218,12 +221,29 @@ def create_journal(journal_file: str | None = None) -> Any:
     return DurableFileJournal(journal_file)
 
 
-def install() -> None:
-    """Idempotent: later ``SyncObj``s in this process use ``DurableFileJournal`` (and its
-    ``DurableMetaStorer``) and ``DumpWriter``."""
-    pysyncobj.syncobj.createJournal = create_journal
-    pysyncobj.syncobj.Serializer = DumpWriter
-    pysyncobj.journal.MetaStorer = DurableMetaStorer
+_installing = threading.RLock()
+"""Held while pysyncobj's names are swapped: no other thread builds a node meanwhile."""
+
+
+@contextmanager
+def installed() -> Iterator[None]:
+    """Within it, in this thread, pysyncobj builds ``DurableFileJournal`` (and its
+    ``DurableMetaStorer``) and ``DumpWriter``; its own classes are back afterwards."""
+    with _installing:
+        names = (
+            (pysyncobj.syncobj, "createJournal"),
+            (pysyncobj.syncobj, "Serializer"),
+            (pysyncobj.journal, "MetaStorer"),
+        )
+        saved = [getattr(module, name) for module, name in names]
+        ours = (create_journal, DumpWriter, DurableMetaStorer)
+        for (module, name), value in zip(names, ours, strict=True):
+            setattr(module, name, value)
+        try:
+            yield
+        finally:
+            for (module, name), value in zip(names, saved, strict=True):
+                setattr(module, name, value)
 
 
 def _drop_torn_tail(path: str) -> None:

@@ -170,14 +170,14 @@ class RaftNode(SyncObj):
         thread-safe (``transferLeadership`` sends on the tick thread's connections)."""
         self._senders_members: list[str] | None = None
         """Tick thread: the members that came with the snapshot part being handled."""
-        durable_journal.install()  # entries, votes and dumps on disk before Raft acts on them
-        super().__init__(
-            self_node,
-            partners,
-            conf,
-            consumers=consumers,
-            transportClass=transport or SnapshotTransport,
-        )
+        with durable_journal.installed():  # entries, votes, dumps on disk before Raft acts
+            super().__init__(
+                self_node,
+                partners,
+                conf,
+                consumers=consumers,
+                transportClass=transport or SnapshotTransport,
+            )
         self.addOnTickCallback(self._transfer_when_asked)
         # pysyncobj's tick thread stops once the thread that built the node has ended. A
         # broker builds replicas on the HTTP connection thread of ``POST /partitions``, which

@@ -18,7 +18,7 @@ from typing import Any
 from pysyncobj import SyncObjConf, SyncObjConsumer, replicated
 
 from protocol.limits import Limits
-from runtime.replication.raft import dump, journal
+from runtime.replication.raft import dump
 from runtime.replication.raft.journal import DurableFileJournal
 from runtime.replication.raft.node import RaftNode
 
@@ -51,7 +51,6 @@ def start_node(directory: str, port: int) -> tuple[RaftNode, Counter]:
         logCompactionMinEntries=10**9,
         logCompactionMinTime=10**9,
     )
-    journal.install()
     counter = Counter()
     notice_s = Limits().raft_commit_notice_delay_s
     node = RaftNode(address, [], conf, consumers=[counter], commit_notice_delay_s=notice_s)

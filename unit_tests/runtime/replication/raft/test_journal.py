@@ -61,12 +61,18 @@ def test_entries_and_votes_survive_a_reopen(
     reopened._destroy()
 
 
-def test_install_makes_new_syncobjs_use_it(tmp_path: Path) -> None:
-    durable_journal.install()
-    journal = pysyncobj.syncobj.createJournal(str(tmp_path / "j"))
-    assert isinstance(journal, DurableFileJournal)
+def test_nodes_built_within_installed_use_it_and_others_keep_pysyncobjs(tmp_path: Path) -> None:
+    original = pysyncobj.syncobj.createJournal
+    with durable_journal.installed():
+        journal = pysyncobj.syncobj.createJournal(str(tmp_path / "j"))
+        assert isinstance(journal, DurableFileJournal)
+        assert pysyncobj.syncobj.Serializer is DumpWriter
+        assert not isinstance(pysyncobj.syncobj.createJournal(None), DurableFileJournal)
     journal._destroy()
-    assert not isinstance(pysyncobj.syncobj.createJournal(None), DurableFileJournal)
+    assert pysyncobj.syncobj.createJournal is original
+    plain = pysyncobj.syncobj.createJournal(str(tmp_path / "plain"))
+    assert not isinstance(plain, DurableFileJournal)
+    plain._destroy()
 
 
 def test_term_and_vote_are_fsynced_and_a_commit_index_alone_is_not_stored(

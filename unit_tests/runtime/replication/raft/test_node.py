@@ -37,7 +37,6 @@ def start_node(
         fullDumpFile=str(directory / "raft.dump"),
         useFork=False,
     )
-    durable_journal.install()
     notice_s = Limits().raft_commit_notice_delay_s
     return RaftNode(
         address, partners, conf, consumers=consumers or [], commit_notice_delay_s=notice_s

@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeGuard
 
+from protocol.command_codec import CommandCodec
 from protocol.group_requests import SETTLE_ACTIONS
 from protocol.types import Headers, Offset, ReplicaId
 
@@ -165,119 +166,103 @@ Command = (
 WireCommand = tuple[object, ...]
 
 
+def _append(values: tuple[object, ...]) -> tuple[object, ...] | None:
+    messages, timestamp_ms, producer_id, sequence = values
+    valid = _messages(messages) and isinstance(timestamp_ms, int)
+    return values if valid and _opt(producer_id, str) and _opt(sequence, int) else None
+
+
+def _consume(values: tuple[object, ...]) -> tuple[object, ...] | None:
+    # Older journals hold the 3- and 4-field forms (no timestamp, no sequence).
+    consumer_id, max_messages, request_id, timestamp_ms, sequence = (*values, None, None)[:5]
+    valid = isinstance(consumer_id, str) and isinstance(max_messages, int)
+    optional = _opt(request_id, str) and _opt(timestamp_ms, int) and _opt(sequence, int)
+    return values if valid and optional else None
+
+
+def _mark_flushed(values: tuple[object, ...]) -> tuple[object, ...] | None:
+    # Older journals hold the 2- and 3-field forms (no start, no address).
+    replica_id, flushed_offset, start, address = (*values, None, None)[:4]
+    valid = _int(replica_id) and _int(flushed_offset)
+    return values if valid and _opt(start, int) and _opt(address, str) else None
+
+
+def _truncate(values: tuple[object, ...]) -> tuple[object, ...] | None:
+    return values if _int(values[0]) else None
+
+
+def _reset_replica(values: tuple[object, ...]) -> tuple[object, ...] | None:
+    # Older journals hold the 1-field form (no address).
+    replica_id, address = (*values, None)[:2]
+    return values if _int(replica_id) and _opt(address, str) else None
+
+
+def _receive(values: tuple[object, ...]) -> tuple[object, ...] | None:
+    group, max_messages, timestamp_ms, request_id, timeout_ms, most, keyed = values[:7]
+    keys = values[7] if len(values) == 8 else ()
+    valid = isinstance(group, str) and _int(max_messages) and _int(timestamp_ms)
+    valid = valid and _opt(request_id, str) and _int(timeout_ms) and _int(most)
+    return values if valid and isinstance(keyed, bool) and _keys(keys) else None
+
+
+def _settle(values: tuple[object, ...]) -> tuple[object, ...] | None:
+    group, action, receipts, timestamp_ms, duration_ms = values
+    valid = isinstance(group, str) and isinstance(action, str) and action in SETTLE_ACTIONS
+    return (
+        values if valid and _pairs(receipts) and _int(timestamp_ms) and _int(duration_ms) else None
+    )
+
+
+def _dead_lettered(values: tuple[object, ...]) -> tuple[object, ...] | None:
+    group, offsets = values
+    valid = isinstance(offsets, tuple) and all(_int(o) for o in offsets)
+    return values if isinstance(group, str) and valid else None
+
+
+def _redrive(values: tuple[object, ...]) -> tuple[object, ...] | None:
+    if len(values) != 5:  # ``letters`` was never left out
+        return None
+    group, request_id, timestamp_ms, max_messages, letters = values
+    valid = isinstance(group, str) and _opt(request_id, str) and _letters(letters)
+    return values if valid and _int(timestamp_ms) and _int(max_messages) else None
+
+
+_CODEC = CommandCodec[Command](
+    {
+        "append": Append,
+        "consume": Consume,
+        "mark_flushed": MarkFlushed,
+        "truncate": Truncate,
+        "reset_replica": ResetReplica,
+        "receive": Receive,
+        "settle": Settle,
+        "dead_lettered": DeadLettered,
+        "redrive": Redrive,
+    },
+    {
+        Append: _append,
+        Consume: _consume,
+        MarkFlushed: _mark_flushed,
+        Truncate: _truncate,
+        ResetReplica: _reset_replica,
+        Receive: _receive,
+        Settle: _settle,
+        DeadLettered: _dead_lettered,
+        Redrive: _redrive,
+    },
+)
+"""The tags are part of the journal format, never renamed; every field is written (a node
+of an older version decodes every command written here)."""
+
+
 def to_wire(command: Command) -> WireCommand:
-    match command:
-        case Append(messages, timestamp_ms, producer_id, sequence):
-            return ("append", messages, timestamp_ms, producer_id, sequence)
-        case Consume(consumer_id, max_messages, request_id, timestamp_ms, sequence):
-            return ("consume", consumer_id, max_messages, request_id, timestamp_ms, sequence)
-        case MarkFlushed(replica_id, flushed_offset, start, raft_address):
-            return ("mark_flushed", replica_id, flushed_offset, start, raft_address)
-        case Truncate(log_start_offset):
-            return ("truncate", log_start_offset)
-        case ResetReplica(replica_id, raft_address):
-            return ("reset_replica", replica_id, raft_address)
-        case Receive(group, max_messages, timestamp_ms, request_id, timeout, most, keyed, keys):
-            return (
-                "receive",
-                group,
-                max_messages,
-                timestamp_ms,
-                request_id,
-                timeout,
-                most,
-                keyed,
-                keys,
-            )
-        case Settle(group, action, receipts, timestamp_ms, duration_ms):
-            return ("settle", group, action, receipts, timestamp_ms, duration_ms)
-        case DeadLettered(group, offsets):
-            return ("dead_lettered", group, offsets)
-        case Redrive(group, request_id, timestamp_ms, max_messages, letters):
-            return ("redrive", group, request_id, timestamp_ms, max_messages, letters)
+    return _CODEC.to_wire(command)
 
 
 def from_wire(wire: object) -> Command | None:
     """The command a wire tuple holds, or ``None`` when it is not one (apply must not raise,
     so a malformed entry becomes a rejection, never an exception)."""
-    if not isinstance(wire, tuple) or not wire:
-        return None
-    tag, args = wire[0], wire[1:]
-    if tag == "append" and len(args) == 4:
-        messages, timestamp_ms, producer_id, sequence = args
-        valid = _messages(messages) and isinstance(timestamp_ms, int)
-        if valid and _opt(producer_id, str) and _opt(sequence, int):
-            return Append(messages, timestamp_ms, producer_id, sequence)
-    elif tag == "consume" and len(args) in (3, 4, 5):
-        # Older journals hold the 3- and 4-field forms (no timestamp, no sequence).
-        consumer_id, max_messages, request_id, timestamp_ms, sequence = (*args, None, None)[:5]
-        valid = isinstance(consumer_id, str) and isinstance(max_messages, int)
-        optional = _opt(request_id, str) and _opt(timestamp_ms, int) and _opt(sequence, int)
-        if valid and optional:
-            return Consume(consumer_id, max_messages, request_id, timestamp_ms, sequence)
-    elif tag == "mark_flushed" and len(args) in (2, 3, 4):
-        # Older journals hold the 2- and 3-field forms (no start, no address).
-        replica_id, flushed_offset, start, address = (*args, None, None)[:4]
-        valid = _int(replica_id) and _int(flushed_offset)
-        if valid and _opt(start, int) and _opt(address, str):
-            return MarkFlushed(ReplicaId(replica_id), Offset(flushed_offset), start, address)
-    elif tag == "truncate" and len(args) == 1:
-        (log_start_offset,) = args
-        if isinstance(log_start_offset, int) and not isinstance(log_start_offset, bool):
-            return Truncate(Offset(log_start_offset))
-    elif tag == "reset_replica" and len(args) in (1, 2):
-        # Older journals hold the 1-field form (no address).
-        replica_id, address = (*args, None)[:2]
-        if _int(replica_id) and _opt(address, str):
-            return ResetReplica(ReplicaId(replica_id), address)
-    elif tag in ("receive", "settle", "dead_lettered", "redrive"):
-        return _consumer_group_command(tag, args)
-    return None
-
-
-def _consumer_group_command(tag: str, args: tuple[object, ...]) -> Command | None:
-    if tag == "receive" and len(args) in (7, 8):
-        group, max_messages, timestamp_ms, request_id, timeout_ms, most, keyed = args[:7]
-        keys = args[7] if len(args) == 8 else ()
-        if (
-            isinstance(group, str)
-            and _int(max_messages)
-            and _int(timestamp_ms)
-            and (request_id is None or isinstance(request_id, str))
-            and _int(timeout_ms)
-            and _int(most)
-            and isinstance(keyed, bool)
-            and _keys(keys)
-        ):
-            return Receive(
-                group, max_messages, timestamp_ms, request_id, timeout_ms, most, keyed, keys
-            )
-    elif tag == "settle" and len(args) == 5:
-        group, action, receipts, timestamp_ms, duration_ms = args
-        if (
-            isinstance(group, str)
-            and isinstance(action, str)
-            and action in SETTLE_ACTIONS
-            and _pairs(receipts)
-            and _int(timestamp_ms)
-            and _int(duration_ms)
-        ):
-            return Settle(group, action, receipts, timestamp_ms, duration_ms)
-    elif tag == "dead_lettered" and len(args) == 2:
-        group, offsets = args
-        if isinstance(group, str) and isinstance(offsets, tuple) and all(_int(o) for o in offsets):
-            return DeadLettered(group, offsets)
-    elif tag == "redrive" and len(args) == 5:
-        group, request_id, timestamp_ms, max_messages, letters = args
-        if (
-            isinstance(group, str)
-            and (request_id is None or isinstance(request_id, str))
-            and _letters(letters)
-            and _int(timestamp_ms)
-            and _int(max_messages)
-        ):
-            return Redrive(group, request_id, timestamp_ms, max_messages, letters)
-    return None
+    return _CODEC.from_wire(wire)
 
 
 def _letters(value: object) -> TypeGuard[tuple[tuple[int, int, str | None], ...]]:

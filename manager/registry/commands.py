@@ -13,10 +13,11 @@ lease (``expiry_ms``), so every manager applies it the same way.
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import dataclass
 
 from manager.registry.groups import GroupBounds, GroupEntry
 from manager.registry.topics import Assignment
+from protocol.command_codec import CommandCodec
 from protocol.limits import PartitionLimits
 
 
@@ -311,52 +312,38 @@ _TAGS: dict[str, type[RegistryCommand]] = {
     "finish_redrive": FinishRedrive,
 }
 """The wire tag of each command: part of the journal format, never renamed."""
-_TAG_OF = {kind: tag for tag, kind in _TAGS.items()}
 
 
-def command_name(command: RegistryCommand) -> str:
-    return _TAG_OF[type(command)]
-
-
-def to_wire(command: RegistryCommand) -> tuple[object, ...]:
-    """The command as plain data. Trailing fields at their defaults are left out: the
-    decoder gives them back (``_arity_ok``), and a manager of an older version, which
-    knows fewer fields, still applies a command that uses none of the newer ones."""
-    specs = fields(command)
-    values = [getattr(command, spec.name) for spec in specs]
-    while specs and values and specs[len(values) - 1].default is not MISSING:
-        if values[-1] != specs[len(values) - 1].default:
-            break
-        values.pop()
-    return (_TAG_OF[type(command)], *(_plain(value) for value in values))
-
-
-def from_wire(wire: object) -> RegistryCommand | None:
-    """The command a wire tuple holds, or ``None`` when it is not one (apply must not
-    raise). The tag, the arity and the partition limits are checked here; ``ManagerState``
-    checks the other values."""
-    if not isinstance(wire, tuple) or not wire or not isinstance(wire[0], str):
+def _begin_topic(values: tuple[object, ...]) -> tuple[object, ...] | None:
+    try:  # its partition limits travel as JSON (a plain dict)
+        return (*values[:-1], PartitionLimits.from_json(values[-1]))
+    except ValueError:
         return None
-    kind = _TAGS.get(wire[0])
-    if kind is None or not _arity_ok(kind, len(wire) - 1):
-        return None
-    values = list(wire[1:])
-    if kind is BeginTopic:
-        try:
-            values[-1] = PartitionLimits.from_json(values[-1])
-        except ValueError:
-            return None
-    return kind(*values)
-
-
-def _arity_ok(kind: type[RegistryCommand], count: int) -> bool:
-    """All fields, or (a command journaled before trailing fields with defaults were added)
-    at least every field without a default; the missing ones take their defaults."""
-    specs = fields(kind)
-    required = sum(1 for s in specs if s.default is MISSING and s.default_factory is MISSING)
-    return required <= count <= len(specs)
 
 
 def _plain(value: object) -> object:
     """Field values as plain data (the journal holds no pickled class of ours)."""
     return value.to_json() if isinstance(value, PartitionLimits) else value
+
+
+_CODEC = CommandCodec[RegistryCommand](
+    _TAGS, {BeginTopic: _begin_topic}, plain=_plain, drop_trailing_defaults=True
+)
+"""Trailing fields at their defaults are left out of the wire form: the decoder gives them
+back, and a manager of an older version, which knows fewer fields, still applies a command
+that uses none of the newer ones. The tag, the arity and the partition limits are checked
+here; ``ManagerState`` checks the other values."""
+
+
+def command_name(command: RegistryCommand) -> str:
+    return _CODEC.name(command)
+
+
+def to_wire(command: RegistryCommand) -> tuple[object, ...]:
+    return _CODEC.to_wire(command)
+
+
+def from_wire(wire: object) -> RegistryCommand | None:
+    """The command a wire tuple holds, or ``None`` when it is not one (apply must not
+    raise)."""
+    return _CODEC.from_wire(wire)

@@ -6,18 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = (
-    "protocol",
-    "runtime",
-    "broker",
-    "manager",
-    "load_balancer",
-    "raftq",
-    "spark_jobs",
-    "stress_tests",
-    "unit_tests",
-)
+from unit_tests.source_tree import PACKAGES, ROOT
+
 LINES_MAX = 70
 
 

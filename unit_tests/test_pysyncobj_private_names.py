@@ -14,18 +14,8 @@ from pathlib import Path
 
 import pysyncobj
 
-ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = (
-    "protocol",
-    "runtime",
-    "broker",
-    "manager",
-    "load_balancer",
-    "raftq",
-    "spark_jobs",
-    "stress_tests",
-    "unit_tests",
-)
+from unit_tests.source_tree import PACKAGES, ROOT
+
 ALLOWED = ("runtime/replication/raft/", "unit_tests/runtime/replication/raft/")
 
 

@@ -21,8 +21,8 @@ from broker.partition.replica import PartitionReplica
 from protocol.limits import Limits
 from protocol.types import BrokerId, PartitionId, RaftRole, ReplicaAddress, ReplicaId, ReplicaSpec
 from unit_tests.ports import free_port
+from unit_tests.runtime.replication.waits import WAIT_S, one_leader, wait_for
 
-WAIT_S = 30.0
 LIMITS = Limits()
 
 
@@ -61,13 +61,6 @@ def _spec(replicas: tuple[ReplicaAddress, ...], slot: int) -> ReplicaSpec:
     return ReplicaSpec("t", PartitionId(0), ReplicaId(slot), replicas)
 
 
-def _wait(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {WAIT_S} s: {what}"
-        time.sleep(0.05)
-
-
 @pytest.fixture
 def start(tmp_path: Path) -> Iterator[Callable[[ReplicaSpec], Node]]:
     nodes: list[Node] = []
@@ -84,14 +77,7 @@ def start(tmp_path: Path) -> Iterator[Callable[[ReplicaSpec], Node]]:
 
 
 def _leader(nodes: list[Node]) -> Node:
-    found: list[Node] = []
-
-    def one_leads() -> bool:
-        found[:] = [n for n in nodes if n.leads()]
-        return len(found) == 1
-
-    _wait(one_leads, "a leader")
-    return found[0]
+    return one_leader(nodes, Node.leads)
 
 
 def test_a_dead_member_is_replaced_and_a_re_targeted_move_drops_the_abandoned_one(
@@ -111,7 +97,7 @@ def test_a_dead_member_is_replaced_and_a_re_targeted_move_drops_the_abandoned_on
     d = start(_spec(with_d, slot))
     gone = dead.spec.raft_address
     assert leader.replace_member(_spec(with_d, leader.spec.replica_id), slot, gone, False)
-    _wait(lambda: d.end_offset() == 1, "D to catch up")
+    wait_for(lambda: d.end_offset() == 1, "D to catch up")
     # The slot was reset for the new one.
     assert leader.machine.read(lambda log: log.flushed_offsets[slot]) == 0
 
@@ -123,7 +109,7 @@ def test_a_dead_member_is_replaced_and_a_re_targeted_move_drops_the_abandoned_on
     e = start(_spec(with_e, slot))
     assert leader.replace_member(spec_e, slot, gone, False)
     leader.propose(Append(((None, "m1"),), 2, None, None))
-    _wait(lambda: e.end_offset() == 2, "E to catch up")
+    wait_for(lambda: e.end_offset() == 2, "E to catch up")
     # The members are exactly the spec's: D was removed (``replace_member`` compares the
     # group's own members); a repeat changes nothing and says so again.
     before = leader.machine.status().commit_index
@@ -154,11 +140,11 @@ def test_a_live_leaving_member_leaves_last_and_the_group_keeps_its_leader(
         leader.propose(Append(((None, "during"),), 99, None, None))  # writes go on
         return leader.replace_member(spec, slot, address, True)
 
-    _wait(replaced, "the members to be the new spec's")
+    wait_for(replaced, "the members to be the new spec's")
     assert leader.machine.status().role is RaftRole.LEADER
     assert leader.machine.members() == {new.spec.raft_address}
     end = leader.end_offset()
-    _wait(lambda: new.end_offset() == end, "the new member to hold all")
+    wait_for(lambda: new.end_offset() == end, "the new member to hold all")
     leader.propose(Append(((None, "after"),), 100, None, None))  # a commit needs the new one
     assert leader.machine.read(lambda log: log.holders[slot]) == new.spec.raft_address
 
@@ -183,10 +169,10 @@ def test_a_new_replica_that_leads_completes_its_own_move(
     # before the live leaving member leaves: that is left to the new replica.
     leader.propose(ResetReplica(slot, new.spec.raft_address))
     leader.machine.change_member(new.spec.raft_address, add=True)
-    _wait(lambda: _joined(leader, new), "the new replica to hold every entry")
-    _wait(lambda: _transfer(leader, new), "the new replica to lead")
+    wait_for(lambda: _joined(leader, new), "the new replica to hold every entry")
+    wait_for(lambda: _transfer(leader, new), "the new replica to lead")
     own = _spec(moved, slot)
-    _wait(lambda: new.replace_member(own, slot, address, True), "the leaving one to leave")
+    wait_for(lambda: new.replace_member(own, slot, address, True), "the leaving one to leave")
     assert new.machine.members() == frozenset(own.partners)
     assert new.spec.raft_address not in new.machine.members()
     new.propose(Append(((None, "m1"),), 2, None, None))  # the group of three commits
@@ -212,8 +198,8 @@ def test_a_new_leader_counts_only_members_that_answered_it_as_in_sync(
     dead = next(n for n in nodes if n is not leader)
     heir = next(n for n in nodes if n is not leader and n is not dead)
     dead.machine.close()
-    _wait(lambda: heir.end_offset() == 1, "the heir to hold the entry")
-    _wait(lambda: _transfer(leader, heir), "the heir to lead")
+    wait_for(lambda: heir.end_offset() == 1, "the heir to hold the entry")
+    wait_for(lambda: _transfer(leader, heir), "the heir to lead")
     deadline = time.monotonic() + WAIT_S
     while (answering := heir.machine.replicas_answering()) != 2:  # once the old one answers
         assert answering < 2, "the dead member counted as in sync"
@@ -231,7 +217,7 @@ def _settled_leader(nodes: list[Node]) -> Node:
         found[:] = [n for n in nodes if n.machine.replicas_answering() == len(nodes)]
         return len(found) == 1
 
-    _wait(settled, "a leader every member answers")
+    wait_for(settled, "a leader every member answers")
     return found[0]
 
 

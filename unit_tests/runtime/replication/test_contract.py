@@ -4,8 +4,7 @@ same ``Definition`` (``ledger.py``). What the twin promises here, Raft keeps."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -19,8 +18,8 @@ from runtime.replication.memory import MemoryMachine
 from runtime.replication.raft.machine import RaftConfig, RaftMachine
 from unit_tests.ports import free_port
 from unit_tests.runtime.replication.ledger import LEDGER, Ledger
+from unit_tests.runtime.replication.waits import wait_for
 
-WAIT_S = 15.0
 Machine = ReplicatedMachine[Ledger, int, tuple[object, Entry]]
 
 
@@ -71,7 +70,7 @@ class RaftGroup:
         return self.machines[-1]
 
     def leader(self) -> Machine:
-        _wait(self._machine.caught_up, "the node to elect itself and apply its first entry")
+        wait_for(self._machine.caught_up, "the node to elect itself and apply its first entry")
         return self._machine
 
     def spare(self) -> str:
@@ -82,13 +81,6 @@ class RaftGroup:
     def again(self) -> Machine:
         self._machine = self._start(self.address, ())
         return self.leader()
-
-
-def _wait(condition: Callable[[], object], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {WAIT_S} s: {what}"
-        time.sleep(0.01)
 
 
 @pytest.fixture(params=["twin", "raft"])
@@ -153,8 +145,8 @@ def test_an_added_member_is_listed_holds_the_log_and_leaves_when_removed(group: 
     machine.change_member(spare, add=True)
     assert machine.members() == {spare}
     assert machine.status().partners == (spare,)
-    _wait(lambda: machine.member_holds(spare, entry.index), "the new member to hold the log")
-    _wait(lambda: _removed(machine, spare), "the member to leave")
+    wait_for(lambda: machine.member_holds(spare, entry.index), "the new member to hold the log")
+    wait_for(lambda: _removed(machine, spare), "the member to leave")
     assert machine.members() == frozenset()
     assert machine.propose(2)[0] == 2  # alone again, it commits alone
 

@@ -4,7 +4,6 @@ holds, and a member that installs a snapshot takes the sending leader's members.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -19,8 +18,8 @@ from runtime.replication.machine import Entry
 from runtime.replication.raft.machine import RaftConfig, RaftMachine
 from unit_tests.ports import free_port
 from unit_tests.runtime.replication.ledger import LEDGER, Ledger
+from unit_tests.runtime.replication.waits import WAIT_S, one_leader, wait_for
 
-WAIT_S = 30.0
 LIMITS = Limits()
 
 
@@ -38,13 +37,6 @@ class Node:
 
 
 Start = Callable[[str, Sequence[str]], Node]
-
-
-def _wait(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {WAIT_S} s: {what}"
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -68,14 +60,7 @@ def _group(start: Start, size: int) -> list[Node]:
 
 
 def _leader(nodes: list[Node]) -> Node:
-    found: list[Node] = []
-
-    def one_leads() -> bool:
-        found[:] = [n for n in nodes if n.leads()]
-        return len(found) == 1
-
-    _wait(one_leads, "a leader")
-    return found[0]
+    return one_leader(nodes, Node.leads)
 
 
 def _change(leader: Node, address: str, *, add: bool) -> None:
@@ -89,7 +74,7 @@ def _change(leader: Node, address: str, *, add: bool) -> None:
             return False
         return True
 
-    _wait(changed, f"{'adding' if add else 'removing'} {address}")
+    wait_for(changed, f"{'adding' if add else 'removing'} {address}")
 
 
 def _counts(node: Node, count: int) -> bool:
@@ -99,7 +84,7 @@ def _counts(node: Node, count: int) -> bool:
 def _dump(node: Node) -> Path:
     node.machine.compact()
     dump = node.directory / "raft.dump"
-    _wait(dump.is_file, f"{node.address}'s dump")
+    wait_for(dump.is_file, f"{node.address}'s dump")
     return dump
 
 
@@ -124,19 +109,19 @@ def test_a_restarted_member_counts_votes_over_the_newest_members_in_its_log(
     leader = _leader(nodes)
     follower, leaving = [n for n in nodes if n is not leader]
     leader.machine.propose(1)
-    _wait(lambda: follower.count() == 1, "the follower to hold the entry")
+    wait_for(lambda: follower.count() == 1, "the follower to hold the entry")
     _dump(follower)
     new = start(f"127.0.0.1:{free_port()}", [leader.address, follower.address])
     _change(leader, new.address, add=True)
-    _wait(lambda: _holds_all(leader, new), "the new member to catch up")
+    wait_for(lambda: _holds_all(leader, new), "the new member to catch up")
     _change(leader, leaving.address, add=False)  # a live leaving member leaves last
     wanted = {leader.address, new.address}
-    _wait(lambda: follower.machine.members() == wanted, "the follower to take both changes")
+    wait_for(lambda: follower.machine.members() == wanted, "the follower to take both changes")
     for node in (follower, leader, new):
         node.machine.stop(WAIT_S)  # its sockets and journal closed before the restart
     restarted = start(follower.address, sorted(wanted))
     raft = restarted.machine._node
-    _wait(lambda: not raft._SyncObj__needLoadDumpFile, "the dump to be loaded")
+    wait_for(lambda: not raft._SyncObj__needLoadDumpFile, "the dump to be loaded")
     assert restarted.machine.members() == wanted
 
 
@@ -183,22 +168,22 @@ def test_a_member_that_installs_a_snapshot_moves_old_takes_the_leaders_members(
     for number in range(30):  # so the dump ends far past where a new member's log starts
         a.machine.propose(number)
     for node in nodes:
-        _wait(partial(_counts, node, 30), "every member to hold all")
+        wait_for(partial(_counts, node, 30), "every member to hold all")
         _dump(node)
     # D replaces B and catches up from A's dump ({A, B, C}), then leads, keeping that dump.
     d, members = _move(start, a, b, nodes)
-    _wait(lambda: d.count() == 30, "D to catch up")
-    _wait(lambda: _transfer(a, d), "D to lead")
+    wait_for(lambda: d.count() == 30, "D to catch up")
+    wait_for(lambda: _transfer(a, d), "D to lead")
     # F replaces A, then E replaces C: both install D's dump, whose members are {A, B, C}.
     f, members = _move(start, d, a, members)
-    _wait(lambda: f.count() == 30, "F to catch up")
+    wait_for(lambda: f.count() == 30, "F to catch up")
     e = start(f"127.0.0.1:{free_port()}", [d.address, f.address])
     installed = _record_members_after_snapshots(e)
     c.machine.stop(WAIT_S)
     _change(d, c.address, add=False)
     _change(d, e.address, add=True)
-    _wait(lambda: bool(installed), "E to install a snapshot")
+    wait_for(lambda: bool(installed), "E to install a snapshot")
     assert installed[0] == {d.address, f.address}
-    _wait(lambda: _transfer(d, f), "F to lead")
+    wait_for(lambda: _transfer(d, f), "F to lead")
     f.machine.propose(31)
-    _wait(lambda: e.count() == 31, "E to catch up from F")
+    wait_for(lambda: e.count() == 31, "E to catch up from F")

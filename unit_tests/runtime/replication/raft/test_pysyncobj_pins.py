@@ -24,7 +24,7 @@ from typing import Any
 import pysyncobj.syncobj
 import pysyncobj.version
 import pytest
-from pysyncobj import SyncObj, SyncObjConf, SyncObjConsumer, replicated
+from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.journal import FileJournal, MetaStorer, ResizableFile
 from pysyncobj.serializer import Serializer
 from pysyncobj.syncobj import SyncObjException
@@ -32,6 +32,8 @@ from pysyncobj.syncobj import SyncObjException
 from protocol.limits import Limits
 from runtime.replication.raft.node import raft_conf
 from unit_tests.ports import free_port
+from unit_tests.runtime.replication.raft import crash_child
+from unit_tests.runtime.replication.waits import wait_for
 
 WAIT_S = 10.0
 PACKAGE = Path(__file__).parents[4] / "runtime" / "replication" / "raft"
@@ -47,26 +49,12 @@ class Recorded:
         return (Recorded, ())
 
 
-class Counter(SyncObjConsumer):  # type: ignore[misc]
-    def __init__(self) -> None:
-        super().__init__()
-        self.values: list[int] = []
-
-    @replicated  # type: ignore[misc]
-    def add(self, value: int) -> int:
-        self.values.append(value)
-        return len(self.values)
+class Counter(crash_child.Counter):
+    """``add`` appends a value; ``fail`` raises."""
 
     @replicated  # type: ignore[misc]
     def fail(self) -> None:
         raise RuntimeError("a bug in apply")
-
-
-def _wait(condition: Callable[[], object], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {WAIT_S} s: {what}"
-        time.sleep(0.01)
 
 
 @pytest.fixture
@@ -87,7 +75,7 @@ def bare() -> Iterator[Callable[..., tuple[SyncObj, Counter]]]:
 
 def _leader_alone(start: Callable[..., tuple[SyncObj, Counter]], **conf: Any) -> Any:
     node, counter = start(f"127.0.0.1:{free_port()}", [], **conf)
-    _wait(node._isLeader, "a node alone to elect itself")
+    wait_for(node._isLeader, "a node alone to elect itself")
     counter.add(0, sync=True, timeout=WAIT_S)
     return node, counter
 
@@ -134,7 +122,7 @@ def test_a_new_leader_stamps_every_member_answered_just_now(
     dead = addresses[2]  # never started: it cannot have answered anyone
     nodes = [bare(a, [p for p in addresses if p != a])[0] for a in addresses[:2]]
     before = pysyncobj.syncobj.monotonicTime()
-    _wait(lambda: any(n._isLeader() for n in nodes), "a leader of two of three")
+    wait_for(lambda: any(n._isLeader() for n in nodes), "a leader of two of three")
     leader = next(n for n in nodes if n._isLeader())
     member = next(n for n in leader._SyncObj__otherNodes if n.address == dead)
     assert leader._SyncObj__lastResponseTime[member] >= before
@@ -152,11 +140,11 @@ def test_a_leader_adding_a_member_stamps_it_answered_and_guards_no_second_change
     first, second = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"  # nobody there
     before = pysyncobj.syncobj.monotonicTime()
     node.addNodeToCluster(first)
-    _wait(lambda: len(node._SyncObj__otherNodes) == 1, "the first add appended")
+    wait_for(lambda: len(node._SyncObj__otherNodes) == 1, "the first add appended")
     added = next(iter(node._SyncObj__otherNodes))
     assert node._SyncObj__lastResponseTime[added] >= before
     node.addNodeToCluster(second)  # the first cannot commit: its new member never answers
-    _wait(lambda: len(node._SyncObj__otherNodes) == 2, "the second add appended too")
+    wait_for(lambda: len(node._SyncObj__otherNodes) == 2, "the second add appended too")
     assert node._SyncObj__changeClusterIDx is None
 
 
@@ -188,7 +176,7 @@ def test_a_call_that_timed_out_may_still_be_applied(
     with pytest.raises(SyncObjException) as timed_out:
         counter.add(1, sync=True, timeout=1e-6)
     assert timed_out.value.errorCode == "Timeout"
-    _wait(lambda: counter.values == [0, 1], "the timed-out call to be applied anyway")
+    wait_for(lambda: counter.values == [0, 1], "the timed-out call to be applied anyway")
 
 
 def test_an_exception_in_a_replicated_method_wedges_the_group(
@@ -221,12 +209,12 @@ def test_only_the_journal_and_the_full_dump_together_survive_a_restart(
     for value in (1, 2):
         counter.add(value, sync=True, timeout=WAIT_S)
     node.forceLogCompaction()
-    _wait(lambda: node._getRaftLogSize() <= 2, "the compaction")
+    wait_for(lambda: node._getRaftLogSize() <= 2, "the compaction")
     counter.add(3, sync=True, timeout=WAIT_S)
     node.destroy()
-    _wait(lambda: not node.tick_thread_alive(), "the node to stop")
+    wait_for(lambda: not node.tick_thread_alive(), "the node to stop")
     node, restarted = bare(f"127.0.0.1:{free_port()}", [], **files)
-    _wait(node._isLeader, "the restarted node to elect itself")
+    wait_for(node._isLeader, "the restarted node to elect itself")
     if journal and not dump:
         with pytest.raises(SyncObjException):
             restarted.add(4, sync=True, timeout=1.0)
@@ -261,7 +249,7 @@ def test_it_binds_every_address_unless_told_which(
         port = free_port()
         address = f"127.0.0.1:{port}"
         node, _ = bare(address, [], bindAddress=address if bind else None)
-        _wait(node.isReady, "the node to bind")
+        wait_for(node.isReady, "the node to bind")
         assert _connects(("127.0.0.2", port)) is reachable, bind
 
 

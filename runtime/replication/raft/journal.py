@@ -110,8 +110,8 @@ class DurableFileJournal(FileJournal):
         return end - int(FIRST_RECORD_OFFSET)
 
     skip_sync: Callable[[bytes], bool] | None = None
-    """Set by an adapter: True for an entry that may stay unsynced (a group proposed with
-    ``replicated`` durability). The next synced entry, or any other sync, covers it."""
+    """Set by ``RaftNode.leave_unsynced``: True for an entry that may stay unsynced (a group
+    proposed with ``replicated`` durability). The next synced entry, or any sync, covers it."""
 
     defer_syncs = False
     """Set by ``RaftNode`` while its leader appends entries it sends before syncing them:
@@ -199,7 +199,7 @@ class DurableFileJournal(FileJournal):
 
 
 def dump_file_for(journal_file: str) -> str:
-    """The full dump that goes with a journal: the adapters name them ``X.journal`` and
+    """The full dump that goes with a journal: ``RaftConfig`` names them ``X.journal`` and
     ``X.dump`` side by side."""
     base, _ = os.path.splitext(journal_file)
     return base + ".dump"
@@ -207,7 +207,7 @@ def dump_file_for(journal_file: str) -> str:
 
 _opened: weakref.WeakValueDictionary[str, DurableFileJournal] = weakref.WeakValueDictionary()
 """Journals by absolute path: pysyncobj creates its journal itself, given only the path, so
-this is how the adapter that named the path finds it (weak: a destroyed node's goes away)."""
+this is how the node that named the path finds it (weak: a destroyed node's goes away)."""
 
 
 def opened(journal_file: str) -> DurableFileJournal | None:

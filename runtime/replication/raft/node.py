@@ -1,4 +1,4 @@
-"""``RaftNode``: pysyncobj's ``SyncObj`` with what both Raft adapters need.
+"""``RaftNode``: pysyncobj's ``SyncObj`` with RaftQ's fixes and what ``RaftMachine`` needs.
 
 - **A late acknowledgement never moves a follower's next index back.** pysyncobj sets
   ``nextIndex = acknowledged + 1`` on every successful answer, even one that answers an
@@ -21,7 +21,7 @@
   a commit. Raft's rule, applied here: when the journal holds the dump's last entry (same
   index and term), drop only what comes before it (``DurableFileJournal.keep_from``).
   Tested by ``unit_tests/runtime/replication/raft/test_node.py`` (kill -9 right after a snapshot).
-- **Its journal** (``DurableFileJournal``), for the adapters' byte-bounded compaction, and
+- **Its journal** (``DurableFileJournal``), for the machine's byte-bounded compaction, and
   its full dump written by a thread of its own (``DumpWriter``; ``useFork`` is ignored).
 - **A snapshot's receiver takes the sender's members.** pysyncobj stores in a dump the
   members of when the dump was taken, and a node that joined by a snapshot keeps that one
@@ -116,7 +116,7 @@ leads, a refusal) or its entry was replaced by a new leader's. Every other failu
 
 
 def raft_failure(reason: object, what: str, commit_timeout_s: float) -> RaftQError:
-    """The one mapping of a pysyncobj failure onto RaftQ's error codes, for both adapters;
+    """The one mapping of a pysyncobj failure onto RaftQ's error codes, for every group;
     the codes' ``proves_nothing_done`` then tells every caller whether to retry elsewhere."""
     found = _NOTHING_DONE.get(reason)
     if found is not None:

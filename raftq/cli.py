@@ -788,11 +788,21 @@ def _describe_group(args: argparse.Namespace, groups: list[GroupInfo], context: 
         f"dead letters {group.dead_letter_topic or '-'}\tordering {group.ordering}\n"
     )
     out.write("partition\tfloor\tend\tlag\tlag_s\tin_flight\tdead_waiting\tdead_lettered\n")
-    for p in group.partitions:
-        out.write(
+    rows = {
+        p.partition_id: (
             f"{p.partition_id}\t{p.offset}\t{p.end_offset}\t{p.lag_messages}\t{p.lag_s:.1f}\t"
             f"{p.in_flight}\t{p.dead_letters_pending}\t{p.dead_lettered}\n"
         )
+        for p in group.partitions
+    }
+    # A partition whose leader did not answer is shown, not left out (kafka-consumer-groups
+    # prints "-" for what it does not know): a missing row would read as "no such partition".
+    rows.update((pid, f"{pid}" + "\t-" * 7 + "\n") for pid in group.unavailable_partitions)
+    out.writelines(rows[pid] for pid in sorted(rows))
+    if group.unavailable_partitions:
+        listed = ", ".join(map(str, group.unavailable_partitions))
+        context.stderr.write(f"no answer from the leader of partition(s) {listed}: try again\n")
+        return 1
     return 0
 
 

@@ -5,6 +5,7 @@ A field the service must send and did not raises ``ProtocolError`` naming the fi
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -108,6 +109,8 @@ class GroupInfo:
     current leaders' counts)."""
     partitions: tuple[GroupPartition, ...] = ()
     """Listed for one topic: the figures per partition whose leader answered."""
+    unavailable_partitions: tuple[int, ...] = ()
+    """Listed for one topic: partitions whose leader did not answer (no figures from them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,7 +272,16 @@ def _group_partition(figures: Mapping[str, object], where: str) -> GroupPartitio
 
 def parse_groups(body: object) -> list[GroupInfo]:
     where = "GET /groups"
-    return [parse_group(item, where) for item in _list(_obj(body, where), "groups", where)]
+    found = _obj(body, where)
+    unavailable = found.get("unavailable_partitions", [])
+    if not isinstance(unavailable, list) or not all(
+        isinstance(p, int) and not isinstance(p, bool) for p in unavailable
+    ):
+        raise ProtocolError(f"{where}: field 'unavailable_partitions' must be a list of integers")
+    return [
+        dataclasses.replace(parse_group(item, where), unavailable_partitions=tuple(unavailable))
+        for item in _list(found, "groups", where)
+    ]
 
 
 def parse_redriven(body: object) -> Redriven:

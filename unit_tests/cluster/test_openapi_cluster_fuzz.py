@@ -48,7 +48,9 @@ pytestmark = pytest.mark.cluster
 
 EXAMPLES_PER_OPERATION = 25
 REQUEST_TIMEOUT_S = 30.0
-LIMITS = {"topic_partitions_max": "2"}
+LIMITS = {"topic_partitions_max": "2", "stream_s_max": "1.0", "stream_heartbeat_s": "0.2"}
+"""Small partition counts (each costs Raft groups); streams that end within a second (a
+generated valid stream would otherwise stay open for ``stream_s_max``, 300 s by default)."""
 SCHEMA = (
     fuzz_schema(Node.LOAD_BALANCER, EXAMPLES_PER_OPERATION)
     .exclude(path_regex="^/(managers|brokers/drain)$")

@@ -419,3 +419,10 @@ def test_group_describe_prints_the_figures_per_partition(service: FakeService) -
     assert lines[2:] == ["0\t4\t9\t5\t1.2\t2\t1\t3", "1\t4\t9\t5\t1.2\t2\t1\t3"]
     code, _, err = _run(["group", "describe", "other", "--topic", "t", "--url", service.url])
     assert code == 1 and "no consumer group 'other'" in err
+    answered_one = {**group, "partitions": [{**figures, "partition_id": 1}]}
+    answer = {"groups": [answered_one], "unavailable_partitions": [0]}
+    service.default("GET", "/groups", lambda _p: (200, answer))
+    code, out, err = _run(["group", "describe", "g", "--topic", "t", "--url", service.url])
+    # The partition whose leader did not answer is shown as unknown, not left out.
+    assert code == 1 and "partition(s) 0" in err
+    assert out.splitlines()[2:] == ["0" + "\t-" * 7, "1\t4\t9\t5\t1.2\t2\t1\t3"]

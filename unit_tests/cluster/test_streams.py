@@ -7,7 +7,8 @@ empty. Bounded waits only: no test here times the service."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -86,16 +87,57 @@ def test_long_polls_answer_when_a_message_arrives(cluster: Cluster, direct: bool
         Producer(cluster.lb_url, topic, api_key=key) as producer,
     ):
         assert consumer.poll(10, wait_ms=200) == []  # nothing there: the wait ends empty
-        timer = threading.Timer(0.5, lambda: producer.produce_batch([("late", "k")]))
-        timer.start()
-        popped = consumer.poll(10, wait_ms=LONG_POLL_MS)
-        timer.join()
+        late = Late(lambda: producer.produce_batch([("late", "k")]))
+        popped = late.long_poll(lambda: consumer.poll(10, wait_ms=LONG_POLL_MS))
         assert [r.value for r in popped] == ["late"], "the poll waited for the message"
         where = popped[0]
-        later = threading.Timer(0.5, lambda: producer.produce_batch([("later", "k")]))
-        later.start()
-        fetched = consumer.fetch(
-            topic, where.partition_id, where.offset + 1, 10, wait_ms=LONG_POLL_MS
+        later = Late(lambda: producer.produce_batch([("later", "k")]))
+        fetched = later.long_poll(
+            lambda: consumer.fetch(
+                topic, where.partition_id, where.offset + 1, 10, wait_ms=LONG_POLL_MS
+            )
         )
-        later.join()
         assert [r.value for r in fetched] == ["later"], "the fetch waited for the message"
+
+
+class Late:
+    """Produces once, half a second after a long poll began, and judges the poll's answer by
+    when the produce was acknowledged, not by the clock: an empty answer is wrong only once
+    the message was acknowledged well before it (on a loaded machine the produce itself may
+    take longer than the wait; the poll is then repeated)."""
+
+    DELAY_S = 0.5
+    MARGIN_S = 1.0
+    """How long a poll may take to answer empty after the acknowledgement: the wake-up, a
+    round of the several-partition poll, the answer's way back."""
+
+    def __init__(self, produce: Callable[[], object]) -> None:
+        self._produce = produce
+        self._acked_at: float | None = None
+        self._failure: BaseException | None = None
+        self._timer = threading.Timer(self.DELAY_S, self._run)
+
+    def _run(self) -> None:
+        try:
+            self._produce()
+            self._acked_at = time.monotonic()
+        except BaseException as exc:  # reported by long_poll
+            self._failure = exc
+
+    def long_poll(self, poll: Callable[[], list[Record]]) -> list[Record]:
+        self._timer.start()
+        deadline = time.monotonic() + WAIT_S
+        try:
+            while time.monotonic() < deadline:
+                got = poll()
+                answered_at = time.monotonic()
+                if got:
+                    return got
+                assert self._failure is None, self._failure
+                acked = self._acked_at
+                assert acked is None or answered_at - acked < self.MARGIN_S, (
+                    f"answered empty {answered_at - acked:.2f} s after the message was acknowledged"
+                )
+            raise AssertionError(f"nothing within {WAIT_S} s (produce failed: {self._failure})")
+        finally:
+            self._timer.join()

@@ -32,7 +32,14 @@ pytestmark = pytest.mark.cluster
 BASE_PORT = CLUSTER_BASE_PORTS["multi_host"]
 HOSTS = tuple(f"127.0.0.{i}" for i in range(2, 9))
 SEED = int(os.environ.get("RAFTQ_STRESS_SEED", int(time.time()) % 100_000))
-PLANS = (LEADER_KILLS, MANAGER_LB_FAILOVER, PARTITIONS)
+PLANS = (
+    pytest.param(PARTITIONS, id=PARTITIONS.name),
+    pytest.param(LEADER_KILLS, id=LEADER_KILLS.name, marks=pytest.mark.long),
+    pytest.param(MANAGER_LB_FAILOVER, id=MANAGER_LB_FAILOVER.name, marks=pytest.mark.long),
+)
+"""Isolating one host runs on every test run (the fast tier has no network partitions); the
+kills and the managers' failover, which the fast tier runs on one host every time, run here
+with ``-m long`` (CI's 20 minutes)."""
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +62,7 @@ def test_each_node_has_its_own_host_and_file(hosts_cluster: LocalCluster) -> Non
     assert peers == {f"127.0.0.{2 + i}:{BASE_PORT + 20 + i}" for i in (1, 2, 3)}
 
 
-@pytest.mark.parametrize("plan", PLANS, ids=[plan.name for plan in PLANS])
+@pytest.mark.parametrize("plan", PLANS)
 def test_faults_on_one_host_at_a_time_keep_every_guarantee(
     hosts_cluster: LocalCluster, plan: FaultPlan, tmp_path: Path
 ) -> None:

@@ -16,12 +16,12 @@ from broker.api.logs import add_log_routes, add_stream_route
 from broker.api.partitions import RaftPorts, add_partition_routes
 from broker.api.status import add_status_routes
 from broker.config import BrokerConfig
+from broker.hosted_replica import HostedReplica
 from broker.managers import Managers
 from broker.partition.raft import partition_raft
 from broker.peer_copy import PeerCopy
 from broker.persistence.sql_store import SqlMessageStore
 from broker.registration import Registration
-from broker.replica import HostedReplica
 from broker.service import BrokerService, ReplicaStatus
 from protocol.durable_files import make_directories
 from protocol.limits import Limits

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 
+from broker.hosted_replica import HostedReplica
 from broker.partition.commands import DeadLettered, KeyValue, Receive, Redrive, Settle
 from broker.partition.group_leases import (
     DeadLetter,
@@ -26,7 +27,6 @@ from broker.partition.group_leases import (
 )
 from broker.partition.log import PartitionLog
 from broker.persistence.store import MessageStore, RangeChecksum
-from broker.replica import HostedReplica
 from protocol import streams
 from protocol.dead_letters import PendingDeadLetter
 from protocol.deadline import Deadline

@@ -13,7 +13,7 @@ recorded multi-step operation that a new manager leader resumes from the registr
    it answers once added: a member that does not run would count toward the majority.
 4. Every live replica's broker gets the new spec (``POST /partitions/members``, kept for
    its restarts); the partition's Raft leader changes the members one committed step at
-   a time (``PartitionRaft.replace_member``): a dead leaving member is removed first, the
+   a time (``PartitionReplica.replace_member``): a dead leaving member is removed first, the
    slot is reset to the new replica, the new replica is added, and a live leaving member
    (a drain) is removed last, once the new replica holds every committed entry.
 5. ``FinishMove`` (replicated), once the group's members are the new ones and the new

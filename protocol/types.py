@@ -165,7 +165,7 @@ class ReplicaSpec:
     """Everything a broker needs to host one replica of a partition.
 
     The manager sends it in ``POST /partitions``; the broker keeps it in its
-    ``PartitionRaft`` table to rebuild the replica after a restart.
+    ``HostedReplicaRow`` table to rebuild the replica after a restart.
     """
 
     topic: str

@@ -1,4 +1,4 @@
-"""SQLAlchemy models of the seed's two broker tables, ``Log`` and ``PartitionRaft``."""
+"""SQLAlchemy models of the seed's two broker tables, ``Log`` and ``HostedReplicaRow``."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ class Log(Base):
     """Bit r set: replica r had not yet flushed this message when this replica flushed it."""
 
 
-class PartitionRaft(Base):
+class HostedReplicaRow(Base):
     """One replica hosted by this broker: enough to rebuild it after a restart."""
 
     __tablename__ = "partition_raft"

@@ -28,7 +28,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from broker.persistence.models import Base, Log, PartitionRaft
+from broker.persistence.models import Base, HostedReplicaRow, Log
 from broker.persistence.store import FlushBatch, RangeChecksum, headers_from_text, range_checksum
 from protocol.durable_files import fsync_directory
 from protocol.limits import PartitionLimits
@@ -43,7 +43,7 @@ from protocol.types import (
     StoredMessage,
 )
 
-_PARTITION_RAFT_TABLE = Base.metadata.tables[PartitionRaft.__tablename__]
+_PARTITION_RAFT_TABLE = Base.metadata.tables[HostedReplicaRow.__tablename__]
 _READ_SQL = (
     "SELECT msg_offset, msg, msg_key, timestamp_ms, msg_headers FROM log "
     "WHERE topic_name = {p} AND partition_id = {p} AND msg_offset >= {p} AND msg_offset < {p} "
@@ -111,8 +111,8 @@ class SqlMessageStore:
                 _insert_rows_sqlite(connection, topic, partition_id, batch)
             connection.execute(
                 update(_PARTITION_RAFT_TABLE)
-                .where(PartitionRaft.topic_name == topic)
-                .where(PartitionRaft.partition_id == partition_id)
+                .where(HostedReplicaRow.topic_name == topic)
+                .where(HostedReplicaRow.partition_id == partition_id)
                 .values(msg_count=flushed_offset)
             )
 
@@ -163,14 +163,14 @@ class SqlMessageStore:
             "partition_limits": None if spec.limits is None else json.dumps(spec.limits.to_json()),
         }
         with Session(self._engine) as session, session.begin():
-            session.execute(self._insert(PartitionRaft).on_conflict_do_nothing(), [row])
+            session.execute(self._insert(HostedReplicaRow).on_conflict_do_nothing(), [row])
 
     def update_replica(self, spec: ReplicaSpec) -> None:
         with self._engine.begin() as connection:
             connection.execute(
                 update(_PARTITION_RAFT_TABLE)
-                .where(PartitionRaft.topic_name == spec.topic)
-                .where(PartitionRaft.partition_id == spec.partition_id)
+                .where(HostedReplicaRow.topic_name == spec.topic)
+                .where(HostedReplicaRow.partition_id == spec.partition_id)
                 .values(
                     raft_partners=json.dumps(list(spec.partners)),
                     replicas=json.dumps([r.to_json() for r in spec.replicas]),
@@ -179,7 +179,7 @@ class SqlMessageStore:
 
     def load_replicas(self) -> list[ReplicaSpec]:
         with Session(self._engine) as session:
-            rows = session.execute(select(PartitionRaft)).scalars().all()
+            rows = session.execute(select(HostedReplicaRow)).scalars().all()
             return [_spec_from_row(row) for row in rows]
 
     def retention_start(
@@ -232,8 +232,8 @@ class SqlMessageStore:
             )
             connection.execute(
                 delete(_PARTITION_RAFT_TABLE)
-                .where(PartitionRaft.topic_name == topic)
-                .where(PartitionRaft.partition_id == partition_id)
+                .where(HostedReplicaRow.topic_name == topic)
+                .where(HostedReplicaRow.partition_id == partition_id)
             )
 
     def close(self) -> None:
@@ -291,7 +291,7 @@ def _copy_text(value: str | None) -> str:
     return "\\N" if value is None else value.translate(_COPY_ESCAPES)
 
 
-def _spec_from_row(row: PartitionRaft) -> ReplicaSpec:
+def _spec_from_row(row: HostedReplicaRow) -> ReplicaSpec:
     replicas = tuple(
         ReplicaAddress(
             replica_id=ReplicaId(int(item["replica_id"])),
@@ -315,7 +315,7 @@ def _spec_from_row(row: PartitionRaft) -> ReplicaSpec:
 
 
 _LATER_COLUMNS = (
-    (PartitionRaft.__tablename__, "partition_limits"),
+    (HostedReplicaRow.__tablename__, "partition_limits"),
     (Log.__tablename__, "msg_headers"),
 )
 """Nullable text columns added after the first release: ``(table, column)``."""

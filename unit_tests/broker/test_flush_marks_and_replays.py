@@ -17,6 +17,7 @@ from dataclasses import fields
 
 import pytest
 
+from broker.hosted_replica import HostedReplica
 from broker.partition.commands import (
     MarkFlushed,
     ResetReplica,
@@ -28,7 +29,6 @@ from broker.partition.raft import PartitionTwin, partition_twin
 from broker.partition.replica import PartitionReplica
 from broker.persistence.flusher import Flusher
 from broker.persistence.store import MemoryMessageStore
-from broker.replica import HostedReplica
 from broker.service import BrokerService
 from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError

@@ -10,11 +10,11 @@ from dataclasses import replace
 
 import pytest
 
+from broker.hosted_replica import HostedReplica
 from broker.partition.commands import Truncate, from_wire, to_wire
 from broker.partition.log import PartitionLog, Truncated
 from broker.partition.raft import partition_twin
 from broker.persistence.store import MemoryMessageStore
-from broker.replica import HostedReplica
 from broker.service import BrokerService
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits, PartitionLimits

@@ -9,9 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from broker.hosted_replica import HostedReplica
 from broker.partition.raft import PartitionTwin, partition_definition, partition_twin
 from broker.persistence.store import MemoryMessageStore
-from broker.replica import HostedReplica
 from broker.service import BrokerService
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits

@@ -1,5 +1,5 @@
 """The broker's store on real SQLite and PostgreSQL, and its in-memory twin: idempotent
-multi-row flush, range reads, checksums and the PartitionRaft table."""
+multi-row flush, range reads, checksums and the HostedReplicaRow table."""
 
 from __future__ import annotations
 

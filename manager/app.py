@@ -28,7 +28,7 @@ from manager.raft import RegistryMachine, leads, registry_raft
 from manager.redrive import Redriver
 from manager.registry.state import ManagerState
 from manager.replica_mover import ReplicaMover
-from manager.service import ManagerService
+from manager.services import ManagerServices, ServiceContext
 from protocol.errors import ErrorCode, RaftQError
 from protocol.openapi import Node, api_document
 from runtime.http_api import App, add_document_route, count_requests, json_response
@@ -57,7 +57,9 @@ def create_app(config: ManagerConfig) -> App:
     broker_client = BrokerClient(limits, link)
     request_executor = ThreadPoolExecutor(limits.manager_http_threads_max, "broker-call")
     poll_executor = ThreadPoolExecutor(limits.manager_http_threads_max, "broker-poll")
-    service = ManagerService(limits, raft, broker_client, monitor, request_executor)
+    service = ManagerServices.over(
+        ServiceContext(limits, raft, broker_client, monitor, request_executor)
+    )
     router = LogRouter(
         raft, broker_client, monitor, request_executor, poll_period_s=limits.long_poll_period_s
     )
@@ -67,7 +69,7 @@ def create_app(config: ManagerConfig) -> App:
     app = App(
         "manager",
         limits,
-        authenticator(_node_verifier(config), service.grant, config.metrics_token),
+        authenticator(_node_verifier(config), service.keys.grant, config.metrics_token),
     )
     _install_leader_gate(app, raft, view)
     _install_refusal_passthrough(app)
@@ -76,13 +78,13 @@ def create_app(config: ManagerConfig) -> App:
     add_document_route(app, api_document(Node.MANAGER))
     cluster.add_routes(app, view)
     add_proof_route(app, AddressProver(config), limits)
-    topics.add_routes(app, service, limits)
+    topics.add_routes(app, service.topics, limits)
     partitions.add_routes(app, service, limits)
-    producers.add_routes(app, service, limits)
-    consumers.add_routes(app, service, limits)
-    brokers.add_routes(app, service, limits)
+    producers.add_routes(app, service.clients, limits)
+    consumers.add_routes(app, service.clients, limits)
+    brokers.add_routes(app, service.brokers, limits)
     keys.add_routes(app, service, limits)
-    groups.add_routes(app, service, router, Redriver(limits, raft, router), limits)
+    groups.add_routes(app, service.groups, router, Redriver(limits, raft, router), limits)
     logs.add_routes(app, router, limits)
 
     mover = ReplicaMover(limits, raft, broker_client, monitor)

@@ -91,7 +91,7 @@ class BrokerMonitor:
     ) -> set[BrokerId]:
         """Brokers that will not come back soon: draining (being removed), or held dead and
         silent for ``replace_after_s``. Their replicas move away (``ReplicaMover``), and a
-        creation placed on them is rolled back (``ManagerService.resume_pending``)."""
+        creation placed on them is rolled back (``TopicService.resume_pending``)."""
         return {
             b.broker_id
             for b in brokers

@@ -17,7 +17,7 @@ from manager.registry.commands import AddManager, RemoveManager
 from manager.registry.managers import ManagerEntry
 from manager.registry.outcome import Outcome
 from manager.registry.state import ManagerState
-from manager.service import ManagerService, check_outcome
+from manager.services import ManagerServices, check_outcome
 from protocol.errors import ErrorCode, RaftQError
 from protocol.requests import ManagerRef
 from runtime.http_client import JsonHttpClient, PeerLink
@@ -45,7 +45,7 @@ class ClusterView:
         self,
         config: ManagerConfig,
         raft: RegistryMachine,
-        service: ManagerService,
+        service: ManagerServices,
         executor: Executor,
         link: PeerLink,
         address_check: AddressCheckFn | None = None,
@@ -204,14 +204,14 @@ class ClusterView:
         managers.sort(key=lambda m: int(str(m["id"])))
         return {
             "managers": managers,
-            "brokers": self._service.brokers()["brokers"],
-            "topics": self._service.topics()["topics"],
+            "brokers": self._service.brokers.brokers()["brokers"],
+            "topics": self._service.topics.topics()["topics"],
         }
 
     def overview(self) -> dict[str, object]:
         """``cluster()`` and every partition's replicas with their figures: what the load
         balancer's dashboard (``/ui``) shows, in one request."""
-        return {**self.cluster(), "partitions": self._service.partition_overview()}
+        return {**self.cluster(), "partitions": self._service.brokers.partition_overview()}
 
     def _peer_summary(self, peer: Peer) -> dict[str, object]:
         try:

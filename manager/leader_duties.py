@@ -29,7 +29,7 @@ from manager.registry.brokers import BrokerRecord
 from manager.registry.commands import SetBrokerAlive
 from manager.registry.topics import PartitionState
 from manager.replica_mover import ReplicaMover
-from manager.service import ManagerService
+from manager.services import ManagerServices
 from protocol.errors import RaftQError
 from protocol.limits import Limits
 
@@ -41,7 +41,7 @@ class LeaderDuties:
         self,
         limits: Limits,
         raft: RegistryMachine,
-        service: ManagerService,
+        service: ManagerServices,
         brokers: BrokerClient,
         monitor: BrokerMonitor,
         poll_executor: Executor,
@@ -88,8 +88,8 @@ class LeaderDuties:
             self._next_reconcile_s = now_s
         self._poll(brokers)
         if time.monotonic() >= self._next_reconcile_s:
-            self._service.resume_pending()
-            self._service.expire_idle_clients()
+            self._service.topics.resume_pending()
+            self._service.clients.expire_idle_clients()
             self._move_replicas()
             self._move_dead_letters()
             self._next_reconcile_s = time.monotonic() + self._limits.reconcile_period_s

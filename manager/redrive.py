@@ -32,7 +32,7 @@ from manager.log_router import LogRouter
 from manager.raft import RegistryMachine
 from manager.registry.commands import FinishRedrive, PlanRedrive
 from manager.registry.topics import TopicRecord
-from manager.service import check_outcome
+from manager.services import check_outcome
 from protocol.dead_letters import (
     DELIVERY_COUNT,
     GROUP,

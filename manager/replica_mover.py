@@ -41,7 +41,7 @@ from manager.raft import RegistryMachine
 from manager.registry import commands
 from manager.registry.brokers import BrokerRecord
 from manager.registry.topics import PartitionRecord, PartitionState, TopicRecord
-from manager.service import check_outcome, replica_specs
+from manager.services import check_outcome, replica_specs
 from protocol.errors import RaftQError
 from protocol.limits import Limits
 from protocol.types import BrokerId, PartitionId

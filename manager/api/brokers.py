@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from manager.service import ManagerService
+from manager.services import BrokerOperations
 from protocol.access import Action, Node
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
@@ -11,7 +11,7 @@ from runtime.http_api import App, json_response, request_params
 from runtime.http_server import HttpRequest, HttpResponse
 
 
-def add_routes(api: App, service: ManagerService, limits: Limits) -> None:
+def add_routes(api: App, service: BrokerOperations, limits: Limits) -> None:
     @api.post("/brokers", Action.NODE)
     def register_broker(http: HttpRequest) -> HttpResponse:
         request = RegisterBroker.parse(request_params(http), limits)
@@ -23,8 +23,8 @@ def add_routes(api: App, service: ManagerService, limits: Limits) -> None:
                 ErrorCode.FORBIDDEN,
                 f"broker {signer} may register itself only, not broker {request.broker_id}",
             )
-        body, status = service.register_broker(request)
-        return json_response(body, status)
+        body, changed = service.register_broker(request)
+        return json_response(body, 201 if changed else 200)
 
     @api.post("/brokers/drain", Action.ADMIN)
     def drain_broker(http: HttpRequest) -> HttpResponse:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from manager.log_router import LogRouter
 from manager.redrive import Redriver
-from manager.service import ManagerService
+from manager.services import GroupService
 from protocol.access import Action, require_topic
 from protocol.group_requests import (
     SETTLE_ACTIONS,
@@ -24,12 +24,12 @@ from runtime.http_server import HttpRequest, HttpResponse
 
 
 def add_routes(
-    api: App, service: ManagerService, router: LogRouter, redriver: Redriver, limits: Limits
+    api: App, service: GroupService, router: LogRouter, redriver: Redriver, limits: Limits
 ) -> None:
     @api.post("/groups", Action.ADMIN)
     def create_group(http: HttpRequest) -> HttpResponse:
-        body, status = service.create_group(CreateGroup.parse(request_params(http), limits))
-        return json_response(body, status)
+        body, created = service.create_group(CreateGroup.parse(request_params(http), limits))
+        return json_response(body, 201 if created else 200)
 
     @api.get("/groups", Action.DESCRIBE)
     def list_groups(http: HttpRequest) -> HttpResponse:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from manager.service import ManagerService
+from manager.services import TopicService
 from protocol.access import Action
 from protocol.limits import Limits
 from protocol.requests import CreateTopic
@@ -10,7 +10,7 @@ from runtime.http_api import App, json_response, request_params
 from runtime.http_server import HttpRequest, HttpResponse
 
 
-def add_routes(api: App, service: ManagerService, limits: Limits) -> None:
+def add_routes(api: App, service: TopicService, limits: Limits) -> None:
     @api.post("/topics", Action.ADMIN)
     def create_topic(http: HttpRequest) -> HttpResponse:
         return json_response(

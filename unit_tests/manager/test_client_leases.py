@@ -15,7 +15,7 @@ from manager.log_router import LogRouter
 from manager.raft import REGISTRY_METHODS, registry_twin
 from manager.registry.outcome import Outcome
 from manager.registry.state import ManagerState
-from manager.service import ManagerService
+from manager.services import ManagerServices, ServiceContext
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 from protocol.requests import CreateTopic, Pop, RegisterBroker, RegisterConsumer, RegisterProducer
@@ -136,30 +136,34 @@ def test_the_service_renews_expires_and_tells_clients_the_lease() -> None:
     brokers = StubBrokers()
     with ThreadPoolExecutor(2) as executor:
         monitor = BrokerMonitor(limits.broker_dead_after_s)
-        service = ManagerService(limits, registry, brokers, monitor, executor, clock)
+        service = ManagerServices.over(
+            ServiceContext(limits, registry, brokers, monitor, executor, clock)
+        )
         router = LogRouter(registry, brokers, monitor, executor, poll_period_s=0.01)
         for b in (1, 2, 3):
-            service.register_broker(RegisterBroker(BrokerId(b), f"http://b{b}", "h", 9000, 9099))
-        service.create_topic(CreateTopic("t", 1, 3))
-        consumer = service.register_consumer(RegisterConsumer("t", None))
+            service.brokers.register_broker(
+                RegisterBroker(BrokerId(b), f"http://b{b}", "h", 9000, 9099)
+            )
+        service.topics.create_topic(CreateTopic("t", 1, 3))
+        consumer = service.clients.register_consumer(RegisterConsumer("t", None))
         consumer_id = ConsumerId(str(consumer["consumer_id"]))
         assert consumer["idle_expiry_s"] == 1.0
-        service.register_producer(RegisterProducer("t", ProducerId("p")))
+        service.clients.register_producer(RegisterProducer("t", ProducerId("p")))
 
         clock.now_ms += EXPIRY_MS  # not yet idle for longer: nothing proposed
         before = len(applied_names(registry))
-        assert service.expire_idle_clients() == 2 and len(applied_names(registry)) == before
-        renewed = service.register_consumer(RegisterConsumer("t", None, consumer_id))
+        assert service.clients.expire_idle_clients() == 2 and len(applied_names(registry)) == before
+        renewed = service.clients.register_consumer(RegisterConsumer("t", None, consumer_id))
         assert renewed["consumer_id"] == consumer_id
 
         clock.now_ms += 1
-        assert service.expire_idle_clients() == 1
+        assert service.clients.expire_idle_clients() == 1
         assert applied_names(registry)[-1] == "expire_idle_clients"
         assert router.pop(Pop(consumer_id, 1, RequestId("r1"))) == {
             "messages": [{"partition_id": 0, "offset": 0, "message": "m"}]
         }
         clock.now_ms += EXPIRY_MS + 1
-        assert service.expire_idle_clients() == 0
+        assert service.clients.expire_idle_clients() == 0
         with pytest.raises(RaftQError) as info:
             router.pop(Pop(consumer_id, 1, RequestId("r2")))
         assert info.value.code is ErrorCode.UNKNOWN_CONSUMER
@@ -172,29 +176,31 @@ def test_a_registration_refused_for_an_id_of_another_topic_changes_nothing() -> 
     now_ms = [T0_MS]
     registry = registry_twin()
     with ThreadPoolExecutor(2) as executor:
-        service = ManagerService(
-            Limits(client_idle_expiry_s=EXPIRY_MS / 1000),
-            registry,
-            StubBrokers(),
-            BrokerMonitor(3.0),
-            executor,
-            clock_ms=lambda: now_ms[0],
+        service = ManagerServices.over(
+            ServiceContext(
+                Limits(client_idle_expiry_s=EXPIRY_MS / 1000),
+                registry,
+                StubBrokers(),
+                BrokerMonitor(3.0),
+                executor,
+                clock_ms=lambda: now_ms[0],
+            )
         )
         for broker_id in (1, 2, 3):
             broker = RegisterBroker(BrokerId(broker_id), f"http://b{broker_id}", "h", 9000, 9099)
-            service.register_broker(broker)
-        service.create_topic(CreateTopic("t", 2, 3))
-        service.create_topic(CreateTopic("u", 1, 3))
-        service.register_consumer(RegisterConsumer("t", None, ConsumerId("idle")))
+            service.brokers.register_broker(broker)
+        service.topics.create_topic(CreateTopic("t", 2, 3))
+        service.topics.create_topic(CreateTopic("u", 1, 3))
+        service.clients.register_consumer(RegisterConsumer("t", None, ConsumerId("idle")))
         now_ms[0] += EXPIRY_MS
-        service.register_producer(RegisterProducer("t", ProducerId("p")))
-        service.register_consumer(RegisterConsumer("t", None, ConsumerId("c")))
+        service.clients.register_producer(RegisterProducer("t", ProducerId("p")))
+        service.clients.register_consumer(RegisterConsumer("t", None, ConsumerId("c")))
         now_ms[0] += 1  # "idle" has run out, "p" and "c" hold their ids
         before = registry.read(pickle.dumps), list(applied_names(registry))
         refusals: list[Callable[[], object]] = [
-            lambda: service.register_producer(RegisterProducer("u", ProducerId("p"))),
-            lambda: service.register_consumer(RegisterConsumer("u", None, ConsumerId("c"))),
-            lambda: service.register_consumer(
+            lambda: service.clients.register_producer(RegisterProducer("u", ProducerId("p"))),
+            lambda: service.clients.register_consumer(RegisterConsumer("u", None, ConsumerId("c"))),
+            lambda: service.clients.register_consumer(
                 RegisterConsumer("t", PartitionId(1), ConsumerId("c"))
             ),
         ]
@@ -205,4 +211,4 @@ def test_a_registration_refused_for_an_id_of_another_topic_changes_nothing() -> 
             assert (registry.read(pickle.dumps), applied_names(registry)) == before
         # An id whose lease ran out is free: apply forgets it and registers it anew.
         now_ms[0] += 2 * EXPIRY_MS
-        assert service.register_producer(RegisterProducer("u", ProducerId("p")))[1] is True
+        assert service.clients.register_producer(RegisterProducer("u", ProducerId("p")))[1] is True

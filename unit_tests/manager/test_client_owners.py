@@ -15,7 +15,7 @@ from manager.registry.clients import ConsumerRecord
 from manager.registry.commands import RegisterConsumer as RegisterConsumerCommand
 from manager.registry.commands import from_wire, to_wire
 from manager.registry.outcome import Outcome
-from manager.service import ManagerService
+from manager.services import ManagerServices, ServiceContext
 from protocol.access import NODE, Grant, Role, require_owner
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
@@ -84,25 +84,31 @@ def test_the_id_rule() -> None:
 def test_another_keys_registration_is_refused_before_anything_is_proposed() -> None:
     registry = registry_twin()
     with ThreadPoolExecutor(2) as executor:
-        service = ManagerService(
-            Limits(), registry, StubBrokers(), BrokerMonitor(3.0), executor, lambda: T0_MS
+        service = ManagerServices.over(
+            ServiceContext(
+                Limits(), registry, StubBrokers(), BrokerMonitor(3.0), executor, lambda: T0_MS
+            )
         )
         for b in (1, 2, 3):
-            service.register_broker(RegisterBroker(BrokerId(b), f"http://b{b}", "h", 9000, 9099))
-        service.create_topic(CreateTopic("t", 1, 3))
-        service.register_consumer(RegisterConsumer("t", None, ConsumerId("c")), ALICE)
-        service.register_producer(RegisterProducer("t", ProducerId("p")), ALICE)
+            service.brokers.register_broker(
+                RegisterBroker(BrokerId(b), f"http://b{b}", "h", 9000, 9099)
+            )
+        service.topics.create_topic(CreateTopic("t", 1, 3))
+        service.clients.register_consumer(RegisterConsumer("t", None, ConsumerId("c")), ALICE)
+        service.clients.register_producer(RegisterProducer("t", ProducerId("p")), ALICE)
         before = registry.read(pickle.dumps), applied_names(registry)
         for refuse in (
-            lambda: service.register_consumer(
+            lambda: service.clients.register_consumer(
                 RegisterConsumer("t", None, ConsumerId("c")), MALLORY
             ),
-            lambda: service.register_producer(RegisterProducer("t", ProducerId("p")), MALLORY),
+            lambda: service.clients.register_producer(
+                RegisterProducer("t", ProducerId("p")), MALLORY
+            ),
         ):
             with pytest.raises(RaftQError) as refused:
                 refuse()
             assert refused.value.code is ErrorCode.ID_TAKEN
         assert (registry.read(pickle.dumps), applied_names(registry)) == before
-        service.register_consumer(RegisterConsumer("t", None, ConsumerId("c")), ADMIN)
-        verified = service.verify_client(VerifyClient("consumer", "c"))
+        service.clients.register_consumer(RegisterConsumer("t", None, ConsumerId("c")), ADMIN)
+        verified = service.clients.verify_client(VerifyClient("consumer", "c"))
         assert verified["owner"] == ALICE.key_id  # the admin renewed it, claimed nothing

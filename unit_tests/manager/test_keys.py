@@ -14,7 +14,7 @@ from manager.raft import registry_twin
 from manager.registry import commands
 from manager.registry.outcome import Outcome
 from manager.registry.state import ManagerState
-from manager.service import ManagerService
+from manager.services import ManagerServices, ServiceContext
 from protocol.access import Grant, Role, key_hash
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
@@ -75,20 +75,22 @@ def test_the_service_makes_keys_and_knows_them_by_their_hash() -> None:
     registry = registry_twin()
     with ThreadPoolExecutor(2) as executor:
         monitor = BrokerMonitor(limits.broker_dead_after_s)
-        service = ManagerService(limits, registry, StubBrokers(), monitor, executor)
-        made = service.create_key(CreateKeyRequest(Role.PRODUCER, ("orders",), "app"))
+        service = ManagerServices.over(
+            ServiceContext(limits, registry, StubBrokers(), monitor, executor)
+        )
+        made = service.keys.create_key(CreateKeyRequest(Role.PRODUCER, ("orders",), "app"))
         key, key_id = str(made["key"]), str(made["key_id"])
         assert key.startswith(f"rq_{key_id}_") and made["role"] == "producer"
         assert key not in str(registry.read(lambda s: s.__dict__))  # only its hash is kept
-        assert service.grant(key) == Grant(key_id, Role.PRODUCER, ("orders",))
-        assert service.grant(key[:-1] + ("x" if key[-1] != "x" else "y")) is None
-        assert service.verify_key(key_id, key_hash(key))["role"] == "producer"
+        assert service.keys.grant(key) == Grant(key_id, Role.PRODUCER, ("orders",))
+        assert service.keys.grant(key[:-1] + ("x" if key[-1] != "x" else "y")) is None
+        assert service.keys.verify_key(key_id, key_hash(key))["role"] == "producer"
         assert registry.read(lambda s: [r.key_id for r in s.keys.records()]) == [key_id]
-        service.revoke_key(key_id)
-        assert service.grant(key) is None
+        service.keys.revoke_key(key_id)
+        assert service.keys.grant(key) is None
         with pytest.raises(RaftQError) as missing:
-            service.revoke_key(key_id)
+            service.keys.revoke_key(key_id)
         assert missing.value.code is ErrorCode.NOT_FOUND
         with pytest.raises(RaftQError) as missing:
-            service.verify_key(key_id, key_hash(key))
+            service.keys.verify_key(key_id, key_hash(key))
         assert missing.value.code is ErrorCode.NOT_FOUND

@@ -14,7 +14,7 @@ from manager.broker_client import BrokerClient
 from manager.broker_monitor import BrokerMonitor
 from manager.cluster import ClusterView
 from manager.raft import RegistryTwin, registry_twin
-from manager.service import ManagerService
+from manager.services import ManagerServices, ServiceContext
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 from protocol.requests import ManagerRef
@@ -29,8 +29,8 @@ LINK = PeerLink(None, None)
 def view(tmp_path: Path) -> Iterator[tuple[ClusterView, RegistryTwin]]:
     registry = registry_twin()
     with ThreadPoolExecutor(2) as pool:
-        service = ManagerService(
-            LIMITS, registry, BrokerClient(LIMITS, LINK), BrokerMonitor(3.0), pool
+        service = ManagerServices.over(
+            ServiceContext(LIMITS, registry, BrokerClient(LIMITS, LINK), BrokerMonitor(3.0), pool)
         )
         config = manager_config(tmp_path, LIMITS, port=7001, raft_port=7101)
         yield ClusterView(config, registry, service, pool, LINK, _proven), registry

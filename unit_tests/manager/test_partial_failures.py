@@ -14,7 +14,7 @@ from manager.broker_client import BrokerRefusalError
 from manager.broker_monitor import BrokerMonitor
 from manager.log_router import LogRouter
 from manager.raft import registry_twin
-from manager.service import ManagerService
+from manager.services import ManagerServices, ServiceContext
 from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
 from protocol.requests import (
@@ -33,7 +33,7 @@ from unit_tests.manager.test_service import LIMITS, StubBrokers, executor
 __all__ = ["executor"]  # a fixture
 
 Scripted = HttpAnswer | NoAnswerError
-Routed = tuple["ScriptedBrokers", ManagerService, LogRouter]
+Routed = tuple["ScriptedBrokers", ManagerServices, LogRouter]
 
 
 def error(status: int, code: ErrorCode) -> HttpAnswer:
@@ -88,18 +88,18 @@ def routed(executor: ThreadPoolExecutor) -> Routed:
     registry = registry_twin()
     brokers = ScriptedBrokers()
     monitor = BrokerMonitor(LIMITS.broker_dead_after_s)
-    service = ManagerService(LIMITS, registry, brokers, monitor, executor)
+    service = ManagerServices.over(ServiceContext(LIMITS, registry, brokers, monitor, executor))
     router = LogRouter(registry, brokers, monitor, executor, poll_period_s=0.01)
     for broker_id in (1, 2, 3):
         request = RegisterBroker(BrokerId(broker_id), f"http://b{broker_id}", "h", 9000, 9099)
-        service.register_broker(request)
-    service.create_topic(CreateTopic("t", 2, 3))
+        service.brokers.register_broker(request)
+    service.topics.create_topic(CreateTopic("t", 2, 3))
     return brokers, service, router
 
 
-def _pop(service: ManagerService) -> tuple[Pop, list[int]]:
+def _pop(service: ManagerServices) -> tuple[Pop, list[int]]:
     """A whole-topic pop of up to 10 messages, and the partitions it visits in order."""
-    consumer = str(service.register_consumer(RegisterConsumer("t", None))["consumer_id"])
+    consumer = str(service.clients.register_consumer(RegisterConsumer("t", None))["consumer_id"])
     order = pop_order([PartitionId(0), PartitionId(1)], consumer, "r", 0)
     params = {"consumer_id": consumer, "max_messages": 10, "request_id": "r", "sequence": 7}
     return Pop.parse(params, LIMITS), [int(p) for p in order]
@@ -218,8 +218,8 @@ def test_a_replica_placed_but_not_hosted_yet_sends_the_request_to_the_next(
 # --- produces ------------------------------------------------------------------------------
 
 
-def _producer(service: ManagerService) -> str:
-    return str(service.register_producer(RegisterProducer("t", None))[0]["producer_id"])
+def _producer(service: ManagerServices) -> str:
+    return str(service.clients.register_producer(RegisterProducer("t", None))[0]["producer_id"])
 
 
 def _two_partition_batch(producer: str) -> Produce:

@@ -16,7 +16,7 @@ from manager.registry.clients import ProducerRecord
 from manager.registry.commands import from_wire, to_wire
 from manager.registry.outcome import Outcome
 from manager.registry.state import ManagerState
-from manager.service import ManagerService
+from manager.services import ManagerServices, ServiceContext
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 from protocol.requests import CreateTopic, RegisterBroker, RegisterProducer, TopicRef
@@ -76,17 +76,25 @@ def test_the_service_answers_the_pinned_count_and_refuses_one_above_the_active()
     registry = registry_twin()
     with ThreadPoolExecutor(2) as executor:
         monitor = BrokerMonitor(limits.broker_dead_after_s)
-        service = ManagerService(limits, registry, StubBrokers(), monitor, executor)
+        service = ManagerServices.over(
+            ServiceContext(limits, registry, StubBrokers(), monitor, executor)
+        )
         for b in (1, 2, 3):
-            service.register_broker(RegisterBroker(BrokerId(b), f"http://b{b}", "h", 9000, 9099))
-        service.create_topic(CreateTopic("t", 2, 3))
-        body, created = service.register_producer(RegisterProducer("t", ProducerId("p"), 2))
+            service.brokers.register_broker(
+                RegisterBroker(BrokerId(b), f"http://b{b}", "h", 9000, 9099)
+            )
+        service.topics.create_topic(CreateTopic("t", 2, 3))
+        body, created = service.clients.register_producer(RegisterProducer("t", ProducerId("p"), 2))
         assert created and body["partition_count"] == 2
-        plain, _ = service.register_producer(RegisterProducer("t", None))
+        plain, _ = service.clients.register_producer(RegisterProducer("t", None))
         assert "partition_count" not in plain
         with pytest.raises(RaftQError) as info:
-            service.register_producer(RegisterProducer("t", ProducerId("q"), 3))
+            service.clients.register_producer(RegisterProducer("t", ProducerId("q"), 3))
         assert info.value.code is ErrorCode.REFUSED
-        service.add_partition(TopicRef("t"))  # now 3 active: a replay still gets its first count
-        again, created = service.register_producer(RegisterProducer("t", ProducerId("p"), 3))
+        service.topics.add_partition(
+            TopicRef("t")
+        )  # now 3 active: a replay still gets its first count
+        again, created = service.clients.register_producer(
+            RegisterProducer("t", ProducerId("p"), 3)
+        )
         assert not created and again["partition_count"] == 2

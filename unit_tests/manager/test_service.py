@@ -1,4 +1,4 @@
-"""ManagerService and LogRouter over the in-memory registry twin and a stub broker client."""
+"""ManagerServices and LogRouter over the in-memory registry twin and a stub broker client."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from manager.log_router import LogRouter
 from manager.raft import RegistryTwin, registry_twin
 from manager.registry.commands import DrainBroker, SetBrokerAlive
 from manager.registry.topics import PartitionState
-from manager.service import ManagerService
+from manager.services import ManagerServices, ServiceContext
 from protocol.deadline import Deadline
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
@@ -84,78 +84,78 @@ def executor() -> Iterator[ThreadPoolExecutor]:
 @pytest.fixture
 def setup(
     executor: ThreadPoolExecutor,
-) -> tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter]:
+) -> tuple[RegistryTwin, StubBrokers, ManagerServices, LogRouter]:
     registry = registry_twin()
     brokers = StubBrokers()
     monitor = BrokerMonitor(LIMITS.broker_dead_after_s)
-    service = ManagerService(LIMITS, registry, brokers, monitor, executor)
+    service = ManagerServices.over(ServiceContext(LIMITS, registry, brokers, monitor, executor))
     router = LogRouter(registry, brokers, monitor, executor, poll_period_s=0.01)
     for broker_id in (1, 2, 3):
         request = RegisterBroker(BrokerId(broker_id), f"http://b{broker_id}", "h", 9000, 9099)
-        assert service.register_broker(request) == ({"broker_id": broker_id}, 201)
+        assert service.brokers.register_broker(request) == ({"broker_id": broker_id}, True)
     return registry, brokers, service, router
 
 
 def test_register_broker_again_proposes_nothing(
-    setup: tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter],
+    setup: tuple[RegistryTwin, StubBrokers, ManagerServices, LogRouter],
 ) -> None:
     registry, _, service, _ = setup
     before = list(applied_names(registry))
     request = RegisterBroker(BrokerId(1), "http://b1", "h", 9000, 9099)
-    assert service.register_broker(request) == ({"broker_id": 1}, 200)
+    assert service.brokers.register_broker(request) == ({"broker_id": 1}, False)
     assert applied_names(registry) == before
 
 
 def test_a_second_broker_with_a_live_brokers_id_is_refused(
-    setup: tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter],
+    setup: tuple[RegistryTwin, StubBrokers, ManagerServices, LogRouter],
 ) -> None:
     registry, _, service, _ = setup
     before = list(applied_names(registry))
     elsewhere = RegisterBroker(BrokerId(2), "http://b9", "h9", 9000, 9099)
     with pytest.raises(RaftQError) as refused:
-        service.register_broker(elsewhere)
+        service.brokers.register_broker(elsewhere)
     assert refused.value.code is ErrorCode.ID_TAKEN
     assert "broker id 2 is registered at http://b2 and alive" in refused.value.message
     assert applied_names(registry) == before  # nothing stored changed
     # Once the managers hold the old one dead, the id may move (a broker that moved host).
     registry.propose(SetBrokerAlive(BrokerId(2), False))
-    assert service.register_broker(elsewhere) == ({"broker_id": 2}, 201)
+    assert service.brokers.register_broker(elsewhere) == ({"broker_id": 2}, True)
 
 
 def test_create_topic_records_then_hosts_then_finishes(
-    setup: tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter],
+    setup: tuple[RegistryTwin, StubBrokers, ManagerServices, LogRouter],
 ) -> None:
     registry, brokers, service, _ = setup
-    body = service.create_topic(CreateTopic("t", 2, 3))
+    body = service.topics.create_topic(CreateTopic("t", 2, 3))
     assert applied_names(registry)[-2:] == ["begin_topic", "finish_partitions"]
     assert len(brokers.hosted) == 6
     partitions = body["partitions"]
     assert isinstance(partitions, list) and len(partitions) == 2
     assert partitions[0] == {"partition_id": 0, "replicas": [1, 2, 3], "leader": None}
     with pytest.raises(RaftQError) as caught:
-        service.create_topic(CreateTopic("t", 1, 3))
+        service.topics.create_topic(CreateTopic("t", 1, 3))
     assert caught.value.code is ErrorCode.TOPIC_EXISTS
 
 
 def test_failed_broker_call_leaves_creating_and_is_resumed(
-    setup: tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter],
+    setup: tuple[RegistryTwin, StubBrokers, ManagerServices, LogRouter],
 ) -> None:
     registry, brokers, service, _ = setup
     brokers.down.add("http://b2")
     with pytest.raises(RaftQError) as caught:
-        service.create_topic(CreateTopic("t", 1, 3))
+        service.topics.create_topic(CreateTopic("t", 1, 3))
     assert caught.value.code is ErrorCode.UNAVAILABLE
     topic = registry.read(lambda s: s.topics.get("t"))
     assert topic is not None and topic.partitions[0].state is PartitionState.CREATING
-    service.resume_pending()  # still down: stays CREATING, does not raise
+    service.topics.resume_pending()  # still down: stays CREATING, does not raise
     brokers.down.clear()
-    service.resume_pending()
+    service.topics.resume_pending()
     topic = registry.read(lambda s: s.topics.get("t"))
     assert topic is not None and topic.is_active
 
 
 def test_a_leadership_lost_after_the_topic_was_recorded_is_an_unknown_outcome(
-    setup: tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter],
+    setup: tuple[RegistryTwin, StubBrokers, ManagerServices, LogRouter],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The placement is committed, then this manager loses leadership before it records the
@@ -172,31 +172,31 @@ def test_a_leadership_lost_after_the_topic_was_recorded_is_an_unknown_outcome(
 
     monkeypatch.setattr(registry, "propose", leadership_lost_at_finish)
     with pytest.raises(RaftQError) as caught:
-        service.create_topic(CreateTopic("t", 1, 3))
+        service.topics.create_topic(CreateTopic("t", 1, 3))
     assert caught.value.code is ErrorCode.UNAVAILABLE
     assert not caught.value.code.proves_nothing_done
     monkeypatch.setattr(registry, "propose", propose)
-    service.resume_pending()
+    service.topics.resume_pending()
     topic = registry.read(lambda s: s.topics.get("t"))
     assert topic is not None and topic.is_active
 
 
 def test_not_enough_brokers(
-    setup: tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter],
+    setup: tuple[RegistryTwin, StubBrokers, ManagerServices, LogRouter],
 ) -> None:
     registry, _, service, _ = setup
     registry.propose(SetBrokerAlive(3, False))
     with pytest.raises(RaftQError) as caught:
-        service.create_topic(CreateTopic("t", 1, 3))
+        service.topics.create_topic(CreateTopic("t", 1, 3))
     assert caught.value.code is ErrorCode.NOT_ENOUGH_BROKERS
 
 
-def test_add_partition(setup: tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter]) -> None:
+def test_add_partition(setup: tuple[RegistryTwin, StubBrokers, ManagerServices, LogRouter]) -> None:
     _, _, service, _ = setup
-    service.create_topic(CreateTopic("t", 1, 3))
-    added = service.add_partition(TopicRef("t"))
+    service.topics.create_topic(CreateTopic("t", 1, 3))
+    added = service.topics.add_partition(TopicRef("t"))
     assert added["partition_id"] == 1
-    listed = service.partitions(TopicRef("t"))["partitions"]
+    listed = service.topics.partitions(TopicRef("t"))["partitions"]
     assert isinstance(listed, list) and len(listed) == 2
 
 
@@ -205,11 +205,11 @@ def _produce(producer_id: str, params: dict[str, object]) -> Produce:
 
 
 def test_produce_routes_batches_and_keeps_request_order(
-    setup: tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter],
+    setup: tuple[RegistryTwin, StubBrokers, ManagerServices, LogRouter],
 ) -> None:
     _, brokers, service, router = setup
-    service.create_topic(CreateTopic("t", 4, 3))
-    producer = service.register_producer(RegisterProducer("t", None))[0]["producer_id"]
+    service.topics.create_topic(CreateTopic("t", 4, 3))
+    producer = service.clients.register_producer(RegisterProducer("t", None))[0]["producer_id"]
     assert isinstance(producer, str)
     batch = [{"message": f"m{i}", "key": f"k{i}"} for i in range(10)]
     body = router.produce(_produce(producer, {"messages": batch, "sequence": 3}))
@@ -235,11 +235,11 @@ def test_produce_routes_batches_and_keeps_request_order(
 
 
 def test_produce_tries_next_replica_only_when_safe(
-    setup: tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter],
+    setup: tuple[RegistryTwin, StubBrokers, ManagerServices, LogRouter],
 ) -> None:
     _, brokers, service, router = setup
-    service.create_topic(CreateTopic("t", 1, 3))
-    producer = str(service.register_producer(RegisterProducer("t", None))[0]["producer_id"])
+    service.topics.create_topic(CreateTopic("t", 1, 3))
+    producer = str(service.clients.register_producer(RegisterProducer("t", None))[0]["producer_id"])
     brokers.answers["http://b1"] = HttpAnswer(
         503, {"error_code": ErrorCode.NOT_LEADER.value, "message": "x"}, {}
     )
@@ -256,11 +256,11 @@ def test_produce_tries_next_replica_only_when_safe(
 
 
 def test_pop_collects_across_partitions(
-    setup: tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter],
+    setup: tuple[RegistryTwin, StubBrokers, ManagerServices, LogRouter],
 ) -> None:
     _, _, service, router = setup
-    service.create_topic(CreateTopic("t", 3, 3))
-    consumer = str(service.register_consumer(RegisterConsumer("t", None))["consumer_id"])
+    service.topics.create_topic(CreateTopic("t", 3, 3))
+    consumer = str(service.clients.register_consumer(RegisterConsumer("t", None))["consumer_id"])
     body = router.pop(Pop.parse({"consumer_id": consumer, "max_messages": 2}, LIMITS))
     messages = body["messages"]
     assert isinstance(messages, list) and len(messages) == 2
@@ -270,29 +270,34 @@ def test_pop_collects_across_partitions(
 
 
 def test_a_client_chosen_producer_id_registers_idempotently(
-    setup: tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter],
+    setup: tuple[RegistryTwin, StubBrokers, ManagerServices, LogRouter],
 ) -> None:
     _, _, service, _ = setup
-    service.create_topic(CreateTopic("t", 1, 3))
-    service.create_topic(CreateTopic("u", 1, 3))
-    body, created = service.register_producer(RegisterProducer("t", ProducerId("job-7-task-2")))
+    service.topics.create_topic(CreateTopic("t", 1, 3))
+    service.topics.create_topic(CreateTopic("u", 1, 3))
+    body, created = service.clients.register_producer(
+        RegisterProducer("t", ProducerId("job-7-task-2"))
+    )
     expiry_s = LIMITS.client_idle_expiry_s
     assert body == {"producer_id": "job-7-task-2", "idle_expiry_s": expiry_s} and created
-    assert service.register_producer(RegisterProducer("t", ProducerId("job-7-task-2")))[1] is False
+    assert (
+        service.clients.register_producer(RegisterProducer("t", ProducerId("job-7-task-2")))[1]
+        is False
+    )
     with pytest.raises(RaftQError) as info:
-        service.register_producer(RegisterProducer("u", ProducerId("job-7-task-2")))
+        service.clients.register_producer(RegisterProducer("u", ProducerId("job-7-task-2")))
     assert info.value.code is ErrorCode.ID_TAKEN  # not TOPIC_EXISTS: the id is what clashes
 
 
 def test_a_batch_stored_in_some_partitions_only_is_never_reported_as_not_done(
-    setup: tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter],
+    setup: tuple[RegistryTwin, StubBrokers, ManagerServices, LogRouter],
 ) -> None:
     _, brokers, service, router = setup
-    body = service.create_topic(CreateTopic("t", 2, 3))
+    body = service.topics.create_topic(CreateTopic("t", 2, 3))
     partitions = body["partitions"]
     assert isinstance(partitions, list)
     first_of_p1 = partitions[1]["replicas"][0]
-    producer = str(service.register_producer(RegisterProducer("t", None))[0]["producer_id"])
+    producer = str(service.clients.register_producer(RegisterProducer("t", None))[0]["producer_id"])
     keys = {int(partition_for_key(f"k{i}", 2)): f"k{i}" for i in range(20)}
     batch = [{"message": "a", "key": keys[0]}, {"message": "b", "key": keys[1]}]
     # Partition 1's brokers all push back (429: "nothing done" there); partition 0 stores.
@@ -309,15 +314,15 @@ def test_a_batch_stored_in_some_partitions_only_is_never_reported_as_not_done(
 
 
 def test_a_request_routed_for_fewer_partitions_keeps_its_routing_after_one_is_added(
-    setup: tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter],
+    setup: tuple[RegistryTwin, StubBrokers, ManagerServices, LogRouter],
 ) -> None:
     _, brokers, service, router = setup
-    service.create_topic(CreateTopic("t", 2, 3))
-    producer = str(service.register_producer(RegisterProducer("t", None))[0]["producer_id"])
+    service.topics.create_topic(CreateTopic("t", 2, 3))
+    producer = str(service.clients.register_producer(RegisterProducer("t", None))[0]["producer_id"])
     batch = [{"message": f"m{i}", "key": f"k{i}"} for i in range(40)]
     request = {"messages": batch, "sequence": 1, "partition_count": 2}
     first = router.produce(_produce(producer, request))
-    service.add_partition(TopicRef("t"))
+    service.topics.add_partition(TopicRef("t"))
     again = router.produce(_produce(producer, request))
     assert again == first
     assert {b["partition_id"] for _, b in brokers.produced} == {0, 1}
@@ -331,12 +336,12 @@ def test_a_request_routed_for_fewer_partitions_keeps_its_routing_after_one_is_ad
 
 
 def test_a_pop_routed_for_fewer_partitions_visits_only_those(
-    setup: tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter],
+    setup: tuple[RegistryTwin, StubBrokers, ManagerServices, LogRouter],
 ) -> None:
     _, _, service, router = setup
-    service.create_topic(CreateTopic("t", 2, 3))
-    consumer = str(service.register_consumer(RegisterConsumer("t", None))["consumer_id"])
-    service.add_partition(TopicRef("t"))
+    service.topics.create_topic(CreateTopic("t", 2, 3))
+    consumer = str(service.clients.register_consumer(RegisterConsumer("t", None))["consumer_id"])
+    service.topics.add_partition(TopicRef("t"))
     params = {"consumer_id": consumer, "max_messages": 10, "request_id": "r", "partition_count": 2}
     messages = router.pop(Pop.parse(params, LIMITS))["messages"]
     assert isinstance(messages, list)
@@ -368,17 +373,17 @@ def test_lag_lists_a_partition_whose_leader_moved_since_the_last_poll_as_unavail
 ) -> None:
     registry, brokers = registry_twin(), LagBrokers()
     monitor = BrokerMonitor(LIMITS.broker_dead_after_s)
-    service = ManagerService(LIMITS, registry, brokers, monitor, executor)
+    service = ManagerServices.over(ServiceContext(LIMITS, registry, brokers, monitor, executor))
     for broker_id in (1, 2, 3):
         request = RegisterBroker(BrokerId(broker_id), f"http://b{broker_id}", "h", 9000, 9099)
-        service.register_broker(request)
-    service.create_topic(CreateTopic("t", 2, 3))
+        service.brokers.register_broker(request)
+    service.topics.create_topic(CreateTopic("t", 2, 3))
     # The manager's last poll: broker 1 leads both partitions.
     led = [{"topic": "t", "partition_id": p, "is_leader": True} for p in (0, 1)]
     monitor.record_answer(BrokerId(1), led, now_s=0.0)
     brokers.leads = {"http://b1": {0}, "http://b2": {1}}  # partition 1's leader moved since
 
-    answer = service.consumer_lag(TopicRef("t"))
+    answer = service.lag.consumer_lag(TopicRef("t"))
 
     assert answer["unavailable_partitions"] == [1]
     consumers = answer["consumers"]
@@ -392,81 +397,81 @@ def test_a_creation_placed_on_a_gone_broker_is_rolled_back(executor: ThreadPoolE
     creation is rolled back (not retried forever), and the name can be created anew."""
     registry, brokers = registry_twin(), StubBrokers()
     monitor = BrokerMonitor(LIMITS.broker_dead_after_s)
-    service = ManagerService(LIMITS, registry, brokers, monitor, executor)
+    service = ManagerServices.over(ServiceContext(LIMITS, registry, brokers, monitor, executor))
     for broker_id in (1, 2, 3, 4):
         request = RegisterBroker(BrokerId(broker_id), f"http://b{broker_id}", "h", 9000, 9099)
-        service.register_broker(request)
+        service.brokers.register_broker(request)
     brokers.down.add("http://b2")
     with pytest.raises(RaftQError):
-        service.create_topic(CreateTopic("t", 1, 3))
+        service.topics.create_topic(CreateTopic("t", 1, 3))
     placed = registry.read(lambda s: s.topics.get("t"))
     assert placed is not None and 2 in [r.broker_id for r in placed.partitions[0].replicas]
     registry.propose(SetBrokerAlive(BrokerId(2), False))
     now_s = time.monotonic()
     monitor.record_answer(BrokerId(2), [], now_s - LIMITS.broker_replace_after_s / 2)
     monitor.record_silence(BrokerId(2), now_s)
-    service.resume_pending()  # silent for less than broker_replace_after_s: kept
+    service.topics.resume_pending()  # silent for less than broker_replace_after_s: kept
     assert registry.read(lambda s: s.topics.get("t")) is not None
     monitor.record_answer(BrokerId(2), [], now_s - LIMITS.broker_replace_after_s - 1)
     monitor.record_silence(BrokerId(2), now_s)
-    service.resume_pending()
+    service.topics.resume_pending()
     assert registry.read(lambda s: s.topics.get("t")) is None
     assert applied_names(registry)[-1] == "roll_back_partitions"
-    body = service.create_topic(CreateTopic("t", 1, 3))  # anew, on live brokers
+    body = service.topics.create_topic(CreateTopic("t", 1, 3))  # anew, on live brokers
     assert body["partitions"][0]["replicas"] == [1, 3, 4]  # type: ignore[index]
 
 
 def test_a_partition_addition_placed_on_a_draining_broker_is_rolled_back(
-    setup: tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter],
+    setup: tuple[RegistryTwin, StubBrokers, ManagerServices, LogRouter],
 ) -> None:
     registry, brokers, service, _ = setup
-    service.create_topic(CreateTopic("t", 1, 3))
+    service.topics.create_topic(CreateTopic("t", 1, 3))
     brokers.down.add("http://b3")
     with pytest.raises(RaftQError):
-        service.add_partition(TopicRef("t"))
+        service.topics.add_partition(TopicRef("t"))
     registry.propose(DrainBroker(BrokerId(3)))
-    service.resume_pending()
+    service.topics.resume_pending()
     topic = registry.read(lambda s: s.topics.get("t"))
     assert topic is not None and len(topic.partitions) == 1 and topic.is_active
 
 
 def test_a_drain_that_could_not_finish_is_refused_and_proposes_nothing(
-    setup: tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter],
+    setup: tuple[RegistryTwin, StubBrokers, ManagerServices, LogRouter],
 ) -> None:
     registry, _, service, _ = setup
-    service.create_topic(CreateTopic("t", 1, 3))  # on brokers 1, 2, 3: nowhere else to go
+    service.topics.create_topic(CreateTopic("t", 1, 3))  # on brokers 1, 2, 3: nowhere else to go
     before = list(applied_names(registry))
     with pytest.raises(RaftQError) as nowhere:
-        service.drain_broker(BrokerId(1))
+        service.brokers.drain_broker(BrokerId(1))
     assert nowhere.value.code is ErrorCode.CANNOT_MOVE
     assert "no other live broker can take" in nowhere.value.message
-    service.register_broker(RegisterBroker(BrokerId(4), "http://b4", "h", 9000, 9099))
+    service.brokers.register_broker(RegisterBroker(BrokerId(4), "http://b4", "h", 9000, 9099))
     registry.propose(SetBrokerAlive(BrokerId(2), False))
     with pytest.raises(RaftQError) as down:
-        service.drain_broker(BrokerId(1))
+        service.brokers.drain_broker(BrokerId(1))
     assert "on broker 2, which is down" in down.value.message
     registry.propose(SetBrokerAlive(BrokerId(2), True))
-    service.create_topic(CreateTopic("solo", 1, 1))
+    service.topics.create_topic(CreateTopic("solo", 1, 1))
     lone = registry.read(lambda s: s.topics.get("solo"))
     assert lone is not None
     holder = lone.partitions[0].replicas[0].broker_id
     with pytest.raises(RaftQError) as only:
-        service.drain_broker(holder)
+        service.brokers.drain_broker(holder)
     assert "replication factor 1" in only.value.message
     assert not any(b.draining for b in registry.read(lambda s: s.brokers.all()))
     assert "drain_broker" not in applied_names(registry)[len(before) :]
 
 
 def test_a_drain_is_cancelled_and_the_broker_takes_replicas_again(
-    setup: tuple[RegistryTwin, StubBrokers, ManagerService, LogRouter],
+    setup: tuple[RegistryTwin, StubBrokers, ManagerServices, LogRouter],
 ) -> None:
     registry, _, service, _ = setup
-    service.register_broker(RegisterBroker(BrokerId(4), "http://b4", "h", 9000, 9099))
-    service.create_topic(CreateTopic("t", 1, 3))
-    service.drain_broker(BrokerId(4))
-    assert service.cancel_drain(BrokerId(4))["draining"] is False
-    assert service.cancel_drain(BrokerId(4))["draining"] is False  # idempotent
+    service.brokers.register_broker(RegisterBroker(BrokerId(4), "http://b4", "h", 9000, 9099))
+    service.topics.create_topic(CreateTopic("t", 1, 3))
+    service.brokers.drain_broker(BrokerId(4))
+    assert service.brokers.cancel_drain(BrokerId(4))["draining"] is False
+    assert service.brokers.cancel_drain(BrokerId(4))["draining"] is False  # idempotent
     assert applied_names(registry)[-2:] == ["cancel_drain", "cancel_drain"]
     with pytest.raises(RaftQError) as unknown:
-        service.cancel_drain(BrokerId(9))
+        service.brokers.cancel_drain(BrokerId(9))
     assert unknown.value.code is ErrorCode.NOT_FOUND

@@ -15,7 +15,7 @@ from manager.broker_client import BrokerRefusalError
 from manager.broker_monitor import BrokerMonitor
 from manager.log_router import LogRouter
 from manager.raft import registry_twin
-from manager.service import ManagerService
+from manager.services import ManagerServices, ServiceContext
 from protocol.deadline import Deadline
 from protocol.errors import RaftQError
 from protocol.limits import Limits
@@ -106,20 +106,20 @@ def router_as_load_balancer(
     executor = ThreadPoolExecutor(2)
     registry, brokers = registry_twin(), PartitionBrokers(stored)
     monitor = BrokerMonitor(LIMITS.broker_dead_after_s)
-    manager = ManagerService(LIMITS, registry, brokers, monitor, executor)
+    manager = ManagerServices.over(ServiceContext(LIMITS, registry, brokers, monitor, executor))
     router = LogRouter(registry, brokers, monitor, executor, poll_period_s=0.01)
     for broker_id in (1, 2, 3):
-        manager.register_broker(
+        manager.brokers.register_broker(
             RegisterBroker(BrokerId(broker_id), f"http://b{broker_id}", "h", 9000, 9099)
         )
-    manager.create_topic(CreateTopic("t", 2, 3))
+    manager.topics.create_topic(CreateTopic("t", 2, 3))
 
     def register(params: dict[str, object]) -> tuple[int, object]:
         count = params.get("partition_count")
         request = RegisterProducer(
             "t", ProducerId(str(params["producer_id"])), count if isinstance(count, int) else None
         )
-        body, created = manager.register_producer(request)
+        body, created = manager.clients.register_producer(request)
         return (201 if created else 200), body
 
     def produce(params: dict[str, object]) -> tuple[int, object]:

@@ -155,6 +155,15 @@ class GroupLeases(ByFieldOrder):
     dead_sequence_next: int = 1
     dead_lettered: int = 0
     """Messages settled by their copy in the dead-letter topic so far."""
+    in_dead_letter_topic: set[int] = field(default_factory=set)
+    """Offsets settled by their copy in the dead-letter topic and not reopened since: the
+    only settled messages a redrive may reopen. A second redrive of one copy (a new plan
+    after a manager's failover, from a cursor the first did not move yet) finds its
+    message delivered and acknowledged since, and leaves it settled."""
+    tracks_dead_letter_topic: bool = False
+    """Whether ``in_dead_letter_topic`` is kept (every group made since it exists:
+    ``tracking_leases``). A group restored from a snapshot written before holds no record of
+    its copies, so there a redrive reopens any settled message a copy names, as before."""
 
     # --- commands (apply) ------------------------------------------------------------------
 
@@ -273,6 +282,7 @@ class GroupLeases(ByFieldOrder):
             if self.dead.pop(offset, None) is not None:
                 del self.dead_sequences[offset]
                 self.dead_lettered += 1
+                self.in_dead_letter_topic.add(offset)
                 self._settle(Offset(offset))
         self._check_invariants()
 
@@ -290,25 +300,34 @@ class GroupLeases(ByFieldOrder):
     def reopen(self, letters: Iterable[Letter], now_ms: int, log_start_offset: int) -> Redriven:
         """Each letter's message, dead-lettered (or dead and about to be), is deliverable
         again from ``now_ms``. One that retention removed is ``gone``; one that is leased or
-        waiting already, or was never handed out, is left as it is."""
+        waiting already, was never handed out, or was reopened by an earlier redrive (and
+        maybe acknowledged since), is left as it is."""
         redriven = gone = 0
         for letter in letters:
             offset = letter.offset
             if offset < log_start_offset:
                 gone += 1
                 continue
-            if offset >= self.next_offset or offset in self.leases or offset in self.waiting:
+            if offset not in self.dead and not self._reopenable(offset):
                 continue
             count, key = letter.delivery_count, letter.key
             wait = self.dead.pop(offset, None)
             if wait is not None:
                 del self.dead_sequences[offset]
                 count, key = max(count, wait.delivery_count), wait.key
+            self.in_dead_letter_topic.discard(offset)
             self.settled.discard(offset)
             self._reopened(offset, count, key, now_ms)
             redriven += 1
         self._check_invariants()
         return Redriven(redriven, gone)
+
+    def _reopenable(self, offset: int) -> bool:
+        """A settled message in the dead-letter topic, not reopened since it went there."""
+        if not self.tracks_dead_letter_topic:
+            handed_out = offset < self.next_offset
+            return handed_out and offset not in self.leases and offset not in self.waiting
+        return offset in self.in_dead_letter_topic
 
     def skip_below(self, log_start_offset: int) -> None:
         """Retention removed everything below ``log_start_offset``: what the group had not
@@ -317,6 +336,8 @@ class GroupLeases(ByFieldOrder):
         for table in (self.leases, self.waiting, self.dead, self.dead_sequences):
             for offset in [o for o in table if o < log_start_offset]:
                 del table[offset]
+        kept = {o for o in self.in_dead_letter_topic if o >= log_start_offset}
+        self.in_dead_letter_topic = kept
         if log_start_offset <= self.floor:
             return
         self.settled = {o for o in self.settled if o >= log_start_offset}
@@ -452,6 +473,15 @@ class GroupLeases(ByFieldOrder):
             "leases, waiting and dead lie below next_offset",
         )
         check(self.dead_sequences.keys() == self.dead.keys(), "each dead letter has a sequence")
+        check(
+            not self.in_dead_letter_topic & set().union(*tables[:3]),
+            "a message in the dead-letter topic is settled",
+        )
+
+
+def tracking_leases() -> GroupLeases:
+    """A new group's leases, recording which messages are in its dead-letter topic."""
+    return GroupLeases(tracks_dead_letter_topic=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -490,7 +520,7 @@ class Settled:
 @dataclass(slots=True)
 class _Group(ByFieldOrder):
     settings: GroupSettings
-    leases: GroupLeases = field(default_factory=GroupLeases)
+    leases: GroupLeases = field(default_factory=tracking_leases)
     receives: dict[str, tuple[tuple[Offset, int], ...]] = field(default_factory=dict)
     """The leases of the last few receives by request id, oldest first (insertion order):
     a repeat whose answer was lost gets them again and leases nothing more."""

@@ -20,6 +20,7 @@ from broker.partition.group_leases import (
     Receipt,
     Redriven,
     UnknownKey,
+    tracking_leases,
 )
 from protocol.group_requests import Outcome
 from protocol.types import Offset
@@ -53,7 +54,7 @@ def _receipts(leased: list[tuple[Offset, int]]) -> list[Receipt]:
 
 
 def test_a_receive_leases_new_offsets_in_order_and_an_ack_settles_them() -> None:
-    group = GroupLeases()
+    group = tracking_leases()
     leased = _receive(group, 3, now_ms=0)
     assert leased == [(0, 1), (1, 1), (2, 1)]
     assert group.ack(_receipts(leased[:2])) == [Outcome.DONE, Outcome.DONE]
@@ -63,7 +64,7 @@ def test_a_receive_leases_new_offsets_in_order_and_an_ack_settles_them() -> None
 
 
 def test_an_expired_lease_is_delivered_again_with_a_higher_count() -> None:
-    group = GroupLeases()
+    group = tracking_leases()
     first = _receive(group, 1, now_ms=0)
     assert _receive(group, 1, now_ms=999) == [(1, 1)]  # offset 0 still leased
     assert _receive(group, 1, now_ms=1_000) == [(0, 2)]  # its lease ended at 1,000
@@ -73,7 +74,7 @@ def test_an_expired_lease_is_delivered_again_with_a_higher_count() -> None:
 
 
 def test_a_nack_redelivers_after_its_delay_and_an_extend_keeps_a_lease() -> None:
-    group = GroupLeases()
+    group = tracking_leases()
     leased = _receive(group, 2, now_ms=0, end=2)
     assert group.nack(PLAIN, _receipts(leased[:1]), delay_ms=500, now_ms=100) == [Outcome.DONE]
     assert group.extend(_receipts(leased[1:]), 5_000, now_ms=100) == [Outcome.DONE]
@@ -85,7 +86,7 @@ def test_a_nack_redelivers_after_its_delay_and_an_extend_keeps_a_lease() -> None
 
 
 def test_an_ack_after_a_nack_is_stale_and_the_message_comes_again() -> None:
-    group = GroupLeases()
+    group = tracking_leases()
     leased = _receipts(_receive(group, 1, now_ms=0, end=1))
     group.nack(PLAIN, leased, delay_ms=0, now_ms=1)
     assert group.ack(leased) == [Outcome.STALE]
@@ -96,7 +97,7 @@ def test_a_repeated_nack_is_already_done_until_the_next_delivery() -> None:
     """A nack whose answer was lost is sent again (seen after a leadership move): it says
     ``ended``, not ``stale``, while the message waits; once delivered again, it is
     another delivery's, and the old receipt is stale."""
-    group = GroupLeases()
+    group = tracking_leases()
     leased = _receipts(_receive(group, 1, now_ms=0, end=1))
     assert group.nack(PLAIN, leased, delay_ms=500, now_ms=1) == [Outcome.DONE]
     assert group.nack(PLAIN, leased, delay_ms=0, now_ms=2) == [Outcome.ENDED]
@@ -107,7 +108,7 @@ def test_a_repeated_nack_is_already_done_until_the_next_delivery() -> None:
 
 
 def test_a_late_extend_never_shortens_a_lease() -> None:
-    group = GroupLeases()
+    group = tracking_leases()
     leased = _receipts(_receive(group, 1, now_ms=0))
     group.extend(leased, 10_000, now_ms=0)
     group.extend(leased, 10, now_ms=50)
@@ -115,7 +116,7 @@ def test_a_late_extend_never_shortens_a_lease() -> None:
 
 
 def test_past_max_deliveries_a_message_is_dead_lettered_then_settled() -> None:
-    group = GroupLeases()
+    group = tracking_leases()
     for count in (1, 2, 3):
         leased = _receive(group, 1, now_ms=count * 10, end=1)
         assert leased == [(0, count)]
@@ -131,7 +132,7 @@ def test_past_max_deliveries_a_message_is_dead_lettered_then_settled() -> None:
 def test_dead_letters_are_numbered_in_the_order_they_died() -> None:
     """The dead-letter sequence follows deaths, not offsets: the copies reach the dead-letter
     partitions with increasing sequences, as a producer's must."""
-    group = GroupLeases()
+    group = tracking_leases()
     settings = GroupSettings(visibility_timeout_ms=1_000, max_deliveries=1)
     leased = _receive(group, 3, now_ms=0, end=3, settings=settings)
     group.nack(settings, _receipts(leased[2:]), delay_ms=0, now_ms=5)  # offset 2 dies first
@@ -157,7 +158,7 @@ def _kill(group: GroupLeases, offset_count: int, settings: GroupSettings = PLAIN
 
 
 def test_a_parked_redrive_delivers_dead_messages_again_counting_deliveries_afresh() -> None:
-    group = GroupLeases()
+    group = tracking_leases()
     _kill(group, 3)
     assert group.redrive_parked(2, now_ms=100) == 2  # the first two to die
     assert sorted(group.waiting) == [0, 1] and list(group.dead) == [2]
@@ -175,7 +176,7 @@ def test_a_parked_redrive_delivers_dead_messages_again_counting_deliveries_afres
 
 
 def test_a_reopened_message_below_the_floor_is_delivered_once_and_settles_again() -> None:
-    group = GroupLeases()
+    group = tracking_leases()
     _kill(group, 2)
     group.settle_dead([0, 1])
     leased = _receive(group, 3, now_ms=10, end=5)
@@ -194,7 +195,7 @@ def test_a_reopened_message_below_the_floor_is_delivered_once_and_settles_again(
 
 
 def test_reopen_takes_settled_and_dead_offsets_and_leaves_the_rest() -> None:
-    group = GroupLeases()
+    group = tracking_leases()
     settings = GroupSettings(visibility_timeout_ms=1_000, max_deliveries=1)
     leased = _receive(group, 4, now_ms=0, end=6, settings=settings)
     group.nack(settings, _receipts(leased[1:2]), 0, now_ms=1)  # 1 dies, copy pending
@@ -212,8 +213,38 @@ def test_reopen_takes_settled_and_dead_offsets_and_leaves_the_rest() -> None:
     assert group.reopen([Letter(Offset(0), 1, None)], 6, log_start_offset=1) == Redriven(0, 1)
 
 
+def test_a_second_redrive_of_one_copy_leaves_the_acknowledged_message_settled() -> None:
+    """The long tier's lease run (seed 3100): a redrive repeated with a new plan after the
+    manager leader's kill named a copy whose message had been redriven, delivered and
+    acknowledged since; it was delivered again, with the same count."""
+    group = tracking_leases()
+    _kill(group, 1)
+    group.settle_dead([0])
+    letter = Letter(Offset(0), 3, None)
+    assert group.reopen([letter], now_ms=10, log_start_offset=0) == Redriven(1, 0)
+    leased = _receive(group, 5, now_ms=20, end=1)
+    assert leased == [(0, 4)] and group.ack(_receipts(leased)) == [Outcome.DONE]
+    assert group.reopen([letter], now_ms=30, log_start_offset=0) == Redriven(0, 0)
+    assert _receive(group, 5, now_ms=40, end=1) == [] and group.figures(1).unsettled == 0
+    group.skip_below(1)  # retention: nothing below the log start is remembered
+    assert not group.in_dead_letter_topic
+
+
+def test_a_group_from_an_older_snapshot_reopens_any_settled_message_a_copy_names() -> None:
+    """Written before the record of copies existed: nothing says which settled messages
+    are in the dead-letter topic, so a copy reopens its message (the rule before)."""
+    older = GroupLeases()
+    older.__setstate__(tracking_leases().__getstate__()[:-2])
+    assert not older.tracks_dead_letter_topic
+    _kill(older, 1)
+    older.settle_dead([0])
+    leased = _receive(older, 5, now_ms=0, end=1)
+    assert leased == [] and older.floor == 1
+    assert older.reopen([Letter(Offset(0), 3, None)], 10, 0) == Redriven(1, 0)
+
+
 def test_retention_removes_reopened_messages_below_the_log_start() -> None:
-    group = GroupLeases()
+    group = tracking_leases()
     _kill(group, 2)
     group.settle_dead([0, 1])
     group.reopen([Letter(Offset(0), 3, None), Letter(Offset(1), 3, None)], 10, 0)
@@ -223,13 +254,13 @@ def test_retention_removes_reopened_messages_below_the_log_start() -> None:
 
 
 def test_receipts_of_offsets_never_handed_out_are_unknown() -> None:
-    group = GroupLeases()
+    group = tracking_leases()
     assert group.ack([Receipt(Offset(5), 1)]) == [Outcome.UNKNOWN]
     assert group.floor == 0 and not group.settled
 
 
 def test_leases_in_flight_and_unsettled_messages_are_bounded() -> None:
-    group = GroupLeases()
+    group = tracking_leases()
     assert len(_receive(group, 10, now_ms=0, leases_max=4)) == 4
     assert _receive(group, 10, now_ms=1, leases_max=4) == []
     other = GroupLeases()
@@ -241,7 +272,7 @@ def test_leases_in_flight_and_unsettled_messages_are_bounded() -> None:
 
 def test_by_key_a_keys_next_message_waits_for_the_earlier_one() -> None:
     keys: dict[int, str | None] = {0: "a", 1: "a", 2: "b", 3: None, 4: None, 5: "b"}
-    group = GroupLeases()
+    group = tracking_leases()
     leased = _receive(group, 10, now_ms=0, end=6, settings=BY_KEY, keys=keys)
     assert [o for o, _ in leased] == [0, 2, 3, 4]  # 1 waits for 0, 5 for 2; no key: free
     group.ack(_receipts(leased[:1]))  # offset 0 ("a") settled
@@ -253,7 +284,7 @@ def test_by_key_a_keys_next_message_waits_for_the_earlier_one() -> None:
 
 
 def test_retention_below_the_floor_skips_what_was_not_settled() -> None:
-    group = GroupLeases()
+    group = tracking_leases()
     _receive(group, 3, now_ms=0)
     group.skip_below(5)
     assert group.floor == 5 and group.next_offset == 5 and group.in_flight() == 0
@@ -269,7 +300,7 @@ def test_a_random_walk_keeps_the_delivery_rules(seed: int) -> None:
     rng = random.Random(seed)
     settings = BY_KEY if seed % 2 else PLAIN
     keys = {o: rng.choice(["a", "b", "c", None]) for o in range(60)}
-    group = GroupLeases()
+    group = tracking_leases()
     delivered: dict[int, int] = {}
     acked: set[int] = set()
     now_ms = 0
@@ -325,7 +356,7 @@ def _drained(group: GroupLeases, end: int) -> bool:
 
 
 def test_a_snapshot_restores_the_same_state_and_an_older_one_gets_defaults() -> None:
-    group = GroupLeases()
+    group = tracking_leases()
     leased = _receive(group, 3, now_ms=0)
     group.nack(PLAIN, _receipts(leased[:1]), delay_ms=5, now_ms=1)
     group.ack(_receipts(leased[1:2]))
@@ -337,7 +368,7 @@ def test_a_snapshot_restores_the_same_state_and_an_older_one_gets_defaults() -> 
 
 
 def test_figures_count_the_unsettled_from_the_floor() -> None:
-    group = GroupLeases()
+    group = tracking_leases()
     leased = _receive(group, 3, now_ms=0)
     assert group.figures(5) == GroupFigures(floor=0, unsettled=5, in_flight=3, dead=0)
     group.ack([Receipt(Offset(o), n) for o, n in leased[1:2]])
@@ -351,7 +382,7 @@ def _may(group: GroupLeases, now_ms: int, end: int, settings: GroupSettings = PL
 
 
 def test_may_deliver_whenever_a_receive_would_lease_something() -> None:
-    group = GroupLeases()
+    group = tracking_leases()
     assert _may(group, 0, 3)
     leased = _receive(group, 3, now_ms=0, end=3)
     timeout_ms = PLAIN.visibility_timeout_ms
@@ -366,7 +397,7 @@ def test_with_per_key_ordering_a_held_back_message_is_not_deliverable() -> None:
     """A long poll of an ordered group whose next messages wait for their key asked the
     partition every 50 ms, and each ask proposed an entry that leased nothing."""
     keys: dict[int, str | None] = {0: "a", 1: "a", 2: "a"}
-    group = GroupLeases()
+    group = tracking_leases()
     assert _receive(group, 3, now_ms=0, end=3, settings=BY_KEY, keys=keys) == [(0, 1)]
     assert not _may(group, 10, 3, BY_KEY)  # 1 and 2 wait for 0, leased
     assert _may(group, 10, 3)  # unordered, they would go

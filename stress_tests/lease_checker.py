@@ -52,7 +52,10 @@ Must be 0 (``MUST_BE_ZERO``):
   nack sent after the redelivery returned cannot have caused it. Extends other than
   ``done`` may not have acted; leaving them out only lowers the bound. Not judged when no
   receive of delivery n was recorded (a worker killed before it recorded the answer; see
-  ``redeliveries_unjudged``).
+  ``redeliveries_unjudged``). A holder of delivery n that recorded no settle of it and
+  whose ledger ends before the redelivery (killed, say, with a nack sent and its answer
+  not recorded: the long tier's lease run, seed 3100) may have nacked it right after its
+  receive returned: the bound is then that receive's ``at_ms``.
 - one_delivery_two_members: one delivery received by two workers. Each lease raises the
   delivery count, so a delivery is leased by one receive; only a repeat of that receive's
   request id, by the same worker, returns it again.
@@ -456,6 +459,8 @@ class HistoryIndex:
     """The lowest delivery count an ack ``done`` settled."""
     finished_ms: dict[tuple[str, Delivery], int]
     """The earliest ``Finished`` of a worker's delivery."""
+    ledger_end_ms: dict[str, int]
+    """Each worker's last recorded time: its ledger ends there (a worker killed stops it)."""
 
     @classmethod
     def of(cls, history: LeaseHistory) -> HistoryIndex:
@@ -478,8 +483,26 @@ class HistoryIndex:
         for finished in in_time_order(history.finished):
             finished_ms.setdefault((finished.worker, finished.delivery), finished.at_ms)
         return cls(
-            dict(receives), dict(deliveries), dict(settles), settled_ms, acked_count, finished_ms
+            dict(receives),
+            dict(deliveries),
+            dict(settles),
+            settled_ms,
+            acked_count,
+            finished_ms,
+            ledger_ends(history),
         )
+
+
+def ledger_ends(history: LeaseHistory) -> dict[str, int]:
+    ends: dict[str, int] = {}
+    records: list[Received | Finished | Settled] = [
+        *history.received,
+        *history.finished,
+        *history.settled,
+    ]
+    for record in records:
+        ends[record.worker] = max(ends.get(record.worker, record.at_ms), record.at_ms)
+    return ends
 
 
 def check(
@@ -615,6 +638,9 @@ def check_redelivery_time(
     earliest_ms = earliest_redelivery_ms(
         leased, settles, redelivered_ms, history.visibility_timeout_ms
     )
+    if not settles and all(index.ledger_end_ms[r.worker] < redelivered_ms for r in leased):
+        # Its holder died holding it: a nack it sent may have left no record.
+        earliest_ms = min([earliest_ms, *(r.at_ms for r in leased)])
     if redelivered_ms < earliest_ms - history.clock_tolerance_ms:
         verdict.flag(
             "early_redelivery",

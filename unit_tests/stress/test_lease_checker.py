@@ -391,6 +391,24 @@ def test_a_redelivery_whose_previous_delivery_was_never_recorded_is_not_judged()
     assert verdict.info["redeliveries_unjudged"] == 1
 
 
+def test_a_holder_that_died_without_a_settle_recorded_may_have_nacked_at_once() -> None:
+    """The long tier's lease run (seed 3100): a worker received a poison message, nacked it
+    and was killed before it recorded the nack's answer; the next delivery came before
+    the lease's end. A holder whose ledger goes on is judged by the lease (its nack would
+    be in its ledger)."""
+    history = clean()  # C: delivery 1 to w3, who records nothing after it
+    died = with_(
+        history,
+        received=(*without(history.received, got("w1", C, 1, 0, 10)), got("w3", C, 1, 0, 10)),
+        settled=without(history.settled, act("w1", "ack", C, 1, "stale", 1170)),
+        finished=without(history.finished, fin("w1", C, 1, 1160)),
+    )
+    assert check(again_at(died, C, 20)).ok  # after w3's receive returned
+    assert failing(check(again_at(died, C, 5))) == {"early_redelivery": 1}  # before it did
+    lived = with_(died, finished=(*died.finished, fin("w3", A, 9, 9_000)))
+    assert failing(check(again_at(lived, C, 20))) == {"early_redelivery": 1}
+
+
 def test_one_delivery_to_two_workers_is_flagged() -> None:
     history = clean()
     twice = with_(history, received=(*history.received, got("w2", A, 1, 0, 12)))

@@ -35,7 +35,8 @@ from unit_tests.openapi_fuzzing import error_code_in, fuzz_schema, judge
 from unit_tests.ports import free_port
 
 LIMITS = Limits(stream_s_max=0.5, stream_heartbeat_s=0.2)
-"""A stream ends within a fuzzed call's deadline."""
+"""A stream ends well within a fuzzed call's request timeout (one that did not end would
+hang the test until pytest's timeout)."""
 EXAMPLES_PER_OPERATION = 30
 REFUSALS_5XX = {ErrorCode.REFUSED.value}
 """The only 5xx a broker over its twins may answer: a refusal before anything is proposed."""
@@ -102,7 +103,7 @@ def _seed(url: str) -> None:
 @SCHEMA.parametrize()
 @settings(
     max_examples=EXAMPLES_PER_OPERATION,
-    deadline=5_000,
+    deadline=None,  # a loaded machine: each request is bounded by its own timeout instead
     derandomize=True,
     database=None,
     suppress_health_check=list(HealthCheck),

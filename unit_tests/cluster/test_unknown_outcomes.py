@@ -12,6 +12,7 @@ the message is stored once and acknowledged with its original offset."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -20,7 +21,12 @@ import raftq.producer
 from protocol.errors import ErrorCode
 from raftq import ApiError, Consumer, Producer
 from raftq.lease import Lease
-from unit_tests.cluster.client_ops import create_topic, partition_leader, pop, register_consumer
+from unit_tests.cluster.client_ops import (
+    RETRY_STATUSES,
+    create_topic,
+    partition_leader,
+    register_consumer,
+)
 from unit_tests.cluster.harness import Cluster, running_cluster, wait_until
 from unit_tests.ports import CLUSTER_BASE_PORTS
 
@@ -48,17 +54,38 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 class FullTable:
     """``CONSUMERS_MAX`` consumers registered for partition 1 only, which fill its consumer
-    table. They pop at every round, so the partition's idle expiry never frees a slot."""
+    table. They pop at every round, so the partition's idle expiry never frees a slot; a
+    registration the managers forgot between rounds (``client_idle_expiry_s`` is short here,
+    and a loaded machine makes rounds long) is renewed under the same id, as a client does."""
 
     def __init__(self, cluster: Cluster, topic: str) -> None:
         self._cluster = cluster
+        self._topic = topic
         self._ids = [register_consumer(cluster, topic, 1) for _ in range(CONSUMERS_MAX)]
         self._pops = 0
 
     def touch(self) -> None:
         for consumer_id in self._ids:
             self._pops += 1
-            pop(self._cluster, consumer_id, 1, f"{consumer_id}-{self._pops}")
+            request_id = f"{consumer_id}-{self._pops}"
+            wait_until(partial(self._popped, consumer_id, request_id), WAIT_S, "a table pop")
+
+    def _popped(self, consumer_id: str, request_id: str) -> bool:
+        answer = self._cluster.get(
+            "/logs", consumer_id=consumer_id, max_messages=1, request_id=request_id
+        )
+        if answer.status_code == 404 and _code(answer.json()) == ErrorCode.UNKNOWN_CONSUMER:
+            body = {"topic": self._topic, "partition_id": 1, "consumer_id": consumer_id}
+            renewed = self._cluster.post("/consumers", body)
+            assert renewed.status_code in (200, 201, 503), renewed.text
+            return False
+        assert answer.status_code in (200, *RETRY_STATUSES), answer.text
+        return answer.status_code == 200
+
+
+def _code(body: dict[str, Any]) -> ErrorCode | None:
+    value = body.get("error_code")
+    return next((code for code in ErrorCode if code.value == value), None)
 
 
 @pytest.mark.parametrize("direct", [False, True], ids=["via-lb", "direct"])

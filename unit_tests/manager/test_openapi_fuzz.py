@@ -9,7 +9,8 @@ and, for every answer that proves nothing was done (every 4xx, those 503s), noth
 the registry's revision and commands, and the brokers' writes, unchanged.
 
 Bounded: a fixed number of examples per operation, derandomized (the same run every time),
-a deadline per request; the whole module takes a few seconds.
+a timeout per request (no deadline per example: a loaded machine may take seconds); the
+whole module takes a few seconds on a quiet one.
 """
 
 from __future__ import annotations
@@ -177,7 +178,7 @@ def _post(url: str, path: str, body: dict[str, object]) -> None:
 @SCHEMA.parametrize()
 @settings(
     max_examples=EXAMPLES_PER_OPERATION,
-    deadline=2_000,
+    deadline=None,  # a loaded machine: each request is bounded by its own timeout instead
     derandomize=True,
     database=None,
     suppress_health_check=list(HealthCheck),

@@ -13,8 +13,9 @@ Beside the figures, the CPU time (user + system, from ``/proc/<pid>/stat``) each
 spent per request: the load balancer, each manager, each broker (the partition's leader
 marked), and this client, less what each spends idle (measured first, for as long as one
 row). With ``--profile-dir``, py-spy records every node during each row of the first round
-(``<row>-<node>.txt``, collapsed stacks with thread names; py-spy costs CPU itself, so
-those rows' figures are not comparable with the others').
+and this client (``<row>-<process>.txt``: collapsed stacks of the thread holding the GIL, by
+thread name, at 100 Hz; py-spy costs CPU itself, so those rows' figures are not comparable
+with the others').
 
 Not a test: it prints, and only its figures are kept (ARCHITECTURE.md, "Performance").
 """
@@ -112,7 +113,8 @@ def node_pids(cluster: LocalCluster, leader: str | None) -> dict[str, int]:
 
 @contextlib.contextmanager
 def profiled(pids: Mapping[str, int], seconds: float, out: Path | None, row: str) -> Iterator[None]:
-    """py-spy ``record`` on every node for the row's duration (nothing when ``out`` is None)."""
+    """py-spy ``record`` on every process for the row's duration (nothing when ``out`` is
+    None)."""
     if out is None:
         yield
         return
@@ -129,8 +131,9 @@ def profiled(pids: Mapping[str, int], seconds: float, out: Path | None, row: str
                 "--duration",
                 str(round(seconds)),
                 "--rate",
-                "200",
+                "100",
                 "--threads",
+                "--gil",
                 "--nonblocking",
                 "--format",
                 "raw",
@@ -141,7 +144,6 @@ def profiled(pids: Mapping[str, int], seconds: float, out: Path | None, row: str
             stderr=subprocess.DEVNULL,
         )
         for name, pid in pids.items()
-        if name != SELF
     ]
     try:
         yield

@@ -499,6 +499,9 @@ class RaftNode(SyncObj):
 
 _REGULAR_COMMAND = 0
 """pysyncobj's ``_COMMAND_TYPE.REGULAR``: the first byte of a replicated method call's entry."""
+_PROTOCOL_2 = b"\x80\x02"
+_BININT1 = b"K"
+_BININT2 = b"M"
 
 
 def called_method(command: bytes, ops_max: int = 4) -> int | None:
@@ -508,6 +511,14 @@ def called_method(command: bytes, ops_max: int = 4) -> int | None:
     protocol and frame opcodes, read without unpickling the (large) arguments."""
     if not command or command[0] != _REGULAR_COMMAND:
         return None
+    # pysyncobj pickles with protocol 2, so the id is the opcode right after the header;
+    # read it directly (it is asked of every entry appended, on every replica). Anything
+    # else goes the general way.
+    if command[1:3] == _PROTOCOL_2:
+        if command[3:4] == _BININT1 and len(command) > 4:
+            return command[4]
+        if command[3:4] == _BININT2 and len(command) > 5:
+            return int.from_bytes(command[4:6], "little")
     try:
         for opcode, argument, _ in _first_ops(command[1:], ops_max):
             if opcode.name in ("BININT1", "BININT2", "BININT", "LONG1"):

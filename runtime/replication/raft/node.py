@@ -58,7 +58,7 @@ from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
 from protocol.types import RaftRole
 from runtime.replication.machine import RaftStatus
-from runtime.replication.raft import frame_cipher
+from runtime.replication.raft import frame_cipher, frame_compression
 from runtime.replication.raft import journal as durable_journal
 from runtime.replication.raft.dump import DumpWriter
 from runtime.replication.raft.journal import DurableFileJournal, opened
@@ -171,6 +171,7 @@ class RaftNode(SyncObj):
         thread-safe (``transferLeadership`` sends on the tick thread's connections)."""
         self._senders_members: list[str] | None = None
         """Tick thread: the members that came with the snapshot part being handled."""
+        frame_compression.install()  # small frames without a 256 KiB deflate state each
         # Entries, votes, dumps on disk before Raft acts; frames encrypted by FrameCipher.
         with durable_journal.installed(), frame_cipher.installed():
             super().__init__(

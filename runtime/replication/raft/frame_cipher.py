@@ -13,10 +13,11 @@ The tokens are the same bytes: version 0x80, the 8-byte big-endian timestamp, a 
 AES-128-CBC with PKCS7 padding, HMAC-SHA256 over all of it, url-safe base64 (the Fernet
 specification), under the same key, derived from the cluster secret as pysyncobj derives it
 (PBKDF2-HMAC-SHA256, its salt, 100,000 iterations). So a node with this cipher and one with
-pysyncobj's own talk to each other (a rolling upgrade), and a frame is authenticated before
-a byte of it is decrypted or unpickled, as before. What changed: the HMAC is the standard
-library's one-shot ``hmac.digest``, the padding is done in place, and a token that
-``extract_timestamp`` verified is not verified again by the ``decrypt`` that follows it.
+pysyncobj's own talk to each other (no new obstacle to a rolling upgrade), and a frame is
+authenticated before a byte of it is decrypted or unpickled, as before. What changed: the
+HMAC is the standard library's one-shot ``hmac.digest``, the padding is done in place, and a
+token that ``extract_timestamp`` verified is not verified again by the ``decrypt`` that
+follows it.
 
 Threads: one cipher per node, used by the node's tick thread only (pysyncobj's transport);
 the remembered token is one tuple, replaced whole, so another thread could at worst verify

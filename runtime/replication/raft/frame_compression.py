@@ -13,7 +13,8 @@ of the next power of two at or above its length (so every match the full window 
 is still found: the same size, within a few bytes) and ``memLevel`` 4; a longer one as
 pysyncobj does. The output is an ordinary zlib stream whose header names its window, and
 ``zlib.decompress`` reads any window up to 32 KiB: nodes with and without this read each
-other's frames (a rolling upgrade), and nothing else about a frame changes.
+other's frames (no new obstacle to a rolling upgrade), and nothing else about a frame
+changes.
 
 Installed process-wide (``install``): pysyncobj's connection module looks ``zlib`` up at
 every send, so its name there is pointed at this class. Every pysyncobj node in a RaftQ

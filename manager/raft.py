@@ -15,7 +15,6 @@ from manager.registry.commands import RegistryCommand, from_wire, to_wire
 from manager.registry.outcome import Outcome
 from manager.registry.state import ManagerState
 from manager.registry.topics import Assignment
-from protocol.types import RaftRole
 from runtime.replication.machine import Definition, Entry, ReplicatedMachine, ReplicatedMethod
 from runtime.replication.memory import MemoryMachine
 from runtime.replication.raft.machine import RaftConfig, RaftMachine
@@ -162,4 +161,4 @@ def leads(raft: RegistryMachine) -> bool:
     """This manager leads and is caught up (it has applied an entry of its term, so its
     registry holds every committed command): only then may it answer from its registry, or
     act on it (a new leader may hold a stale registry until then)."""
-    return raft.status().role is RaftRole.LEADER and raft.caught_up()
+    return raft.leads() and raft.caught_up()

@@ -150,6 +150,10 @@ class ReplicatedMachine(Protocol[S_co, C_contra, R_co]):
 
     def status(self) -> RaftStatus: ...
 
+    def leads(self) -> bool:
+        """This node is its group's leader (``status().role is LEADER``) without building
+        the whole status: the managers ask it of every request they serve."""
+
     def caught_up(self) -> bool:
         """This node has applied an entry of its current term, so its state holds every
         committed entry: reads of it are not stale (a leader that is not caught up yet may

@@ -75,6 +75,9 @@ class MemoryMachine(Generic[S, C, R]):
         leader = RaftRole.LEADER
         return RaftStatus(leader, self._address, 1, entries, entries, True, partners, entries, 0)
 
+    def leads(self) -> bool:
+        return True  # as ``status``: the one member of its group
+
     def caught_up(self) -> bool:
         return True
 

@@ -135,6 +135,9 @@ class RaftMachine(Generic[S, C, R]):
     def status(self) -> RaftStatus:
         return self._node.node_status()
 
+    def leads(self) -> bool:
+        return self._node.leads()
+
     def caught_up(self) -> bool:
         return self._node.caught_up()
 

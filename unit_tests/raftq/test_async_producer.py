@@ -59,7 +59,9 @@ class FakePartitions:
 @pytest.fixture
 def partitions(service: FakeService) -> Iterator[FakePartitions]:
     fake = FakePartitions(3)
-    listed = [{"partition_id": p, "leader": None, "replicas": []} for p in range(fake.count)]
+    listed: list[dict[str, object]] = [
+        {"partition_id": p, "leader": None, "replicas": []} for p in range(fake.count)
+    ]
     service.default("GET", "/partitions", lambda _p: (200, {"partitions": listed}))
     service.default("POST", "/logs", fake.produce)
     yield fake

@@ -1,0 +1,96 @@
+"""The asynchronous producer's row (issue 24): eight threads share one ``AsyncProducer`` and
+send 100-byte unkeyed messages as fast as ``send`` takes them for ``seconds``, then flush.
+
+Throughput is the acknowledged messages over the wall time from the first ``send`` to the
+end of the flush (every message counted was acknowledged, none is left in the buffer).
+Latency is from ``send`` to the acknowledgement's callback, sampled (one message in
+``LATENCY_SAMPLE_EVERY``, so the sampling costs the sending threads next to nothing). The
+producer uses the library's defaults (direct path, ``linger_ms``, batch and buffer bounds),
+as a user's would.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from raftq import AsyncProducer, ClientLimits, PartitionOffset
+from raftq.async_producer import Callback
+from stress_tests.bench_http import VALUE
+from stress_tests.bench_load import JOIN_GRACE_S
+from stress_tests.bench_report import RAFTQ, Row, percentile
+
+SCENARIO = "8 threads sharing one asynchronous producer, 100-byte messages"
+KEY = "async publish, 8 threads, 1 client"
+THREADS = 8
+LATENCY_SAMPLE_EVERY = 64
+FLUSH_WAIT_S = 120.0
+
+
+class _Counts:
+    """Acknowledged and failed messages, and the sampled latencies (any thread)."""
+
+    def __init__(self) -> None:
+        self.acked = 0
+        self.failed = 0
+        self.last_error = ""
+        self.latencies_s: list[float] = []
+        self.lock = threading.Lock()
+
+    def callback(self, sent_s: float | None) -> Callback:
+        def done(ack: PartitionOffset | None, error: BaseException | None) -> None:
+            with self.lock:
+                if error is not None:
+                    self.failed += 1
+                    self.last_error = f"{type(error).__name__}: {error}"[:160]
+                    return
+                self.acked += 1
+                if sent_s is not None:
+                    self.latencies_s.append(time.monotonic() - sent_s)
+
+        return done
+
+
+def measure(
+    lb: str, api_key: str, topic: str, seconds: float, limits: ClientLimits | None = None
+) -> Row:
+    """``limits``: the library's defaults unless given (to try other bounds by hand)."""
+    counts = _Counts()
+    with AsyncProducer(lb, topic, api_key=api_key, limits=limits) as producer:
+        started_s = time.monotonic()
+        deadline_s = started_s + seconds
+        threads = [
+            threading.Thread(target=_send_until, args=(producer, deadline_s, counts), daemon=True)
+            for _ in range(THREADS)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(seconds + JOIN_GRACE_S)
+        producer.flush(timeout_s=FLUSH_WAIT_S)
+        elapsed_s = time.monotonic() - started_s
+    if counts.acked == 0:
+        return Row(RAFTQ, SCENARIO, key=KEY, error=f"nothing acknowledged: {counts.last_error}")
+    p50 = percentile(counts.latencies_s, 0.50)
+    p99 = percentile(counts.latencies_s, 0.99)
+    return Row(
+        RAFTQ,
+        SCENARIO,
+        counts.acked / elapsed_s,
+        None,
+        None if p50 is None else p50 * 1000,
+        None if p99 is None else p99 * 1000,
+        counts.failed,
+        "latency: send to ack",
+        KEY,
+    )
+
+
+def _send_until(producer: AsyncProducer, deadline_s: float, counts: _Counts) -> None:
+    unsampled = counts.callback(None)
+    sent = 0
+    while time.monotonic() < deadline_s:
+        sampled = sent % LATENCY_SAMPLE_EVERY == 0
+        callback = counts.callback(time.monotonic()) if sampled else unsampled
+        producer.send(VALUE, callback=callback)
+        sent += 1

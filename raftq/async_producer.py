@@ -35,7 +35,7 @@ from typing import TypeGuard
 
 from protocol.errors import ErrorCode
 from protocol.routing import partition_for_key
-from protocol.types import Durability, NewMessage, headers_of
+from protocol.types import NO_HEADERS, Durability, NewMessage, headers_of
 from raftq.client_limits import ClientLimits
 from raftq.errors import ApiError, BufferFullError, RaftQClientError, UnavailableError
 from raftq.producer import PartitionBatch, Producer, message_bytes
@@ -130,6 +130,7 @@ class AsyncProducer:
             buffer_bytes_max=self.limits.buffer_bytes_max,
             in_flight_batches_max=self.limits.in_flight_batches_per_partition_max,
         )
+        self._record_overhead_bytes = self.limits.record_overhead_bytes
         self._next_sequence = first_sequence
         self._waiting: list[_Attempt] = []
         self._closing = False
@@ -153,13 +154,16 @@ class AsyncProducer:
         (``ApiError``: refused; ``UnavailableError``: retries spent, see ``outcome_unknown``).
         Blocks at most ``max_block_ms`` while the buffer is full, then raises
         ``BufferFullError``."""
-        message = NewMessage(value=value, key=key, headers=headers_of(dict(headers or {})))
-        size = message_bytes(message) + self.limits.record_overhead_bytes
+        message = NewMessage(
+            value=value, key=key, headers=headers_of(dict(headers)) if headers else NO_HEADERS
+        )
+        size = message_bytes(message) + self._record_overhead_bytes
         future: Future[PartitionOffset] = Future()
         if callback is not None:
             future.add_done_callback(_calling(callback))
         with self._lock:
-            self._wait_for_room(size)
+            if self._closing or not self._accumulator.has_room(size):
+                self._wait_for_room(size)
             partition = self._partition_of(message, partition_id)
             if self._accumulator.append(partition, message, size, self._clock(), _Pending(future)):
                 self._wake_sender.notify()

@@ -67,9 +67,16 @@ class Batch:
 
 
 def message_bytes(message: NewMessage) -> int:
-    key_bytes = 0 if message.key is None else len(message.key.encode("utf-8"))
-    header_bytes = sum(len(n.encode("utf-8")) + len(v.encode("utf-8")) for n, v in message.headers)
-    return len(message.value.encode("utf-8")) + key_bytes + header_bytes
+    key_bytes = 0 if message.key is None else utf8_bytes(message.key)
+    if not message.headers:
+        return utf8_bytes(message.value) + key_bytes
+    header_bytes = sum(utf8_bytes(n) + utf8_bytes(v) for n, v in message.headers)
+    return utf8_bytes(message.value) + key_bytes + header_bytes
+
+
+def utf8_bytes(text: str) -> int:
+    """The UTF-8 length of ``text``, without encoding it when it is ASCII (most values)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
 
 
 def take_batch(buffer: deque[NewMessage], messages_max: int, bytes_max: int) -> list[NewMessage]:

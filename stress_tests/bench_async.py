@@ -4,7 +4,8 @@ send 100-byte unkeyed messages as fast as ``send`` takes them for ``seconds``, t
 Throughput is the acknowledged messages over the wall time from the first ``send`` to the
 end of the flush (every message counted was acknowledged, none is left in the buffer).
 Latency is from ``send`` to the acknowledgement's callback, sampled (one message in
-``LATENCY_SAMPLE_EVERY``, so the sampling costs the sending threads next to nothing). The
+``LATENCY_SAMPLE_EVERY`` has a callback; the others' futures are counted after the flush, so
+the measuring costs the sending threads next to nothing). The
 producer uses the library's defaults (direct path, ``linger_ms``, batch and buffer bounds),
 as a user's would.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import Future
 
 from raftq import AsyncProducer, ClientLimits, PartitionOffset
 from raftq.async_producer import Callback
@@ -28,27 +30,26 @@ FLUSH_WAIT_S = 120.0
 
 
 class _Counts:
-    """Acknowledged and failed messages, and the sampled latencies (any thread)."""
+    """Every future sent, and the sampled latencies (any thread)."""
 
     def __init__(self) -> None:
-        self.acked = 0
-        self.failed = 0
-        self.last_error = ""
+        self.futures: list[Future[PartitionOffset]] = []
         self.latencies_s: list[float] = []
         self.lock = threading.Lock()
 
-    def callback(self, sent_s: float | None) -> Callback:
+    def callback(self, sent_s: float) -> Callback:
         def done(ack: PartitionOffset | None, error: BaseException | None) -> None:
-            with self.lock:
-                if error is not None:
-                    self.failed += 1
-                    self.last_error = f"{type(error).__name__}: {error}"[:160]
-                    return
-                self.acked += 1
-                if sent_s is not None:
+            if error is None:
+                with self.lock:
                     self.latencies_s.append(time.monotonic() - sent_s)
 
         return done
+
+    def tally(self) -> tuple[int, int, str]:
+        """(acknowledged, failed, the last failure), once every future is done."""
+        failures = [f.exception(0) for f in self.futures if f.exception(0) is not None]
+        last = "" if not failures else f"{type(failures[-1]).__name__}: {failures[-1]}"
+        return len(self.futures) - len(failures), len(failures), last[:160]
 
 
 def measure(
@@ -69,28 +70,30 @@ def measure(
             thread.join(seconds + JOIN_GRACE_S)
         producer.flush(timeout_s=FLUSH_WAIT_S)
         elapsed_s = time.monotonic() - started_s
-    if counts.acked == 0:
-        return Row(RAFTQ, SCENARIO, key=KEY, error=f"nothing acknowledged: {counts.last_error}")
+    acked, failed, last_error = counts.tally()
+    if acked == 0:
+        return Row(RAFTQ, SCENARIO, key=KEY, error=f"nothing acknowledged: {last_error}")
     p50 = percentile(counts.latencies_s, 0.50)
     p99 = percentile(counts.latencies_s, 0.99)
     return Row(
         RAFTQ,
         SCENARIO,
-        counts.acked / elapsed_s,
+        acked / elapsed_s,
         None,
         None if p50 is None else p50 * 1000,
         None if p99 is None else p99 * 1000,
-        counts.failed,
+        failed,
         "latency: send to ack",
         KEY,
     )
 
 
 def _send_until(producer: AsyncProducer, deadline_s: float, counts: _Counts) -> None:
-    unsampled = counts.callback(None)
-    sent = 0
+    futures: list[Future[PartitionOffset]] = []
     while time.monotonic() < deadline_s:
-        sampled = sent % LATENCY_SAMPLE_EVERY == 0
-        callback = counts.callback(time.monotonic()) if sampled else unsampled
-        producer.send(VALUE, callback=callback)
-        sent += 1
+        if len(futures) % LATENCY_SAMPLE_EVERY == 0:
+            futures.append(producer.send(VALUE, callback=counts.callback(time.monotonic())))
+        else:
+            futures.append(producer.send(VALUE))
+    with counts.lock:
+        counts.futures += futures

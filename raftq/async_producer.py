@@ -243,17 +243,18 @@ class AsyncProducer:
     # The sender thread.
 
     def _run(self) -> None:
+        attempts: list[_Attempt] = []
         try:
             while True:
                 with self._lock:
-                    attempts = self._next_round()
-                if attempts is None:
+                    next_round = self._next_round()
+                if next_round is None:
                     return
+                attempts = next_round
                 self._send_round(attempts)
-        except BaseException as exc:  # never leave a future hanging
-            with self._lock:
-                self._fail_everything(exc)
-            raise
+                attempts = []
+        except BaseException as exc:  # a bug: never leave a future hanging
+            self._fail_everything(exc, attempts)
 
     def _next_round(self) -> list[_Attempt] | None:
         """Under the lock: the attempts to send now, waiting until there are some; ``None``
@@ -321,18 +322,24 @@ class AsyncProducer:
             attempt.next_try_s = now + min(pause_s, self.limits.backoff_s_max)
         return None
 
-    def _fail_everything(self, exc: BaseException) -> None:
-        """Under the lock, when the sender thread dies: every future fails with why."""
+    def _fail_everything(self, exc: BaseException, sending: list[_Attempt]) -> None:
+        """When the sender thread dies (a bug): every record's future fails with why, and
+        ``send`` refuses from now on. Futures are completed outside the lock, as always
+        (a callback may call ``send``)."""
         error = UnavailableError(
             f"the sender thread stopped: {exc!r}", outcome_unknown=True, attempts=0
         )
-        for attempt in self._waiting:
+        error.__cause__ = exc  # the traceback of the bug, for whoever reads the failure
+        with self._lock:
+            self._closing = True
+            attempts, self._waiting = sending + self._waiting, []
+            queued = self._accumulator.drain()
+            self._progress.notify_all()
+        for attempt in attempts:
             _complete(attempt, error)
-        self._waiting = []
-        for batch in self._accumulator.ready(self._clock(), closing=True):
-            for record in batch.records:
+        for record in queued:
+            if not record.token.future.done():
                 record.token.future.set_exception(error)
-        self._progress.notify_all()
 
 
 def _complete(attempt: _Attempt, result: list[PartitionOffset] | BaseException) -> None:

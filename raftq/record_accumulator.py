@@ -180,6 +180,14 @@ class RecordAccumulator(Generic[T]):
                 del self._outstanding[record.epoch]
         check(self.buffered_bytes >= 0, "buffered_bytes never goes below zero")
 
+    def drain(self) -> list[PendingRecord[T]]:
+        """Every queued record (not those in flight), removed: for a shell that gives up
+        (its sender died). The buffer's bytes stay counted: nothing is appended after."""
+        records = [r for queue in self._queues.values() for r in queue]
+        self._queues.clear()
+        self._queued_bytes.clear()
+        return records
+
     def next_due_s(self) -> float | None:
         """When the earliest linger ends among partitions free to send (``None``: none is
         waiting on its linger). A full queue is due at once: ``ready`` takes it."""

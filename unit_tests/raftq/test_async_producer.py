@@ -11,7 +11,7 @@ import pytest
 
 from raftq.async_producer import AsyncProducer
 from raftq.client_limits import ClientLimits
-from raftq.errors import ApiError, BufferFullError
+from raftq.errors import ApiError, BufferFullError, UnavailableError
 from raftq.records import PartitionOffset
 from unit_tests.raftq.fake_service import FakeService, Reply
 
@@ -173,3 +173,22 @@ def test_send_after_close_is_refused(service: FakeService, partitions: FakeParti
     shared.close()
     with pytest.raises(RuntimeError):
         shared.send("v")
+
+
+def test_a_dying_sender_fails_every_future(
+    service: FakeService, partitions: FakePartitions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shared = producer(service, linger_ms=60_000)
+
+    def broken(_batches: object) -> object:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(shared._producer, "send_partition_batches", broken)
+    futures = [shared.send("a", partition_id=0), shared.send("b", partition_id=0)]
+    shared.flush(timeout_s=WAIT_S)  # sends the batch: the sender dies, the flush returns
+    for future in futures:
+        with pytest.raises(UnavailableError, match="sender thread stopped"):
+            future.result(WAIT_S)
+    with pytest.raises(RuntimeError, match="after close"):
+        shared.send("c")
+    shared.close(timeout_s=WAIT_S)

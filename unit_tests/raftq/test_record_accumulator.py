@@ -162,3 +162,14 @@ def test_invalid_bounds_are_refused(bounds: dict[str, float]) -> None:
             batch_bytes_max=int(arguments["batch_bytes_max"]),
             buffer_bytes_max=int(arguments["buffer_bytes_max"]),
         )
+
+
+def test_drain_takes_every_queued_record_but_not_those_in_flight() -> None:
+    acc = make(linger_s=0.0, batch_messages_max=1)
+    add(acc, 0, 1)
+    add(acc, 0, 2)
+    add(acc, 1, 3)
+    in_flight = acc.ready(0.0)
+    assert [r.token for b in in_flight for r in b.records] == [1, 3]
+    assert [r.token for r in acc.drain()] == [2]
+    assert acc.ready(0.0) == [] and acc.next_due_s() is None

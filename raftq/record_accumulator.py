@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 from protocol.invariant import check
 from protocol.types import NewMessage
@@ -32,8 +32,10 @@ T = TypeVar("T")
 """What the caller keeps with each record (the shell: its future and callback)."""
 
 
-@dataclass(frozen=True, slots=True)
-class PendingRecord(Generic[T]):
+class PendingRecord(NamedTuple, Generic[T]):
+    """A record queued or in flight. A named tuple, not a frozen dataclass: one is built
+    per ``send``, and a tuple is built in half the time."""
+
     message: NewMessage
     size_bytes: int
     appended_s: float

@@ -259,7 +259,7 @@ def _async_row(acked: int, failed: int, latencies_s: list[float], elapsed_s: flo
         None if p50 is None else p50 * 1000,
         None if p99 is None else p99 * 1000,
         failed,
-        "latency: publish to ack",
+        "latency: publish_async returned to ack",
         ASYNC[1],
     )
 

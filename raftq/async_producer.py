@@ -46,18 +46,11 @@ Callback = Callable[[PartitionOffset | None, BaseException | None], None]
 """Called once per record with its acknowledgement or its failure (Kafka's ``onCompletion``)."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Pending:
-    """What the accumulator keeps with each record for the shell."""
-
-    future: Future[PartitionOffset]
-
-
 @dataclass(slots=True)
 class _Attempt:
     """A batch in flight: sent at least once, or waiting for its next try."""
 
-    batch: ReadyBatch[_Pending]
+    batch: ReadyBatch[Future[PartitionOffset]]
     sequence: int
     first_sent_s: float
     next_try_s: float
@@ -123,7 +116,8 @@ class AsyncProducer:
         self._partition_count = count
         """Read by ``send`` without the sender's map; only ever grows (partitions are added,
         never removed), so a partition chosen by an older count still exists."""
-        self._accumulator: RecordAccumulator[_Pending] = RecordAccumulator(
+        # Each record's token is its future.
+        self._accumulator: RecordAccumulator[Future[PartitionOffset]] = RecordAccumulator(
             linger_s=self.limits.linger_ms / 1000,
             batch_messages_max=self.limits.async_batch_messages_max,
             batch_bytes_max=self.limits.async_batch_bytes_max,
@@ -165,7 +159,7 @@ class AsyncProducer:
             if self._closing or not self._accumulator.has_room(size):
                 self._wait_for_room(size)
             partition = self._partition_of(message, partition_id)
-            if self._accumulator.append(partition, message, size, self._clock(), _Pending(future)):
+            if self._accumulator.append(partition, message, size, self._clock(), future):
                 self._wake_sender.notify()
         return future
 
@@ -338,19 +332,19 @@ class AsyncProducer:
         for attempt in attempts:
             _complete(attempt, error)
         for record in queued:
-            if not record.token.future.done():
-                record.token.future.set_exception(error)
+            if not record.token.done():
+                record.token.set_exception(error)
 
 
 def _complete(attempt: _Attempt, result: list[PartitionOffset] | BaseException) -> None:
     records = attempt.batch.records
     if isinstance(result, BaseException):
         for record in records:
-            if not record.token.future.done():
-                record.token.future.set_exception(result)
+            if not record.token.done():
+                record.token.set_exception(result)
         return
     for record, offset in zip(records, result, strict=True):
-        record.token.future.set_result(offset)
+        record.token.set_result(offset)
 
 
 def _failed(result: list[PartitionOffset] | RaftQClientError) -> TypeGuard[RaftQClientError]:

@@ -17,6 +17,9 @@ test_record_accumulator.py``).
   ``buffer_bytes_max`` until ``done`` releases them; ``has_room`` says whether one more fits.
 - Unkeyed records stick to one partition until a batch is taken from it (Kafka's sticky
   partitioner): they form full batches instead of one small batch per partition.
+- Flush marks: ``begin_flush`` returns a mark, ``flushed(mark)`` holds once every record
+  appended before it is done (records appended meanwhile by other threads do not hold a
+  flush back); while any flush waits, nothing lingers.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from protocol.invariant import check
 from protocol.types import NewMessage
 
 T = TypeVar("T")
-"""What the caller keeps with each record (the shell: its future and callback)."""
+"""What the caller keeps with each record (the shell: its future)."""
 
 
 class PendingRecord(NamedTuple, Generic[T]):

@@ -192,3 +192,23 @@ def test_a_dying_sender_fails_every_future(
     with pytest.raises(RuntimeError, match="after close"):
         shared.send("c")
     shared.close(timeout_s=WAIT_S)
+
+
+def test_a_flush_that_cannot_finish_in_time_raises(
+    service: FakeService, partitions: FakePartitions
+) -> None:
+    slow = Reply(201, {"offsets": [{"partition_id": 0, "offset": 0}]}, delay_s=1.0)
+    service.script("POST", "/logs", slow)
+    with producer(service) as shared:
+        future = shared.send("v", partition_id=0)
+        with pytest.raises(TimeoutError):
+            shared.flush(timeout_s=0.05)
+        shared.flush(timeout_s=WAIT_S)
+        assert future.result(0) == PartitionOffset(0, 0)
+
+
+def test_a_partition_outside_the_topic_is_refused(
+    service: FakeService, partitions: FakePartitions
+) -> None:
+    with producer(service) as shared, pytest.raises(ValueError, match="partition_id 3"):
+        shared.send("v", partition_id=3)

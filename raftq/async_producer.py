@@ -20,7 +20,8 @@ Threads: any number of threads may call ``send``, ``flush`` and ``close`` on one
 One sender thread (``raftq-async-producer``) forms the batches, sends them (a round of
 ready batches at once, on the direct path's worker threads), retries, and completes the
 futures; callbacks run on it, so they must not block (a callback that calls ``send`` on a
-full buffer would wait for itself, up to ``max_block_ms``).
+full buffer would wait for itself, up to ``max_block_ms``; one that calls ``flush`` or
+``close`` would wait for itself for good).
 """
 
 from __future__ import annotations
@@ -309,11 +310,10 @@ class AsyncProducer:
                 outcome_unknown=unknown,
                 attempts=attempt.tries,
             )
-        if isinstance(error, ApiError):
-            attempt.next_try_s = now  # registered again (UNKNOWN_PRODUCER): at once
-        else:
-            pause_s = self.limits.backoff_s_initial * 2 ** min(attempt.tries - 1, 16)
-            attempt.next_try_s = now + min(pause_s, self.limits.backoff_s_max)
+        # Also after UNKNOWN_PRODUCER (registered again meanwhile): a pause, so a producer
+        # the managers keep forgetting does not spin.
+        pause_s = self.limits.backoff_s_initial * 2 ** min(attempt.tries - 1, 16)
+        attempt.next_try_s = now + min(pause_s, self.limits.backoff_s_max)
         return None
 
     def _fail_everything(self, exc: BaseException, sending: list[_Attempt]) -> None:

@@ -36,7 +36,7 @@ from typing import TypeGuard
 
 from protocol.errors import ErrorCode
 from protocol.routing import partition_for_key
-from protocol.types import NO_HEADERS, Durability, NewMessage, headers_of
+from protocol.types import NO_HEADERS, Durability, Headers, NewMessage, headers_of
 from raftq.client_limits import ClientLimits
 from raftq.errors import ApiError, BufferFullError, RaftQClientError, UnavailableError
 from raftq.producer import PartitionBatch, Producer, message_bytes
@@ -149,9 +149,9 @@ class AsyncProducer:
         (``ApiError``: refused; ``UnavailableError``: retries spent, see ``outcome_unknown``).
         Blocks at most ``max_block_ms`` while the buffer is full, then raises
         ``BufferFullError``."""
-        message = NewMessage(
-            value=value, key=key, headers=headers_of(dict(headers)) if headers else NO_HEADERS
-        )
+        if not isinstance(value, str) or not (key is None or isinstance(key, str)):
+            raise TypeError("value must be a str, and key a str or None")
+        message = NewMessage(value=value, key=key, headers=_headers(headers))
         size = message_bytes(message) + self._record_overhead_bytes
         future: Future[PartitionOffset] = Future()
         if callback is not None:
@@ -357,6 +357,14 @@ def _maybe_stored(error: RaftQClientError) -> bool:
     if isinstance(error, ApiError):
         return error.after_unknown_outcome
     return True  # a malformed answer: the request may have been carried out
+
+
+def _headers(headers: Mapping[str, str] | None) -> Headers:
+    if not headers:
+        return NO_HEADERS
+    if not all(isinstance(n, str) and isinstance(v, str) for n, v in headers.items()):
+        raise TypeError("headers must map str to str")
+    return headers_of(dict(headers))
 
 
 def _calling(callback: Callback) -> Callable[[Future[PartitionOffset]], None]:

@@ -212,3 +212,14 @@ def test_a_partition_outside_the_topic_is_refused(
 ) -> None:
     with producer(service) as shared, pytest.raises(ValueError, match="partition_id 3"):
         shared.send("v", partition_id=3)
+
+
+@pytest.mark.parametrize(
+    ("value", "key", "headers"),
+    [(b"bytes", None, None), ("v", 7, None), ("v", None, {"n": 1})],
+)
+def test_values_keys_and_headers_of_the_wrong_type_are_refused(
+    service: FakeService, partitions: FakePartitions, value: object, key: object, headers: object
+) -> None:
+    with producer(service) as shared, pytest.raises(TypeError):
+        shared.send(value, key=key, headers=headers)  # type: ignore[arg-type]

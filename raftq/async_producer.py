@@ -117,14 +117,7 @@ class AsyncProducer:
         self._partition_count = count
         """Read by ``send`` without the sender's map; only ever grows (partitions are added,
         never removed), so a partition chosen by an older count still exists."""
-        # Each record's token is its future.
-        self._accumulator: RecordAccumulator[Future[PartitionOffset]] = RecordAccumulator(
-            linger_s=self.limits.linger_ms / 1000,
-            batch_messages_max=self.limits.async_batch_messages_max,
-            batch_bytes_max=self.limits.async_batch_bytes_max,
-            buffer_bytes_max=self.limits.buffer_bytes_max,
-            in_flight_batches_max=self.limits.in_flight_batches_per_partition_max,
-        )
+        self._accumulator = _accumulator(self.limits)
         self._record_overhead_bytes = self.limits.record_overhead_bytes
         self._next_sequence = first_sequence
         self._waiting: list[_Attempt] = []
@@ -357,6 +350,17 @@ def _maybe_stored(error: RaftQClientError) -> bool:
     if isinstance(error, ApiError):
         return error.after_unknown_outcome
     return True  # a malformed answer: the request may have been carried out
+
+
+def _accumulator(limits: ClientLimits) -> RecordAccumulator[Future[PartitionOffset]]:
+    """The producer's accumulator; each record's token is its future."""
+    return RecordAccumulator(
+        linger_s=limits.linger_ms / 1000,
+        batch_messages_max=limits.async_batch_messages_max,
+        batch_bytes_max=limits.async_batch_bytes_max,
+        buffer_bytes_max=limits.buffer_bytes_max,
+        in_flight_batches_max=limits.in_flight_batches_per_partition_max,
+    )
 
 
 def _headers(headers: Mapping[str, str] | None) -> Headers:

@@ -42,7 +42,7 @@ class ClientLimits:
     """``AsyncProducer``: most records in one partition's batch (one request). Large, because
     a request's fixed cost (HTTP, a Raft entry on three replicas) dominates small messages,
     and a partition has one batch in flight: 2,000 cut the brokers' CPU per message by a
-    third against ~370 (ARCHITECTURE, "Asynchronous producer")."""
+    third against ~370 (ARCHITECTURE, "Performance", fourth round)."""
     async_batch_bytes_max: int = 256 * 1024
     """``AsyncProducer``: most bytes of one partition's batch, counted as the records'
     values, keys and headers plus ``record_overhead_bytes`` each."""

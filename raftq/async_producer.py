@@ -119,6 +119,11 @@ class AsyncProducer:
         never removed), so a partition chosen by an older count still exists."""
         self._accumulator = _accumulator(self.limits)
         self._record_overhead_bytes = self.limits.record_overhead_bytes
+        self.records_acknowledged = 0
+        """Records stored so far (written by the sender thread only; for metrics, and for
+        a caller that counts outcomes without keeping every future)."""
+        self.records_failed = 0
+        """Records whose future failed so far (the same)."""
         self._next_sequence = first_sequence
         self._waiting: list[_Attempt] = []
         self._closing = False
@@ -280,6 +285,10 @@ class AsyncProducer:
             if outcome is not None:
                 _complete(attempt, outcome)
                 finished.append(attempt)
+                if isinstance(outcome, BaseException):
+                    self.records_failed += len(attempt.batch.records)
+                else:
+                    self.records_acknowledged += len(attempt.batch.records)
         with self._lock:
             for attempt in finished:
                 self._accumulator.done(attempt.batch)

@@ -138,6 +138,7 @@ def test_a_refusal_fails_the_batch_futures(
             first.result(WAIT_S)
         assert raised.value.status == 413
         assert shared.send("b", partition_id=0).result(WAIT_S) == PartitionOffset(0, 0)
+        assert (shared.records_acknowledged, shared.records_failed) == (1, 1)
 
 
 def test_a_full_buffer_blocks_then_raises(service: FakeService, partitions: FakePartitions) -> None:

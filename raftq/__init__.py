@@ -1,11 +1,12 @@
-"""RaftQ's client library (``Admin``, ``Producer``, ``Consumer``, ``GroupMember``) and the
-``raftq`` CLI.
+"""RaftQ's client library (``Admin``, ``Producer``, ``AsyncProducer``, ``Consumer``,
+``GroupMember``) and the ``raftq`` CLI.
 
 Talks HTTP to the load balancer, and to the brokers on the direct path (``raftq.direct_path``);
 imports only ``protocol`` of the project, so it stays light.
 """
 
 from raftq.admin import Admin
+from raftq.async_producer import AsyncProducer
 from raftq.client_limits import ClientLimits
 from raftq.consumer import Consumer
 from raftq.errors import (
@@ -38,6 +39,7 @@ from raftq.records import (
 __all__ = [
     "Admin",
     "ApiError",
+    "AsyncProducer",
     "BrokerInfo",
     "BufferFullError",
     "ClientLimits",

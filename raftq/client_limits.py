@@ -6,6 +6,9 @@ from dataclasses import dataclass, fields
 
 from protocol.limits import Limits
 
+_ZERO_ALLOWED = frozenset({"linger_ms", "max_block_ms"})
+"""Bounds where 0 means "not at all" (send at once, never block), as in Kafka."""
+
 
 @dataclass(frozen=True, slots=True)
 class ClientLimits:
@@ -32,6 +35,37 @@ class ClientLimits:
     """Most UTF-8 bytes of values and keys a producer sends in one request."""
     buffer_messages_max: int = 100_000
     """Most messages a producer holds unsent; ``send`` refuses more until ``flush``."""
+    linger_ms: float = 5.0
+    """``AsyncProducer``: longest a record waits in its partition's batch for more records
+    before the batch is sent (Kafka's ``linger.ms``; 0 sends at once, allowed)."""
+    async_batch_messages_max: int = 2_000
+    """``AsyncProducer``: most records in one partition's batch (one request). Large, because
+    a request's fixed cost (HTTP, a Raft entry on three replicas) dominates small messages,
+    and a partition has one batch in flight: 2,000 cut the brokers' CPU per message by a
+    third against ~370 (ARCHITECTURE, "Performance", fourth round)."""
+    async_batch_bytes_max: int = 256 * 1024
+    """``AsyncProducer``: most bytes of one partition's batch, counted as the records'
+    values, keys and headers plus ``record_overhead_bytes`` each."""
+    record_overhead_bytes: int = 32
+    """``AsyncProducer``: bytes counted per record beside its value, key and headers (its
+    JSON and pickled framing), so the bounds hold roughly for the encoded size."""
+    buffer_bytes_max: int = 4 * 1024 * 1024
+    """``AsyncProducer``: most bytes (as counted above) of records sent and not yet
+    acknowledged or failed; a ``send`` past it blocks, at most ``max_block_ms``. The
+    process holds several times this (each record is Python objects and a future: ~1 KiB
+    for a 100-byte message), hence less than Kafka's 32 MiB; 4 MiB holds two rounds of
+    full batches on three partitions."""
+    max_block_ms: float = 60_000.0
+    """``AsyncProducer.send``: longest wait for room in a full buffer (and for the first
+    partition map) before raising ``BufferFullError`` (Kafka's ``max.block.ms``)."""
+    in_flight_batches_per_partition_max: int = 1
+    """``AsyncProducer``: batches of one partition sent and not yet answered. Only 1: a
+    second would need the partition to refuse a batch whose predecessor it lacks (else a
+    retried earlier batch lands after a later one, or is refused as out of order)."""
+    delivery_timeout_ms: float = 120_000.0
+    """``AsyncProducer``: longest a batch is retried (same sequence, same partition) before
+    its futures fail with ``UnavailableError`` (``outcome_unknown`` if an attempt may have
+    stored it); above a leader election and the load balancer's own retries."""
     broker_request_timeout_s: float = 10.0
     """Direct path: longest wait for a broker's answer once sent. Above the broker's own
     ``raft_leader_wait_s_max + raft_commit_timeout_s`` (7.5 s), so its precise 503 arrives
@@ -82,7 +116,8 @@ class ClientLimits:
         """Raise ``ValueError`` unless every bound is positive and fits the server's limits."""
         server = Limits() if server is None else server
         for field in fields(self):
-            if getattr(self, field.name) <= 0:
+            value = getattr(self, field.name)
+            if value < 0 or (value == 0 and field.name not in _ZERO_ALLOWED):
                 raise ValueError(f"{field.name} must be positive")
         if self.backoff_s_initial > self.backoff_s_max:
             raise ValueError("backoff_s_initial must not exceed backoff_s_max")
@@ -95,4 +130,18 @@ class ClientLimits:
             raise ValueError("partition_map_refresh_s_min must not exceed partition_map_age_s_max")
         if self.batch_messages_max > self.buffer_messages_max:
             raise ValueError("batch_messages_max must not exceed buffer_messages_max")
+        self._validate_async(server)
         return self
+
+    def _validate_async(self, server: Limits) -> None:
+        if self.async_batch_messages_max > server.request_messages_max:
+            raise ValueError(f"async_batch_messages_max exceeds {server.request_messages_max}")
+        if self.async_batch_bytes_max > self.batch_bytes_max:
+            raise ValueError("async_batch_bytes_max must not exceed batch_bytes_max")
+        if self.async_batch_bytes_max > self.buffer_bytes_max:
+            raise ValueError("async_batch_bytes_max must not exceed buffer_bytes_max")
+        if self.in_flight_batches_per_partition_max != 1:
+            raise ValueError(
+                "in_flight_batches_per_partition_max must be 1: the partitions do not yet "
+                "refuse a batch whose predecessor is missing"
+            )

@@ -65,7 +65,8 @@ class ProtocolError(RaftQClientError):
 
 
 class BufferFullError(RaftQClientError):
-    """``Producer.send`` was called with ``buffer_messages_max`` messages unsent."""
+    """``Producer.send`` was called with ``buffer_messages_max`` messages unsent, or
+    ``AsyncProducer.send`` found its buffer full for ``max_block_ms``."""
 
 
 class ProduceError(RaftQClientError):

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
+import orjson
 import requests
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
@@ -254,15 +255,19 @@ class HttpTransport:
         read_s = self._limits.request_timeout_s
         if read_timeout_s is not None:
             read_s = min(read_s, read_timeout_s)
+        # orjson, not requests' json=: a produce batch of thousands of messages is encoded
+        # ~5x faster (the asynchronous producer's sender spends its time here).
+        content = {} if body is None else {"Content-Type": "application/json"}
         try:
             with self._session.request(
                 method,
                 base_url.rstrip("/") + path,
-                json=body,
+                data=None if body is None else orjson.dumps(body),
                 params=params,
                 headers={
                     **deadline_headers(read_s, self._limits, int(time.time() * 1000)),
                     **self._auth,
+                    **content,
                 },
                 timeout=(self._limits.connect_timeout_s, read_s),
                 verify=self._verify,

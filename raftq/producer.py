@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import TracebackType
+from typing import TypeGuard
 
 from protocol import produce_plan
 from protocol.errors import ErrorCode
@@ -66,9 +67,16 @@ class Batch:
 
 
 def message_bytes(message: NewMessage) -> int:
-    key_bytes = 0 if message.key is None else len(message.key.encode("utf-8"))
-    header_bytes = sum(len(n.encode("utf-8")) + len(v.encode("utf-8")) for n, v in message.headers)
-    return len(message.value.encode("utf-8")) + key_bytes + header_bytes
+    key_bytes = 0 if message.key is None else utf8_bytes(message.key)
+    if not message.headers:
+        return utf8_bytes(message.value) + key_bytes
+    header_bytes = sum(utf8_bytes(n) + utf8_bytes(v) for n, v in message.headers)
+    return utf8_bytes(message.value) + key_bytes + header_bytes
+
+
+def utf8_bytes(text: str) -> int:
+    """The UTF-8 length of ``text``, without encoding it when it is ASCII (most values)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
 
 
 def take_batch(buffer: deque[NewMessage], messages_max: int, bytes_max: int) -> list[NewMessage]:
@@ -92,6 +100,15 @@ def as_message(item: MessageLike) -> NewMessage:
         return NewMessage(value=item)
     value, key = item
     return NewMessage(value=value, key=key)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionBatch:
+    """``Producer.send_partition_batches``: messages for one partition under one sequence."""
+
+    partition_id: int
+    sequence: int
+    messages: tuple[NewMessage, ...]
 
 
 class Producer:
@@ -214,6 +231,69 @@ class Producer:
         acked: list[PartitionOffset] = []
         self._flush_into(acked)
         return acked
+
+    def partition_count(self) -> int | None:
+        """The topic's partition count in the cached map (fetched when missing or old,
+        rate-limited); ``None`` when no map could be had."""
+        found = self._maps.get(self.topic)
+        return None if found is None else found.partition_count
+
+    def send_partition_batches(
+        self, batches: Sequence[PartitionBatch]
+    ) -> list[list[PartitionOffset] | RaftQClientError]:
+        """One attempt of each batch, all at once (``raftq.async_producer``'s sender): each
+        to its partition's leader, a refusal repeated through the load balancer with the
+        same ``partition_id`` and sequence, exactly as this producer's own groups are; each
+        result is the batch's offsets or its failure (returned, not raised). The caller
+        repeats a failed batch with the same sequence and partition. After a 404
+        UNKNOWN_PRODUCER it registers again under its id (once), so the repeat is known."""
+        self._renew_if_due()
+        durability = self._stated_durability()
+        plans = [
+            produce_plan.cut(
+                self.topic,
+                b.messages,
+                b.partition_id + 1,  # unread: the partition is given
+                partition_id=PartitionId(b.partition_id),
+                producer_id=self.producer_id,
+                sequence=b.sequence,
+                durability=durability,
+                round_robin=0,
+            )
+            for b in batches
+        ]
+        groups = [plan.groups[0] for plan in plans]
+        bodies = [plan.body(group) for plan, group in zip(plans, groups, strict=True)]
+        results = self._send_groups(groups, bodies)
+        if any(_error_code(r) is ErrorCode.UNKNOWN_PRODUCER for r in results if _failed(r)):
+            try:
+                self._register(self.producer_id)
+            except RaftQClientError:
+                self._lease.failed()
+        return results
+
+    def _send_groups(
+        self, groups: Sequence[PartitionGroup], bodies: Sequence[dict[str, object]]
+    ) -> list[list[PartitionOffset] | RaftQClientError]:
+        direct = self.direct_path
+        if direct is not None:
+            requests = [
+                PartitionRequest(g.partition_id, "POST", b)
+                for g, b in zip(groups, bodies, strict=True)
+            ]
+            answers = direct.call_many(self.topic, requests)
+            return [
+                self._settle_group(direct, group, body, answer)
+                for group, body, answer in zip(groups, bodies, answers, strict=True)
+            ]
+        results: list[list[PartitionOffset] | RaftQClientError] = []
+        for group, body in zip(groups, bodies, strict=True):
+            try:
+                answer = self._http.call("POST", "/logs", body=body, idempotent=True)
+                results.append(parse_offsets(answer, len(group.indexes)))
+            except RaftQClientError as exc:
+                results.append(exc)
+        return results
 
     def _flush_into(self, acked: list[PartitionOffset]) -> None:
         self._renew_if_due()
@@ -439,6 +519,12 @@ def _batch_error(failure: BatchFailure[RaftQClientError]) -> RaftQClientError:
         error.after_unknown_outcome = True
         return error
     return UnavailableError(failure.partly_written, outcome_unknown=True, attempts=1)
+
+
+def _failed(
+    result: list[PartitionOffset] | RaftQClientError,
+) -> TypeGuard[RaftQClientError]:
+    return isinstance(result, RaftQClientError)
 
 
 def _error_code(failure: RaftQClientError) -> ErrorCode | None:

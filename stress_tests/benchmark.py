@@ -28,7 +28,13 @@ from pathlib import Path
 from types import FrameType
 
 from raftq.cluster import LocalCluster
-from stress_tests import bench_faults, bench_latency, bench_redelivery, bench_scenarios
+from stress_tests import (
+    bench_async,
+    bench_faults,
+    bench_latency,
+    bench_redelivery,
+    bench_scenarios,
+)
 from stress_tests.bench_memory import MemorySampler
 from stress_tests.bench_report import RAFTQ, MemoryRow, Row, render
 from stress_tests.credentials import require_admin_key
@@ -38,6 +44,8 @@ from stress_tests.polling import poll_until
 BASE_PORT = 22100
 """RaftQ's ports: 22100..22499 (clear of the tests' 17500-22099 and the peers' ports)."""
 PHASES = ("idle", "load", "backlog", "catch-up")
+ONLY = ("async-producer",)
+"""``--only``'s choices: ``async-producer`` is the asynchronous producer's row (issue 24)."""
 IDLE_SAMPLES = 3
 Log = Callable[[str], None]
 
@@ -57,6 +65,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--peers", action="store_true", help="also NATS JetStream and RabbitMQ")
     parser.add_argument("--base-port", type=int, default=BASE_PORT)
     parser.add_argument("--db-url", help="PostgreSQL URL for the brokers (default SQLite)")
+    parser.add_argument(
+        "--only",
+        choices=ONLY,
+        help="run only these rows (RaftQ's and, with --peers, the peers' comparable ones)",
+    )
     args = parser.parse_args(argv)
     if args.seconds <= 0 or args.backlog <= 0 or args.failovers < 0:
         parser.error("--seconds and --backlog must be positive, --failovers at least 0")
@@ -104,7 +117,12 @@ def raftq_rows(
     poll_until(lambda: sampler.count("idle") >= IDLE_SAMPLES, 30.0, "idle memory samples")
     sampler.set_phase("load")
     log("RaftQ scenarios:")
-    rows = bench_scenarios.throughput_rows(lb, api_key, topics, args.seconds, log)
+    log(f"  {bench_async.SCENARIO} ...")
+    produced = functools.partial(bench_async.measure, lb, api_key, topics.three, args.seconds)
+    asynchronous = guarded(bench_async.SCENARIO, lambda: [produced()])
+    if args.only == "async-producer":
+        return asynchronous
+    rows = asynchronous + bench_scenarios.throughput_rows(lb, api_key, topics, args.seconds, log)
     log(f"  {bench_latency.SCENARIO} ...")
     latency = functools.partial(bench_latency.measure, lb, api_key, topics.one, args.seconds)
     rows += guarded(bench_latency.SCENARIO, lambda: [latency()])
@@ -155,7 +173,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         with terminate_as_interrupt(), tempfile.TemporaryDirectory(prefix="raftq-bench-") as tmp:
             rows, memory = run_raftq(args, Path(tmp) / "raftq", log)
             if args.peers:
-                peer_rows, peer_memory, peer_lines = run_peers(args.seconds, Path(tmp), log)
+                peer_rows, peer_memory, peer_lines = run_peers(
+                    args.seconds, Path(tmp), log, only=args.only
+                )
                 rows, memory = rows + peer_rows, memory + peer_memory
     except KeyboardInterrupt:
         log("interrupted: every process the benchmark started is stopped")

@@ -49,6 +49,7 @@ CLUSTER_BASE_PORTS = {
     "lease_run": 16000,
     "groups": 16500,
     "streams": 10500,
+    "async_producer": 14600,
     "legacy_raft_files": 15000,
 }
 """Every test module's cluster in one table, so no two blocks overlap (a socket of the

@@ -18,13 +18,14 @@ mypy needs it. The asyncio loop runs on the calling thread; every await has a ti
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from stress_tests.bench_load import REQUESTS_PER_THREAD_MAX, Exhausted, Tally
-from stress_tests.bench_report import Row
+from stress_tests.bench_report import Row, percentile
 
 SYSTEM = "nats"
 STREAM = "BENCH"
@@ -184,6 +185,83 @@ def nats_rows(servers: list[str], seconds: float, log: Callable[[str], None]) ->
     leased = _consumer(servers, seconds, "bench-explicit", 100, True)
     rows.append(_run(*LEASED, leased, seconds))
     return rows
+
+
+ASYNC = ("publish_async, 8 tasks sharing one connection", "async publish, 8 threads, 1 client")
+ASYNC_TASKS = 8
+ASYNC_PENDING_MAX = 4_000
+"""nats-py's default bound on asynchronous publishes awaiting their ack."""
+ASYNC_LATENCY_SAMPLE_EVERY = 64
+
+
+def nats_async_rows(servers: list[str], seconds: float, log: Callable[[str], None]) -> list[Row]:
+    """JetStream's asynchronous publish (``publish_async``: acks streamed back), the peer of
+    RaftQ's ``AsyncProducer`` row: 8 tasks share one connection and publish for ``seconds``,
+    then wait for every ack. Creates the stream if the other rows did not."""
+    # Adding a stream that exists with the same settings succeeds; a failure here shows up
+    # as the publishes' failure in the row.
+    with contextlib.suppress(Exception):
+        asyncio.run(asyncio.wait_for(create_stream(servers), SETUP_TIMEOUT_S + GRACE_S))
+    log(f"  {SYSTEM}: {ASYNC[0]} ...")
+    try:
+        row = asyncio.run(asyncio.wait_for(_async_publish(servers, seconds), seconds + GRACE_S))
+    except Exception as exc:
+        return [Row(SYSTEM, ASYNC[0], key=ASYNC[1], error=_why(exc))]
+    return [row]
+
+
+async def _async_publish(servers: list[str], seconds: float) -> Row:
+    """Throughput: acked messages over the time from the first publish to the last ack.
+    Latency: publish to ack, sampled one in ``ASYNC_LATENCY_SAMPLE_EVERY``."""
+    nc = await connect(servers)
+    acked, failed, latencies_s = [0], [0], []
+
+    def counted(sent_s: float | None) -> Callable[[asyncio.Future[Any]], None]:
+        def done(future: asyncio.Future[Any]) -> None:
+            if future.cancelled() or future.exception() is not None:
+                failed[0] += 1
+                return
+            acked[0] += 1
+            if sent_s is not None:
+                latencies_s.append(time.monotonic() - sent_s)
+
+        return done
+
+    try:
+        js = nc.jetstream(timeout=ACK_TIMEOUT_S, publish_async_max_pending=ASYNC_PENDING_MAX)
+        started_s = time.monotonic()
+        deadline_s = started_s + seconds
+        unsampled = counted(None)
+
+        async def publisher() -> None:
+            sent = 0
+            while time.monotonic() < deadline_s:
+                sampled = sent % ASYNC_LATENCY_SAMPLE_EVERY == 0
+                future = await js.publish_async(SUBJECT, PAYLOAD, wait_stall=ACK_TIMEOUT_S)
+                future.add_done_callback(counted(time.monotonic()) if sampled else unsampled)
+                sent += 1
+
+        await asyncio.gather(*(publisher() for _ in range(ASYNC_TASKS)))
+        await asyncio.wait_for(js.publish_async_completed(), GRACE_S)
+        elapsed_s = time.monotonic() - started_s
+    finally:
+        await nc.close()
+    return _async_row(acked[0], failed[0], latencies_s, elapsed_s)
+
+
+def _async_row(acked: int, failed: int, latencies_s: list[float], elapsed_s: float) -> Row:
+    p50, p99 = percentile(latencies_s, 0.50), percentile(latencies_s, 0.99)
+    return Row(
+        SYSTEM,
+        ASYNC[0],
+        acked / elapsed_s,
+        None,
+        None if p50 is None else p50 * 1000,
+        None if p99 is None else p99 * 1000,
+        failed,
+        "latency: publish_async returned to ack",
+        ASYNC[1],
+    )
 
 
 def _run(name: str, key: str, scenario: Awaitable[Tally], seconds: float) -> Row:

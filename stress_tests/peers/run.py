@@ -17,7 +17,7 @@ from typing import Protocol
 from stress_tests.bench_memory import MemorySampler
 from stress_tests.bench_report import MemoryRow, Row
 from stress_tests.peers import nats_redelivery, rabbitmq_redelivery
-from stress_tests.peers.nats_bench import nats_rows
+from stress_tests.peers.nats_bench import nats_async_rows, nats_rows
 from stress_tests.peers.nats_cluster import NatsCluster
 from stress_tests.peers.processes import port_open
 from stress_tests.peers.rabbitmq_bench import rabbitmq_rows
@@ -49,9 +49,10 @@ def taken_ports(ports: list[int]) -> list[int]:
 
 
 def run_peers(
-    seconds: float, directory: Path, log: Log
+    seconds: float, directory: Path, log: Log, only: str | None = None
 ) -> tuple[list[Row], list[MemoryRow], list[str]]:
-    """(rows, memory rows, one status line per peer)."""
+    """(rows, memory rows, one status line per peer). ``only`` ("async-producer"): only
+    the rows comparable to the asynchronous producer's (NATS's asynchronous publish)."""
     nats = NatsCluster(directory / "nats")
     rabbit = RabbitCluster(directory / "rabbitmq")
     plans: list[tuple[str, PeerCluster, str | None, list[int], Callable[[], list[Row]]]] = [
@@ -60,7 +61,7 @@ def run_peers(
             nats,
             missing_client("nats", "nats-py"),
             nats.listen_ports,
-            lambda: all_nats_rows(nats.servers, seconds, log),
+            lambda: all_nats_rows(nats.servers, seconds, log, only),
         ),
         (
             "RabbitMQ",
@@ -70,6 +71,8 @@ def run_peers(
             lambda: all_rabbitmq_rows(rabbit.amqp_ports, seconds, log),
         ),
     ]
+    if only is not None:
+        plans = plans[:1]  # RabbitMQ has no asynchronous-publish row yet
     rows: list[Row] = []
     memory: list[MemoryRow] = []
     lines: list[str] = []
@@ -85,8 +88,10 @@ def run_peers(
     return rows, memory, lines
 
 
-def all_nats_rows(servers: list[str], seconds: float, log: Log) -> list[Row]:
-    rows = nats_rows(servers, seconds, log)
+def all_nats_rows(servers: list[str], seconds: float, log: Log, only: str | None) -> list[Row]:
+    if only is not None:
+        return nats_async_rows(servers, seconds, log)
+    rows = nats_rows(servers, seconds, log) + nats_async_rows(servers, seconds, log)
     log(f"  nats: {nats_redelivery.SCENARIO.name} ...")
     return rows + nats_redelivery.rows(servers, seconds)
 

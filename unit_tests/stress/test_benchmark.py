@@ -224,6 +224,7 @@ def test_nats_node_config_binds_loopback_and_routes_to_all_three(tmp_path: Path)
 
 
 EXPECTED_ROWS = (
+    "8 threads sharing one asynchronous producer, 100-byte messages",
     "produce 1/req via LB, 1 thread",
     "produce 1/req via LB, 8 threads",
     "produce 1/req to leader broker, 1 thread",

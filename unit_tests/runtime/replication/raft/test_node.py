@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pysyncobj.pickle as pysyncobj_pickle
 import pytest
 from pysyncobj import FAIL_REASON, SyncObjConf, SyncObjConsumer, replicated
 from pysyncobj.monotonic import monotonic as raft_clock
@@ -23,14 +24,18 @@ from runtime.replication.raft import journal as durable_journal
 from runtime.replication.raft.node import RaftNode, raft_failure
 from unit_tests.ports import free_port
 from unit_tests.runtime.replication.raft import crash_child
+from unit_tests.runtime.replication.waits import one_leader, wait_for
 
 WAIT_S = 10.0
 
 
 def start_node(
-    directory: Path, partners: list[str], consumers: list[SyncObjConsumer] | None = None
+    directory: Path,
+    partners: list[str],
+    consumers: list[SyncObjConsumer] | None = None,
+    address: str | None = None,
 ) -> RaftNode:
-    address = f"127.0.0.1:{free_port()}"
+    address = address or f"127.0.0.1:{free_port()}"
     conf = SyncObjConf(
         bindAddress=address,
         journalFile=str(directory / "raft.journal"),
@@ -223,3 +228,49 @@ def test_a_node_that_never_heard_of_a_leader_is_not_caught_up(tmp_path: Path) ->
         assert not node.caught_up()
     finally:
         node.close(WAIT_S)
+
+
+class Blobs(SyncObjConsumer):  # type: ignore[misc]
+    def __init__(self) -> None:
+        super().__init__()
+        self.sizes: list[int] = []
+
+    @replicated  # type: ignore[misc]
+    def put(self, blob: bytes) -> None:
+        self.sizes.append(len(blob))
+
+
+def blob_for_entry_of(entry_bytes: int) -> bytes:
+    """A blob whose ``put`` entry's command is exactly ``entry_bytes`` long (pysyncobj: a
+    type byte, then the pickled ``(method id, (blob,))``)."""
+    for size in range(entry_bytes - 100, entry_bytes):
+        if 1 + len(pysyncobj_pickle.dumps((0, (b"x" * size,)))) == entry_bytes:
+            return b"x" * size
+    raise AssertionError(f"no blob makes an entry of {entry_bytes} bytes")
+
+
+@pytest.mark.parametrize("entry_bytes", [2 * 65536, 2 * 65536 - 10, 3 * 65536, 70_000])
+def test_an_entry_sent_in_parts_arrives_whole(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, entry_bytes: int
+) -> None:
+    """pysyncobj marks the part before the last finished for a command just below a multiple
+    of 64 KiB (``EntryParts``): without the fix each follower logs "failed _onTick" for an
+    unpickling error and takes the entry only at the leader's next part."""
+    addresses = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+    blobs = [Blobs() for _ in addresses]
+    nodes: list[RaftNode] = []
+    try:
+        for number, (address, consumer) in enumerate(zip(addresses, blobs, strict=True)):
+            directory = tmp_path / str(number)
+            directory.mkdir()
+            others = [a for a in addresses if a != address]
+            nodes.append(start_node(directory, others, [consumer], address))
+        leader = one_leader(nodes, lambda node: bool(node._isLeader()))
+        blob = blob_for_entry_of(entry_bytes)
+        blobs[nodes.index(leader)].put(blob, sync=True, timeout=WAIT_S)
+        wait_for(lambda: all(b.sizes == [len(blob)] for b in blobs), "every node applies it")
+    finally:
+        for node in nodes:
+            node.destroy()
+    failures = [r for r in caplog.records if r.name.startswith("pysyncobj")]
+    assert not failures, [r.getMessage() for r in failures]

@@ -39,7 +39,9 @@ Must be 0 (``MUST_BE_ZERO``):
   showing it settled (an ack ``done``, or ``already``): its lease began after its
   ``sent_ms``, so after the settle, and a settled message is never leased again. Or, with
   no clock at all, a delivery count above that of an ack ``done`` of the message: that ack
-  acted on the current lease, so no later lease existed before it, and none after it.
+  acted on the current lease, so no later lease existed before it, and none after it. For a
+  message with a copy in the dead-letter topic, in a run with a redrive, only an ack
+  ``done`` counts: ``already`` may be its dead-lettering, which the redrive undoes.
 - early_redelivery: delivery n+1 returned (its earliest ``at_ms``) before delivery n's lease
   could have ended, less ``clock_tolerance_ms``. Delivery n+1 is leased at a partition time
   at most its ``at_ms``, and only once delivery n's lease ended. The lease began no earlier
@@ -48,7 +50,8 @@ Must be 0 (``MUST_BE_ZERO``):
   lease expires no earlier than that plus its new timeout (an extend never shortens).
   A nack ends the lease early: a nack ``done`` sent at or before the redelivery's
   ``at_ms`` ended the current lease, so the bound is its ``sent_ms`` plus its delay, never
-  the lease's; a nack ``error`` may have done so, so the bound is the earlier of the two. A
+  the lease's; a nack ``error`` (or ``stale``: a repeat whose first attempt acted) may have
+  done so, so the bound is the earlier of the two. A
   nack sent after the redelivery returned cannot have caused it. Extends other than
   ``done`` may not have acted; leaving them out only lowers the bound. Not judged when no
   receive of delivery n was recorded (a worker killed before it recorded the answer; see
@@ -82,9 +85,10 @@ settled by it (not ``lost``). Must be 0:
   another value or producer's headers, another group, or a delivery count other than
   ``max_deliveries`` (a message dies when a delivery numbered ``max_deliveries`` ends).
 - delivered_past_max: a delivery numbered above ``max_deliveries``, except, after a redrive,
-  one of a poison message answered after the redrive began (its lease may have come after:
-  a receive sent before, a long poll say, may lease a reopened message) and numbered at
-  most twice that.
+  one of a message with a copy in the dead-letter topic (a poison message, or one whose
+  deliveries all ended unacknowledged: the long tier's seed 3105 had one) answered after
+  the redrive began (its lease may have come after: a receive sent before, a long poll
+  say, may lease a reopened message) and numbered at most twice that.
 
 A redrive (``LeaseHistory.redrive``: issue 20's ``POST /groups/{group}/redrive``, after the
 poison messages reached the dead-letter topic) makes each dead-lettered message deliverable
@@ -95,7 +99,7 @@ to the group again, once; a redriven message's delivery count goes on from
   ``max_deliveries`` shows settled (``done``, or ``already``): the redrive did not bring it
   back, or it was lost after.
 - redrive_miscounted: the redrive's answers counted another number of messages made
-  deliverable again (``redriven``, plus ``gone``) than poison messages with a copy in the
+  deliverable again (``redriven``, plus ``gone``) than messages with a copy in the
   dead-letter topic: a letter redriven twice (a repeat after a manager's failover not
   recognised), or one skipped.
 
@@ -177,6 +181,10 @@ ERROR = "error"
 """The outcome of an action that got no answer: it may or may not have taken effect."""
 OUTCOMES = (*(outcome.value for outcome in Outcome), ERROR)
 MAY_HAVE_ACTED = (Outcome.DONE.value, ERROR)
+NACK_MAY_HAVE_ACTED = (*MAY_HAVE_ACTED, Outcome.STALE.value)
+"""A nack answered ``stale`` may be a repeat whose first attempt acted: the client repeats a
+request whose answer it lost, and the partition, which remembers receipts and not requests,
+answers the repeat ``stale`` once the next delivery began (the long tier's seed 3105)."""
 
 Message = tuple[int, int]
 """``(partition_id, offset)``: one message of the topic."""
@@ -457,6 +465,8 @@ class HistoryIndex:
     """The earliest ``at_ms`` of an answer that shows the message settled."""
     acked_count: dict[Message, int]
     """The lowest delivery count an ack ``done`` settled."""
+    acked_ms: dict[Message, int]
+    """The earliest ``at_ms`` of an ack ``done``."""
     finished_ms: dict[tuple[str, Delivery], int]
     """The earliest ``Finished`` of a worker's delivery."""
     ledger_end_ms: dict[str, int]
@@ -472,6 +482,7 @@ class HistoryIndex:
         settles: dict[Delivery, list[Settled]] = defaultdict(list)
         settled_ms: dict[Message, int] = {}
         acked_count: dict[Message, int] = {}
+        acked_ms: dict[Message, int] = {}
         for settled in in_time_order(history.settled):
             settles[settled.delivery].append(settled)
             if settled.shows_settled:
@@ -479,6 +490,7 @@ class HistoryIndex:
             if settled.action == "ack" and settled.outcome == Outcome.DONE.value:
                 count = acked_count.get(settled.message, settled.delivery_count)
                 acked_count[settled.message] = min(count, settled.delivery_count)
+                acked_ms.setdefault(settled.message, settled.at_ms)
         finished_ms: dict[tuple[str, Delivery], int] = {}
         for finished in in_time_order(history.finished):
             finished_ms.setdefault((finished.worker, finished.delivery), finished.at_ms)
@@ -488,6 +500,7 @@ class HistoryIndex:
             dict(settles),
             settled_ms,
             acked_count,
+            acked_ms,
             finished_ms,
             ledger_ends(history),
         )
@@ -513,7 +526,7 @@ def check(
     check_receipts(index, verdict)
     check_lost(history, index, verdict)
     check_acks_follow_work(history, index, verdict)
-    check_settled_stays_settled(index, verdict)
+    check_settled_stays_settled(history, index, verdict)
     check_one_member_per_delivery(index, verdict)
     check_one_receive_per_delivery(index, verdict)
     check_counts_grow(index, verdict)
@@ -557,9 +570,15 @@ def check_acks_follow_work(
             )
 
 
-def check_settled_stays_settled(index: HistoryIndex, verdict: LeaseVerdict) -> None:
+def check_settled_stays_settled(
+    history: LeaseHistory, index: HistoryIndex, verdict: LeaseVerdict
+) -> None:
+    copied = {copy.message for copy in history.dead_letters}
     for message, receives in sorted(index.receives.items()):
         settled_ms = index.settled_ms.get(message)
+        if message in copied and history.redrive is not None:
+            # ``already`` may be its dead-lettering, which the redrive undoes: an ack only.
+            settled_ms = index.acked_ms.get(message)
         acked_count = index.acked_count.get(message)
         for received in receives:
             after_ms = settled_ms is not None and received.sent_ms > settled_ms
@@ -669,7 +688,7 @@ def nacks_before(settles: Iterable[Settled], redelivered_ms: int) -> list[Settle
     return [
         s
         for s in settles
-        if s.action == "nack" and s.outcome in MAY_HAVE_ACTED and s.sent_ms <= redelivered_ms
+        if s.action == "nack" and s.outcome in NACK_MAY_HAVE_ACTED and s.sent_ms <= redelivered_ms
     ]
 
 
@@ -756,21 +775,21 @@ def check_dead_letters(history: LeaseHistory, verdict: LeaseVerdict) -> None:
     poisoned = {m for m, p in produced.items() if p.poison}
     for received in sorted(history.received):
         if received.delivery_count > history.max_deliveries and not _after_redrive(
-            history, received, poisoned
+            history, received, set(copies)
         ):
             verdict.flag("delivered_past_max", f"{received}")
     if history.redrive is not None:
         check_redrive(history, history.redrive, poisoned, set(copies), verdict)
 
 
-def _after_redrive(history: LeaseHistory, received: Received, poison: set[Message]) -> bool:
-    """A poison message's delivery the redrive explains: answered after it began (leased
+def _after_redrive(history: LeaseHistory, received: Received, copied: set[Message]) -> bool:
+    """A dead-lettered message's delivery the redrive explains: answered after it began (leased
     then, at the latest: CI's seed 5039 had a long poll sent before the redrive lease a
     message it reopened), numbered at most ``max_deliveries`` more."""
     redrive = history.redrive
     return (
         redrive is not None
-        and received.message in poison
+        and received.message in copied
         and received.at_ms >= redrive.sent_ms
         and received.delivery_count <= 2 * history.max_deliveries
     )
@@ -793,7 +812,7 @@ def check_redrive(
     }
     for message in sorted(poison - settled_after):
         verdict.flag("redrive_missed", f"{message}: no ack after the redrive")
-    expected = len(poison & copied)
+    expected = len(copied)
     if redrive.redriven + redrive.gone != expected:
         verdict.flag(
             "redrive_miscounted",

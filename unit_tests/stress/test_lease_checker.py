@@ -718,6 +718,56 @@ def test_a_delivery_past_max_before_the_redrive_or_past_twice_max_is_flagged() -
     assert failing(check(fifth))["delivered_past_max"] == 1
 
 
+def died_of_expiries_and_redriven() -> LeaseHistory:
+    """``redriven`` plus D, a plain message whose two leases ran out (no ack): it has a
+    copy too, the redrive brought back both letters, and D's third delivery was acked."""
+    history = redriven()
+    copy = DeadLetterCopy(*D, f"v{D}", "g", 2, ())
+    unacked = without(history.settled, act("w2", "ack", D, 1, "done", 1510))
+    return with_(
+        history,
+        received=(*history.received, got("w2", D, 2, 2600, 2610), got("w1", D, 3, 7200, 7210)),
+        finished=(*history.finished, fin("w1", D, 3, 7220)),
+        settled=(*unacked, act("w1", "ack", D, 3, "done", 7230)),
+        dead_letters=(*history.dead_letters, copy),
+        redrive=Redrive(7000, 7050, redriven=2),
+    )
+
+
+def test_a_redriven_plain_message_with_a_copy_may_be_delivered_past_max() -> None:
+    """The long tier's seed 3105: 81 poison messages and one plain message died; the redrive
+    brought back all 82. Counting only the poison ones, the checker flagged the count and
+    the plain message's delivery after the redrive."""
+    history = died_of_expiries_and_redriven()
+    assert failing(check(history)) == {}
+    skipped = with_(history, redrive=Redrive(7000, 7050, redriven=1))
+    assert failing(check(skipped)) == {"redrive_miscounted": 1}
+    uncopied = with_(history, dead_letters=history.dead_letters[:1])
+    assert failing(check(uncopied))["delivered_past_max"] == 1
+
+
+def test_an_already_answer_of_a_dead_letter_does_not_forbid_its_redelivery() -> None:
+    """The long tier's seed 3105: a late nack of P's first delivery answered ``already`` (P
+    was dead-lettered by then); the redrive brought P back. An ack ``done`` still does."""
+    history = redriven()
+    late = act("w1", "nack", P, 1, "already", 6500)
+    assert failing(check(with_(history, settled=(*history.settled, late)))) == {}
+    acked = act("w1", "ack", P, 2, "done", 6500)
+    assert (
+        failing(check(with_(history, settled=(*history.settled, acked))))["redelivered_after_ack"]
+        == 1
+    )
+
+
+def test_a_nack_answered_stale_may_have_ended_the_lease_at_its_first_attempt() -> None:
+    """The long tier's seed 3105: a nack's first attempt ended the lease, its answer was
+    lost, and the repeat answered ``stale`` once the next delivery had begun."""
+    stale = replace(NACK_B, outcome="stale", duration_ms=0)
+    assert check(b_again_after_nack(200, stale)).ok
+    unknown = replace(stale, outcome="unknown")  # a receipt the partition never gave
+    assert failing(check(b_again_after_nack(200, unknown))) == {"early_redelivery": 1}
+
+
 # --- redelivery timing and busy workers --------------------------------------------------------
 
 J = (1, 7)

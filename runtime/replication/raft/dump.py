@@ -130,6 +130,12 @@ class DumpWriter(Serializer):
         self.close_transmissions()
         return SERIALIZER_STATE.SUCCESS, writing.index
 
+    def wait_written(self) -> None:
+        """Until the dump being written, if any, is written (not yet renamed: a tick does
+        that). For the simulator, which must not depend on a thread's speed."""
+        if self._writing is not None:
+            self._writing.wait()
+
     def close_transmissions(self) -> None:
         """Tick thread: forget every send of the dump to a follower in progress, closing
         its file (pysyncobj drops its sends without closing their files: when one ends,
@@ -202,6 +208,11 @@ class _DumpWrite:
 
     def done(self) -> bool:
         return not self._thread.is_alive()
+
+    def wait(self) -> None:
+        """Until the write has ended (the simulator: a dump's end must not depend on how
+        fast a thread ran)."""
+        self._thread.join()
 
     def _write(self, payload: tuple[Any, ...]) -> None:
         try:

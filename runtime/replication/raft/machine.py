@@ -18,8 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from pysyncobj import FAIL_REASON
 from pysyncobj.syncobj import SyncObjException
-from pysyncobj.transport import TCPTransport
+from pysyncobj.transport import Transport
 
 from protocol.durable_files import fsync_directory, make_directories
 from protocol.errors import ErrorCode, RaftQError
@@ -65,10 +66,10 @@ class RaftConfig:
 class Environment:
     """What a ``RaftMachine`` takes from the world, in one place so that a simulator can give
     its own: the transport its node talks through, and whether pysyncobj's thread ticks it
-    or its owner does (``RaftMachine.tick``). pysyncobj reads its own module's clock, which
-    cannot be given yet."""
+    or its owner does (``RaftMachine.tick``). The clock is not here: pysyncobj reads its own
+    module's, which the simulator replaces while it steps (``sim.world``)."""
 
-    transport: type[TCPTransport] = SnapshotTransport
+    transport: type[Transport] = SnapshotTransport
     auto_tick: bool = True
 
 
@@ -109,7 +110,9 @@ class RaftMachine(Generic[S, C, R]):
         if self._config.leader_wait_s > 0:
             self._node.wait_for_leader(self._config.leader_wait_s, self.name)
         name, args = self._definition.encode(command, synced)
-        applied = self._call(name, args)
+        return self._result(self._call(name, args), synced)
+
+    def _result(self, applied: Applied, synced: bool) -> R:
         # Every replica that acknowledged a synced entry synced it first, and a committed
         # entry was acknowledged by a majority; the leader may know of more. (A follower
         # proposes too: pysyncobj forwards its command to the leader.)
@@ -188,6 +191,42 @@ class RaftMachine(Generic[S, C, R]):
     def tick(self, wait_s: float = 0.0) -> None:
         """One pass of the node's loop, by its owner (``Environment.auto_tick`` off)."""
         self._node.doTick(wait_s)
+
+    def submit(
+        self, command: C, answered: Callable[[R | RaftQError], None], *, synced: bool = True
+    ) -> None:
+        """``propose`` without the wait, for an owner that ticks the node itself (the
+        simulator): ``answered`` gets what ``propose`` would return or raise, on the ticking
+        thread (never, if the node stops first)."""
+        name, args = self._definition.encode(command, synced)
+
+        def callback(applied: object, reason: object) -> None:
+            if reason != FAIL_REASON.SUCCESS or not isinstance(applied, Applied):
+                answered(raft_failure(reason, self.name, 0.0))
+                return
+            try:
+                answered(self._result(applied, synced))
+            except RaftQError as exc:
+                answered(exc)
+
+        getattr(self._consumer, name)(*args, callback=callback)
+
+    def start_member_change(
+        self, address: str, add: bool, answered: Callable[[RaftQError | None], None]
+    ) -> None:
+        """``change_member`` without the wait (the simulator): ``answered(None)`` once
+        committed, else the error. Raises NOT_LEADER at once as ``change_member`` does."""
+
+        def done(reason: object) -> None:
+            ok = reason == FAIL_REASON.SUCCESS
+            answered(None if ok else raft_failure(reason, self.name, 0.0))
+
+        self._node.start_member_change(address, add=add, answered=done)
+
+    @property
+    def node(self) -> RaftNode:
+        """The pysyncobj node, for the simulator's checks (inside this package only)."""
+        return self._node
 
     def _compact_when_large(self) -> None:
         """Tick thread: bound the memory the Raft log holds by bytes."""

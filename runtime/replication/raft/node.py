@@ -48,11 +48,12 @@ import os
 import pickletools
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf
 from pysyncobj.monotonic import monotonic as monotonic_time
-from pysyncobj.transport import TCPTransport
+from pysyncobj.transport import TCPTransport, Transport
 
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
@@ -129,7 +130,7 @@ def raft_failure(reason: object, what: str, commit_timeout_s: float) -> RaftQErr
     )
 
 
-_SENDERS_MEMBERS = "raftq_members"
+SENDERS_MEMBERS = "raftq_members"
 """The key, on a snapshot's last part, of the sender's members (old receivers ignore it)."""
 
 
@@ -142,7 +143,7 @@ class SnapshotTransport(TCPTransport):
         if isinstance(message, dict):
             part = message.get("serialized")
             if part is not None and part[2]:  # (data, is_first, is_last)
-                message[_SENDERS_MEMBERS] = self._syncObj.members_and_self()
+                message[SENDERS_MEMBERS] = self._syncObj.members_and_self()
         return bool(super().send(node, message))
 
 
@@ -157,7 +158,7 @@ class RaftNode(SyncObj):
         consumers: list[Any],
         *,
         commit_notice_delay_s: float,
-        transport: type[TCPTransport] | None = None,
+        transport: type[Transport] | None = None,
     ) -> None:
         # Set before SyncObj.__init__: attributes set after it would be snapshotted.
         self._journals: list[DurableFileJournal] = []
@@ -303,6 +304,26 @@ class RaftNode(SyncObj):
         kept here: a leader changes the members only once it has applied an entry of its
         term (so a change a previous leader left open is committed or gone: Raft's rule),
         and only when no change it proposed in this term is still waiting for its commit."""
+        done = threading.Event()
+        outcome: list[object] = []
+
+        def answered(error: object) -> None:
+            outcome.append(error)
+            done.set()
+
+        self.start_member_change(address, add=add, answered=answered)
+        what = f"{'adding' if add else 'removing'} member {address}"
+        if not done.wait(timeout_s):
+            raise raft_failure("timeout", what, timeout_s)
+        if outcome[0] != FAIL_REASON.SUCCESS:
+            raise raft_failure(outcome[0], what, timeout_s)
+
+    def start_member_change(
+        self, address: str, *, add: bool, answered: Callable[[object], None]
+    ) -> None:
+        """``change_member`` without the wait: ``answered(reason)`` is called on the tick
+        thread with pysyncobj's outcome (``FAIL_REASON.SUCCESS`` once committed). Raises
+        NOT_LEADER (nothing done) as ``change_member``; the simulator calls it directly."""
         with self._change_lock:
             term = self._SyncObj__raftCurrentTerm
             if self._change_open_term == term or not self.caught_up():
@@ -312,23 +333,15 @@ class RaftNode(SyncObj):
                     "once it is committed",
                 )
             self._change_open_term = term
-        done = threading.Event()
-        outcome: list[object] = []
 
         def callback(_result: object, error: object) -> None:
-            outcome.append(error)
             self._change_open_term = None
-            done.set()
+            answered(error)
 
         if add:
             self.addNodeToCluster(address, callback)
         else:
             self.removeNodeFromCluster(address, callback)
-        what = f"{'adding' if add else 'removing'} member {address}"
-        if not done.wait(timeout_s):
-            raise raft_failure("timeout", what, timeout_s)
-        if outcome[0] != FAIL_REASON.SUCCESS:
-            raise raft_failure(outcome[0], what, timeout_s)
 
     def _doDestroy(self) -> None:  # noqa: N802
         # The tick thread ends the node: close the dump's sends in progress too.
@@ -427,7 +440,7 @@ class RaftNode(SyncObj):
         # sees every message first.
         next_index: dict[Any, int] = self._SyncObj__raftNextIndex
         before = next_index.get(node)
-        self._senders_members = message.get(_SENDERS_MEMBERS)
+        self._senders_members = message.get(SENDERS_MEMBERS)
         try:
             SyncObj._SyncObj__onMessageReceived(self, node, message)
         finally:

@@ -440,6 +440,15 @@ class RaftNode(SyncObj):
         # sees every message first.
         next_index: dict[Any, int] = self._SyncObj__raftNextIndex
         before = next_index.get(node)
+        if message.get("type") == "append_entries" and message.get("serialized") is not None:
+            # A part of a snapshot says nothing about this node's log, but pysyncobj still
+            # moves its commit index to min(the leader's, its last index) on it: a follower
+            # that lagged behind the leader's dump with entries of an old term not yet
+            # overwritten committed and applied them (simulator, in-order network, seed 11:
+            # commit 1 -> 25 over entries of term 1 the group had replaced in term 2). The
+            # snapshot, once whole, sets the commit index itself.
+            committed = self._SyncObj__raftCommitIndex
+            message["commit_index"] = min(int(message.get("commit_index", 0)), committed)
         self._senders_members = message.get(SENDERS_MEMBERS)
         try:
             SyncObj._SyncObj__onMessageReceived(self, node, message)

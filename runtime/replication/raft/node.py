@@ -170,6 +170,9 @@ class RaftNode(SyncObj):
         """Set by a request thread, taken by the tick thread: pysyncobj's calls are not
         thread-safe (``transferLeadership`` sends on the tick thread's connections)."""
         self._senders_members: list[str] | None = None
+        self._matched: tuple[int, int] = (0, 0)
+        """(term, index): this log is known to match the leader of that term's through
+        that index (``_stale_append``)."""
         """Tick thread: the members that came with the snapshot part being handled."""
         with durable_journal.installed():  # entries, votes, dumps on disk before Raft acts
             super().__init__(
@@ -438,6 +441,8 @@ class RaftNode(SyncObj):
     def _SyncObj__onMessageReceived(self, node: Any, message: dict[str, Any]) -> None:  # noqa: N802
         # pysyncobj binds its transport to this name in SyncObj.__init__, so this override
         # sees every message first.
+        if self._stale_append(message):
+            return  # as if the network had lost it: the leader has sent newer ones
         next_index: dict[Any, int] = self._SyncObj__raftNextIndex
         before = next_index.get(node)
         if message.get("type") == "append_entries" and message.get("serialized") is not None:
@@ -454,6 +459,7 @@ class RaftNode(SyncObj):
             SyncObj._SyncObj__onMessageReceived(self, node, message)
         finally:
             self._senders_members = None
+        self._note_matched(message)
         if (
             message.get("type") == "next_node_idx"
             and message.get("success")
@@ -462,6 +468,43 @@ class RaftNode(SyncObj):
             and next_index.get(node, before) < before
         ):
             next_index[node] = before
+
+    def _stale_append(self, message: dict[str, Any]) -> bool:
+        """A late or repeated copy of an append this node already took from its term's
+        leader. pysyncobj deletes every entry after an append's before it answers success
+        (Raft deletes only entries that conflict), and its leader, whose match index only
+        grows, kept counting the deleted entries as held: an acknowledgement claimed
+        replicas that no longer had its entry, and a committed entry could be left on a
+        minority (simulator: nearly every seed with reordering or duplicates). Such a copy
+        is dropped, as if the network had lost it: it covers only entries up to
+        ``_matched`` (through which this log is known to be this term's leader's)."""
+        if message.get("type") != "append_entries" or "prevLogIdx" not in message:
+            return False
+        if "transmission" in message:
+            return False
+        term = self._SyncObj__raftCurrentTerm
+        if message.get("term") != term or self._matched[0] != term:
+            return False
+        last = _last_covered(message)
+        if last[0] > self._matched[1]:
+            return False
+        held = self._SyncObj__getEntries(last[0], 1)
+        return bool(held) and held[0][2] == last[1]
+
+    def _note_matched(self, message: dict[str, Any]) -> None:
+        """After pysyncobj took an append: this log matches the leader's through its last
+        entry, if it holds that entry now (else it was refused)."""
+        term = self._SyncObj__raftCurrentTerm
+        if message.get("type") != "append_entries" or message.get("term") != term:
+            return
+        if "prevLogIdx" not in message or "transmission" in message:
+            self._matched = (term, 0)  # a snapshot part: nothing known yet
+            return
+        last = _last_covered(message)
+        held = self._SyncObj__getEntries(last[0], 1)
+        if held and held[0][2] == last[1]:
+            known = self._matched[1] if self._matched[0] == term else 0
+            self._matched = (term, max(known, last[0]))
 
     def _SyncObj__applyLogEntries(self) -> bool:  # noqa: N802
         # pysyncobj (without batching) asks for an AppendEntries to every follower right
@@ -496,15 +539,20 @@ class RaftNode(SyncObj):
     def _SyncObj__loadDumpFile(self, clearJournal: bool) -> None:  # noqa: N802, N803
         # Called by pysyncobj on the first tick after a start (clearJournal False) and when a
         # snapshot from the leader has arrived (True: pysyncobj's leader resends from it).
+        # Either way Raft's rule holds: when the log holds the dump's last entry, only what
+        # precedes it goes. pysyncobj cleared the log for every snapshot from the leader,
+        # also a late or repeated one older than the entries the node had taken and
+        # acknowledged since: the leader went on counting them (simulator, seed 19 with
+        # reordering: a new member at index 4 again after acknowledging up to 26).
         journal = self.journal
         dump = self._SyncObj__serializer
-        if not clearJournal and journal is not None and isinstance(dump, DumpWriter):
+        if journal is not None and isinstance(dump, DumpWriter):
             try:
                 data = dump.peek()
             except Exception:  # pysyncobj reads it again and reports the failure
                 data = None
-            if data is not None:
-                journal.keep_from(data[2], data[1])
+            if data is not None and journal.keep_from(data[2], data[1]):
+                clearJournal = False  # noqa: N806 (pysyncobj's name)
         SyncObj._SyncObj__loadDumpFile(self, clearJournal)
         if not clearJournal:
             self._take_logged_members()
@@ -515,6 +563,15 @@ class RaftNode(SyncObj):
         self._SyncObj__raftElectionDeadline = (
             monotonic_time() + self._SyncObj__generateRaftTimeout()
         )
+
+
+def _last_covered(message: dict[str, Any]) -> tuple[int, int]:
+    """The index and term of the last entry an append covers (its previous entry, when it
+    carries none)."""
+    entries = message.get("entries") or []
+    if entries:
+        return int(entries[-1][1]), int(entries[-1][2])
+    return int(message["prevLogIdx"]), int(message["prevLogTerm"])
 
 
 _REGULAR_COMMAND = 0

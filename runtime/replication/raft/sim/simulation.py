@@ -367,12 +367,26 @@ class Simulation(Generic[S, C, R]):
                     node.start(node.partners, self._draws)
         for step in range(self._config.settle_steps):
             self._step(self._config.steps + step, lambda: "settle")
+            if self._settled():
+                break
         leader = self._leader()
         if leader is None:
             raise InvariantViolated("no leader after the faults stopped (liveness)")
         first = leader.observe().first_index
         terms = {i: t for _, i, t in leader.log_entries(first, 1 << 62)}
         self._checks.none_lost(leader.address, terms, first)
+
+    def _settled(self) -> bool:
+        """A leader, and every node up has applied all that it committed (its last entry:
+        every node has heard of every entry)."""
+        leader = self._leader()
+        if leader is None:
+            return False
+        seen = leader.observe()
+        last = leader.log_entries(seen.commit_index, 1 << 62)
+        if len(last) != 1:
+            return False  # entries not committed yet
+        return all(n.observe().last_applied == seen.commit_index for n in self._up())
 
     def _stop_all(self) -> None:
         for node in self._nodes.values():

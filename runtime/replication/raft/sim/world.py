@@ -4,7 +4,8 @@ the syncs the simulated disk records, replaced while the simulation steps.
 pysyncobj 0.3.17 reads its clock through the module-level name ``monotonicTime`` of
 ``pysyncobj.syncobj`` and draws election timeouts from that module's ``random``; RaftQ's
 ``RaftNode`` reads ``monotonic_time`` of its own module. ``virtual()`` swaps these names (and
-``os.fsync``/``os.fdatasync``, so ``SimDisk`` sees every sync) for the duration of one
+``os.fsync``/``os.fdatasync``, so ``SimDisk`` sees every sync, and pysyncobj's
+``getEncryptor``, memoized) for the duration of one
 simulation step, under a process-wide lock, and puts the originals back: the same choice as
 ``journal.installed()`` (ARCHITECTURE.md, "Deterministic simulation", says why not a vendored
 fork). A real node of the same process that ticks meanwhile would read the virtual clock:
@@ -13,6 +14,7 @@ the simulator runs alone (its tests and its command line build no other node).
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import threading
@@ -25,6 +27,7 @@ from runtime.replication.raft import node as raft_node
 from runtime.replication.raft.sim.disk import SimDisk
 
 _stepping = threading.Lock()
+_encryptor = functools.lru_cache(maxsize=4)(pysyncobj.syncobj.getEncryptor)
 """Held while pysyncobj's names are virtual: one simulation steps at a time."""
 
 
@@ -65,6 +68,9 @@ def virtual(clock: VirtualClock, draws: NodeRandom, disk: SimDisk) -> Iterator[N
             (raft_node, "monotonic_time", clock),
             (os, "fsync", disk.wrap(os.fsync)),
             (os, "fdatasync", disk.wrap(os.fdatasync)),
+            # Only pysyncobj's TCP transport encrypts; deriving the key (PBKDF2) took a
+            # fifth of a run's time. Derived once per secret instead.
+            (pysyncobj.syncobj, "getEncryptor", _encryptor),
         ]
         saved = [(module, name, getattr(module, name)) for module, name, _ in names]
         for module, name, value in names:

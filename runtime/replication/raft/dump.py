@@ -144,6 +144,14 @@ class DumpWriter(Serializer):
         for send_id in list(sends):
             _close_send(sends.pop(send_id))
 
+    def close_incoming(self) -> None:
+        """Tick thread, as the node ends: close a snapshot being received (pysyncobj leaves
+        its file open; the simulator's crashes showed it)."""
+        incoming = self._Serializer__incomingTransmissionFile
+        if incoming is not None and not isinstance(incoming, bytes):  # bytes: in memory
+            incoming.close()
+            self._Serializer__incomingTransmissionFile = None
+
     def getTransmissionData(self, transmissionID: Any) -> Any:  # noqa: N802, N803
         send = self._sends().get(transmissionID)
         data = super().getTransmissionData(transmissionID)

@@ -352,6 +352,7 @@ class RaftNode(SyncObj):
         dump = self._SyncObj__serializer
         if isinstance(dump, DumpWriter):
             dump.close_transmissions()
+            dump.close_incoming()
 
     def close(self, wait_s: float) -> None:
         """``destroy`` and wait (bounded) until the tick thread has closed the sockets and
@@ -486,7 +487,7 @@ class RaftNode(SyncObj):
         if message.get("term") != term or self._matched[0] != term:
             return False
         last = _last_covered(message)
-        if last[0] > self._matched[1]:
+        if last is None or last[0] > self._matched[1]:
             return False
         held = self._SyncObj__getEntries(last[0], 1)
         return bool(held) and held[0][2] == last[1]
@@ -501,6 +502,8 @@ class RaftNode(SyncObj):
             self._matched = (term, 0)  # a snapshot part: nothing known yet
             return
         last = _last_covered(message)
+        if last is None:
+            return
         held = self._SyncObj__getEntries(last[0], 1)
         if held and held[0][2] == last[1]:
             known = self._matched[1] if self._matched[0] == term else 0
@@ -565,13 +568,17 @@ class RaftNode(SyncObj):
         )
 
 
-def _last_covered(message: dict[str, Any]) -> tuple[int, int]:
+def _last_covered(message: dict[str, Any]) -> tuple[int, int] | None:
     """The index and term of the last entry an append covers (its previous entry, when it
-    carries none)."""
+    carries none); None when the leader did not know that term (pysyncobj sends None)."""
     entries = message.get("entries") or []
-    if entries:
-        return int(entries[-1][1]), int(entries[-1][2])
-    return int(message["prevLogIdx"]), int(message["prevLogTerm"])
+    index, term = (entries[-1][1], entries[-1][2]) if entries else (
+        message.get("prevLogIdx"),
+        message.get("prevLogTerm"),
+    )
+    if not isinstance(index, int) or not isinstance(term, int):
+        return None
+    return index, term
 
 
 _REGULAR_COMMAND = 0

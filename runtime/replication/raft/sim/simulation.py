@@ -65,6 +65,8 @@ class SimConfig:
     """Broken variant: these nodes' disks acknowledge syncs without keeping anything."""
     diverging_node: int | None = None
     """Broken variant: this node applies with ``Workload.broken_definition``."""
+    checks_off: frozenset[str] = frozenset()
+    """Checks not made (``checks.CHECKS``), to show that another one catches a fault."""
 
 
 @dataclass(slots=True)
@@ -96,7 +98,7 @@ class Simulation(Generic[S, C, R]):
         self._draws = NodeRandom()
         self._network = SimNetwork(config.seed, config.faults)
         self._disk = SimDisk(default_root())
-        self._checks = Invariants(config.min_insync_replicas)
+        self._checks = Invariants(config.min_insync_replicas, config.checks_off)
         self._result = SimResult(config.seed)
         self._answers: list[tuple[str, int, R | RaftQError]] = []
         self._proposals = 0

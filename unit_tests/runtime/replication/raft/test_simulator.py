@@ -1,0 +1,214 @@
+"""The deterministic simulator (``runtime/replication/raft/sim``) driving a real partition
+(``stress_tests/raft_sim.py``): a seed replays exactly, in this process and in another; a
+few hundred seeds hold every check on a faulty network and on an in-order one (pysyncobj's
+TCP); and each check rejects a deliberately broken variant that it alone is there to catch.
+
+More seeds: ``RAFTQ_SIM_SEEDS=2000`` here, or ``python -m stress_tests.raft_sim --seeds N``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runtime.replication.raft.sim.checks import (
+    CHECKS,
+    InvariantViolated,
+    Invariants,
+    durable_entries,
+    fingerprint,
+)
+from runtime.replication.raft.sim.disk import SimDisk
+from runtime.replication.raft.sim.network import NetworkFaults
+from runtime.replication.raft.sim.world import NodeRandom, VirtualClock, virtual
+from stress_tests.raft_sim import run_seed
+
+REPO_DIR = Path(__file__).resolve().parents[4]
+SEEDS = int(os.environ.get("RAFTQ_SIM_SEEDS", "120"))
+"""Seeds per network in CI (two networks): about a minute in all on this machine."""
+IN_ORDER = NetworkFaults(in_order=True)
+EVERY_DISK_LIES = (1, 2, 3, 4)
+
+
+def _digest(trace: list[str]) -> str:
+    return hashlib.sha256("\n".join(trace).encode()).hexdigest()
+
+
+def test_a_seed_replays_exactly() -> None:
+    first, second = run_seed(3), run_seed(3)
+    assert first.violation is None, first.trace_text()
+    assert first.trace == second.trace
+    assert first.acknowledged > 10  # it did something: elections, commits, acknowledgements
+    assert any("crash" in line for line in first.trace), "seed 3 crashes a node"
+    assert run_seed(4).trace != first.trace
+
+
+def test_a_seed_replays_in_another_process() -> None:
+    """Python's string hashing differs between processes (set order in pysyncobj): the
+    trace must not depend on it."""
+    script = (
+        "import hashlib; from stress_tests.raft_sim import run_seed; "
+        "print(hashlib.sha256(chr(10).join(run_seed(3).trace).encode()).hexdigest())"
+    )
+    environment = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(REPO_DIR)}
+    found = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO_DIR,
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    assert found.stdout.strip().splitlines()[-1] == _digest(run_seed(3).trace)
+
+
+@pytest.mark.parametrize("network", ["faulty", "in_order"])
+def test_seeds_hold_every_check(network: str) -> None:
+    faults = NetworkFaults() if network == "faulty" else IN_ORDER
+    failed = []
+    for seed in range(1, SEEDS + 1):
+        result = run_seed(seed, faults=faults)
+        if result.violation is not None:
+            failed.append(result)
+    if failed:
+        first = failed[0]
+        tail = "\n".join(first.trace[-40:])
+        seeds = [r.seed for r in failed]
+        pytest.fail(f"{network} seeds {seeds} failed; seed {first.seed}: {first.violation}\n{tail}")
+
+
+@pytest.mark.parametrize(
+    ("seed", "network"),
+    [(7, IN_ORDER), (11, IN_ORDER), (22, IN_ORDER), (1, NetworkFaults()), (19, NetworkFaults())],
+)
+def test_seeds_that_found_faults_pass(seed: int, network: NetworkFaults) -> None:
+    """Each found a fault before its fix (ARCHITECTURE.md, "Deterministic simulation"):
+    7 and 22 a false replicas_synced after a membership change, 11 a follower applying
+    entries of an old term on a snapshot part, 1 a late append deleting acknowledged
+    entries, 19 a late snapshot clearing them."""
+    result = run_seed(seed, faults=network)
+    assert result.violation is None, result.trace_text()
+
+
+# --- each check rejects what it is there for -------------------------------------------
+
+
+def test_a_disk_that_acknowledges_without_syncing_is_rejected() -> None:
+    result = run_seed(1, lying_nodes=(2,))
+    assert result.violation is not None
+    assert "hold it on disk" in result.violation
+
+
+def test_a_replica_that_applies_another_entry_is_rejected() -> None:
+    result = run_seed(1, diverging_node=2)
+    assert result.violation is not None
+    assert result.violation.startswith("states differ at applied index")
+
+
+def test_votes_lost_at_a_crash_give_two_leaders_in_a_term() -> None:
+    """Every disk lies, so a restarted node forgot its term and its vote."""
+    result = run_seed(1, lying_nodes=EVERY_DISK_LIES, checks_off=frozenset({"ack"}), crash_p=0.03)
+    assert result.violation is not None
+    assert result.violation.startswith("two leaders in term")
+
+
+def test_a_journal_lost_at_a_crash_changes_committed_entries() -> None:
+    off = frozenset({"ack", "leader"})
+    result = run_seed(1, lying_nodes=EVERY_DISK_LIES, checks_off=off, crash_p=0.03)
+    assert result.violation is not None
+    assert result.violation.startswith("committed entry 3 changed")
+
+
+def test_the_states_check_alone_sees_a_lost_journal() -> None:
+    off = frozenset({"ack", "leader", "committed"})
+    result = run_seed(1, lying_nodes=EVERY_DISK_LIES, checks_off=off, crash_p=0.03)
+    assert result.violation is not None
+    assert result.violation.startswith("states differ")
+
+
+def test_a_failing_seed_replays_with_its_trace() -> None:
+    first = run_seed(1, lying_nodes=(2,))
+    again = run_seed(1, lying_nodes=(2,))
+    assert first.violation == again.violation
+    assert first.trace == again.trace
+    assert first.trace[-1].startswith("VIOLATION")
+
+
+# --- the checks themselves ---------------------------------------------------------------
+
+
+def test_every_check_has_a_name() -> None:
+    assert set(CHECKS) == {"leader", "committed", "states", "ack", "lost"}
+
+
+def test_two_leaders_in_one_term() -> None:
+    checks = Invariants(2)
+    checks.leader("a", 1)
+    checks.leader("b", 2)
+    checks.leader("a", 1)
+    with pytest.raises(InvariantViolated, match="two leaders in term 2"):
+        checks.leader("c", 2)
+
+
+def test_committed_entries_and_acknowledgements() -> None:
+    checks = Invariants(2)
+    checks.committed_entry("a", 5, 1, b"x")
+    checks.committed_entry("b", 5, 1, b"x")
+    with pytest.raises(InvariantViolated, match="with other bytes"):
+        checks.committed_entry("c", 5, 1, b"y")
+    with pytest.raises(InvariantViolated, match="term 2 was committed"):
+        Invariants(2, committed={7: (2, b"")}).acknowledgement("a", 7, 1, 2, ["a", "b"])
+    with pytest.raises(InvariantViolated, match="below min_insync_replicas 3"):
+        Invariants(3).acknowledgement("a", 7, 1, 2, ["a", "b"])
+    with pytest.raises(InvariantViolated, match="only \\['a'\\] hold it"):
+        Invariants(2).acknowledgement("a", 7, 1, 2, ["a"])
+    Invariants(2).acknowledgement("a", 7, 1, 0, [])  # unsynced: nothing promised
+
+
+def test_an_acknowledged_entry_lost() -> None:
+    checks = Invariants(2)
+    checks.acknowledgement("a", 4, 1, 2, ["a", "b"])
+    checks.none_lost("a", {4: 1}, 1)
+    checks.none_lost("a", {}, 5)  # in the dump
+    with pytest.raises(InvariantViolated, match="acknowledged entry 4 \\(term 1\\) lost"):
+        checks.none_lost("b", {4: 2}, 1)
+
+
+def test_equal_states_have_equal_fingerprints() -> None:
+    assert fingerprint({"a": [1, (2, "x")], "b": {3}}) == fingerprint({"a": [1, (2, "x")], "b": {3}})
+    assert fingerprint({"a": 1, "b": 2}) != fingerprint({"b": 2, "a": 1})  # order is state
+    assert fingerprint([1, 2]) != fingerprint([2, 1])
+
+
+def test_the_disk_loses_what_was_not_synced(tmp_path: Path) -> None:
+    disk = SimDisk(str(tmp_path))
+    directory = tmp_path / "n1_1"
+    directory.mkdir()
+    with virtual(VirtualClock(), NodeRandom(), disk):
+        synced = directory / "synced"
+        synced.write_bytes(b"one")
+        with synced.open("r+b") as file:
+            os.fsync(file.fileno())
+            file.seek(0, 2)
+            file.write(b" two")  # never synced
+        (directory / "unnamed").write_bytes(b"x")
+        descriptor = os.open(directory / "unnamed", os.O_RDONLY)
+        os.fsync(descriptor)  # its bytes, but its name only with the folder's
+        os.close(descriptor)
+        folder = os.open(directory, os.O_RDONLY)
+        os.fsync(folder)
+        os.close(folder)
+        (directory / "late").write_bytes(b"late")
+    left = disk.crash(str(directory))
+    assert left == {"synced": b"one", "unnamed": b"x"}
+    assert sorted(os.listdir(directory)) == ["synced", "unnamed"]
+
+
+def test_durable_entries_reads_a_journal() -> None:
+    assert durable_entries(b"") == {}

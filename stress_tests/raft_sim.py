@@ -57,7 +57,9 @@ def partition_commands(rng: random.Random, number: int) -> Sequence[Command]:
     for part in range(rng.randint(1, 3)):
         roll = rng.random()
         if roll < 0.6:
-            messages = tuple((f"k{rng.randrange(4)}", f"v{number}.{part}.{i}") for i in range(rng.randint(1, 3)))
+            messages = tuple(
+                (f"k{rng.randrange(4)}", f"v{number}.{part}.{i}") for i in range(rng.randint(1, 3))
+            )
             commands.append(Append(messages, timestamp_ms, None, None))
         elif roll < 0.85:
             consumer = f"c{rng.randrange(2)}"

@@ -76,6 +76,8 @@ class DumpWriter(Serializer):
     dropped, not renamed over it.
     """
 
+    _Serializer__incomingTransmissionFile: Any  # pysyncobj's: a snapshot being received
+
     def __init__(
         self,
         fileName: str | None,  # noqa: N803 (pysyncobj's names)
@@ -147,7 +149,7 @@ class DumpWriter(Serializer):
     def close_incoming(self) -> None:
         """Tick thread, as the node ends: close a snapshot being received (pysyncobj leaves
         its file open; the simulator's crashes showed it)."""
-        incoming = self._Serializer__incomingTransmissionFile
+        incoming: Any = self._Serializer__incomingTransmissionFile
         if incoming is not None and not isinstance(incoming, bytes):  # bytes: in memory
             incoming.close()
             self._Serializer__incomingTransmissionFile = None

@@ -572,9 +572,13 @@ def _last_covered(message: dict[str, Any]) -> tuple[int, int] | None:
     """The index and term of the last entry an append covers (its previous entry, when it
     carries none); None when the leader did not know that term (pysyncobj sends None)."""
     entries = message.get("entries") or []
-    index, term = (entries[-1][1], entries[-1][2]) if entries else (
-        message.get("prevLogIdx"),
-        message.get("prevLogTerm"),
+    index, term = (
+        (entries[-1][1], entries[-1][2])
+        if entries
+        else (
+            message.get("prevLogIdx"),
+            message.get("prevLogTerm"),
+        )
     )
     if not isinstance(index, int) or not isinstance(term, int):
         return None

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pysyncobj.journal import FIRST_RECORD_OFFSET, LAST_RECORD_OFFSET_OFFSET
 
 
-class InvariantViolated(Exception):
+class InvariantError(Exception):
     """A check failed: the message says which and where."""
 
 
@@ -40,7 +40,10 @@ def canonical(value: object, depth: int = 0) -> object:
     if isinstance(value, str | bytes | int | float | bool) or value is None:
         return value
     if isinstance(value, dict):
-        return ("dict", tuple((canonical(k, depth + 1), canonical(v, depth + 1)) for k, v in value.items()))
+        return (
+            "dict",
+            tuple((canonical(k, depth + 1), canonical(v, depth + 1)) for k, v in value.items()),
+        )
     if isinstance(value, list | tuple):
         text = repr(value)
         if "<" not in text and "{" not in text:  # plain values only (most of a state)
@@ -50,7 +53,10 @@ def canonical(value: object, depth: int = 0) -> object:
         return ("set", tuple(sorted(repr(canonical(item, depth + 1)) for item in value)))
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = dataclasses.fields(value)
-        return (type(value).__name__, tuple(canonical(getattr(value, f.name), depth + 1) for f in fields))
+        return (
+            type(value).__name__,
+            tuple(canonical(getattr(value, f.name), depth + 1) for f in fields),
+        )
     attributes = getattr(value, "__dict__", None)
     if attributes is not None:
         return (type(value).__name__, canonical(attributes, depth + 1))
@@ -103,7 +109,7 @@ class Invariants:
             return
         other = self.leaders.setdefault(term, address)
         if other != address:
-            raise InvariantViolated(f"two leaders in term {term}: {other} and {address}")
+            raise InvariantError(f"two leaders in term {term}: {other} and {address}")
 
     def committed_entry(self, address: str, index: int, term: int, command: bytes) -> None:
         if "committed" in self.off:
@@ -112,14 +118,14 @@ class Invariants:
         if known is None:
             acked = self.acknowledged.get(index)
             if acked is not None and acked != term:
-                raise InvariantViolated(
+                raise InvariantError(
                     f"{address} committed index {index} in term {term}, but an "
                     f"acknowledged entry of term {acked} was there"
                 )
             self.committed[index] = (term, command)
             self.committed_by[index] = address
         elif known != (term, command):
-            raise InvariantViolated(
+            raise InvariantError(
                 f"committed entry {index} changed: {self.committed_by[index]} had term "
                 f"{known[0]}, {address} has term {term}"
                 + ("" if known[0] != term else " with other bytes")
@@ -130,9 +136,8 @@ class Invariants:
             return
         known = self.states.setdefault(index, (digest, address))
         if known[0] != digest:
-            raise InvariantViolated(
-                f"states differ at applied index {index}: {known[1]} {known[0]}, "
-                f"{address} {digest}"
+            raise InvariantError(
+                f"states differ at applied index {index}: {known[1]} {known[0]}, {address} {digest}"
             )
 
     def acknowledgement(
@@ -143,18 +148,18 @@ class Invariants:
             return  # an unsynced (``replicated``) entry promises nothing about disks
         known = self.committed.get(index)
         if known is not None and known[0] != term:
-            raise InvariantViolated(
+            raise InvariantError(
                 f"{proposer} acknowledged index {index} of term {term}; term {known[0]} "
                 "was committed there"
             )
         self.acknowledged[index] = term
         if replicas_synced < self.min_insync_replicas:
-            raise InvariantViolated(
+            raise InvariantError(
                 f"{proposer} acknowledged index {index} with {replicas_synced} replicas "
                 f"synced, below min_insync_replicas {self.min_insync_replicas}"
             )
         if len(holders) < replicas_synced:
-            raise InvariantViolated(
+            raise InvariantError(
                 f"{proposer} acknowledged index {index} (term {term}) as synced on "
                 f"{replicas_synced} replicas; only {holders or 'none'} hold it on disk"
             )
@@ -166,7 +171,7 @@ class Invariants:
             return
         for index, term in sorted(self.acknowledged.items()):
             if index >= first_index and log_terms.get(index) != term:
-                raise InvariantViolated(
+                raise InvariantError(
                     f"acknowledged entry {index} (term {term}) lost: the final leader "
                     f"{address} has {log_terms.get(index, 'nothing')} there"
                 )

@@ -20,7 +20,7 @@ from typing import Generic
 from protocol.errors import RaftQError
 from protocol.limits import Limits
 from runtime.replication.machine import C, Definition, Entry, R, S
-from runtime.replication.raft.sim.checks import Invariants, InvariantViolated, durable_entries
+from runtime.replication.raft.sim.checks import InvariantError, Invariants, durable_entries
 from runtime.replication.raft.sim.disk import SimDisk, default_root
 from runtime.replication.raft.sim.network import NetworkFaults, SimNetwork, seeded_random
 from runtime.replication.raft.sim.nodes import SimNode
@@ -52,7 +52,7 @@ class SimConfig:
     spares: int = 1
     """Nodes outside the group that a membership change may add (a move adds, then removes)."""
     min_insync_replicas: int = 2
-    faults: NetworkFaults = NetworkFaults()
+    faults: NetworkFaults = field(default_factory=NetworkFaults)
     propose_p: float = 0.3
     unsynced_p: float = 0.0
     crash_p: float = 0.01
@@ -127,7 +127,7 @@ class Simulation(Generic[S, C, R]):
             for step in range(self._config.steps):
                 self._step(step, self._choose)
             self._settle()
-        except InvariantViolated as exc:
+        except InvariantError as exc:
             self._result.violation = str(exc)
             self._note(f"VIOLATION {exc}")
         finally:
@@ -175,7 +175,7 @@ class Simulation(Generic[S, C, R]):
             if seen.last_applied != node.seen_applied:
                 node.seen_applied = seen.last_applied
                 machine = node.machine
-                assert machine is not None  # noqa: S101 (up, checked above)
+                assert machine is not None
                 digest = machine.read(self._workload.fingerprint)
                 self._checks.applied_state(address, seen.last_applied, digest)
             parts.append(
@@ -220,9 +220,8 @@ class Simulation(Generic[S, C, R]):
         for address, node in sorted(self._nodes.items()):
             files = self._disk.durable_files(node.data_dir)
             entries = durable_entries(files.get("raft.journal", b""))
-            if entries.get(index) == term:
-                holders.append(address)
-            elif entries and min(entries) > index and files.get("raft.dump"):
+            in_dump = bool(entries) and min(entries) > index and bool(files.get("raft.dump"))
+            if entries.get(index) == term or in_dump:
                 holders.append(address)
         return holders
 
@@ -263,7 +262,7 @@ class Simulation(Generic[S, C, R]):
         leader = self._leader()
         node = leader if leader is not None and self._rng.random() < 0.7 else self._rng.choice(up)
         machine = node.machine
-        assert machine is not None  # noqa: S101 (up)
+        assert machine is not None
         self._proposals += 1
         number = self._proposals
         command = self._workload.command(self._rng, number)
@@ -311,7 +310,7 @@ class Simulation(Generic[S, C, R]):
             return "compact: nobody up"
         node = self._rng.choice(up)
         machine = node.machine
-        assert machine is not None  # noqa: S101 (up)
+        assert machine is not None
         machine.compact()
         return f"compact {node.address}"
 
@@ -320,12 +319,10 @@ class Simulation(Generic[S, C, R]):
         if leader is None or self._change_open:
             return "member change: no leader or one open"
         machine = leader.machine
-        assert machine is not None  # noqa: S101 (a leader is up)
+        assert machine is not None
         members = sorted(leader.members() | {leader.address})
         if len(members) <= self._config.nodes:
-            spares = [
-                n for a, n in sorted(self._nodes.items()) if a not in members and not n.up
-            ]
+            spares = [n for a, n in sorted(self._nodes.items()) if a not in members and not n.up]
             if not spares:
                 return "member change: no spare"
             target = self._rng.choice(spares)
@@ -340,7 +337,7 @@ class Simulation(Generic[S, C, R]):
 
     def _start_change(self, leader: SimNode[S, C, R], target: SimNode[S, C, R], add: bool) -> str:
         machine = leader.machine
-        assert machine is not None  # noqa: S101 (a leader is up)
+        assert machine is not None
         what = f"{'add' if add else 'remove'} {target.address} at {leader.address}"
 
         def answered(error: RaftQError | None) -> None:
@@ -373,7 +370,7 @@ class Simulation(Generic[S, C, R]):
                 break
         leader = self._leader()
         if leader is None:
-            raise InvariantViolated("no leader after the faults stopped (liveness)")
+            raise InvariantError("no leader after the faults stopped (liveness)")
         first = leader.observe().first_index
         terms = {i: t for _, i, t in leader.log_entries(first, 1 << 62)}
         self._checks.none_lost(leader.address, terms, first)

@@ -18,7 +18,7 @@ import pytest
 
 from runtime.replication.raft.sim.checks import (
     CHECKS,
-    InvariantViolated,
+    InvariantError,
     Invariants,
     durable_entries,
     fingerprint,
@@ -152,7 +152,7 @@ def test_two_leaders_in_one_term() -> None:
     checks.leader("a", 1)
     checks.leader("b", 2)
     checks.leader("a", 1)
-    with pytest.raises(InvariantViolated, match="two leaders in term 2"):
+    with pytest.raises(InvariantError, match="two leaders in term 2"):
         checks.leader("c", 2)
 
 
@@ -160,13 +160,13 @@ def test_committed_entries_and_acknowledgements() -> None:
     checks = Invariants(2)
     checks.committed_entry("a", 5, 1, b"x")
     checks.committed_entry("b", 5, 1, b"x")
-    with pytest.raises(InvariantViolated, match="with other bytes"):
+    with pytest.raises(InvariantError, match="with other bytes"):
         checks.committed_entry("c", 5, 1, b"y")
-    with pytest.raises(InvariantViolated, match="term 2 was committed"):
+    with pytest.raises(InvariantError, match="term 2 was committed"):
         Invariants(2, committed={7: (2, b"")}).acknowledgement("a", 7, 1, 2, ["a", "b"])
-    with pytest.raises(InvariantViolated, match="below min_insync_replicas 3"):
+    with pytest.raises(InvariantError, match="below min_insync_replicas 3"):
         Invariants(3).acknowledgement("a", 7, 1, 2, ["a", "b"])
-    with pytest.raises(InvariantViolated, match="only \\['a'\\] hold it"):
+    with pytest.raises(InvariantError, match="only \\['a'\\] hold it"):
         Invariants(2).acknowledgement("a", 7, 1, 2, ["a"])
     Invariants(2).acknowledgement("a", 7, 1, 0, [])  # unsynced: nothing promised
 
@@ -176,12 +176,14 @@ def test_an_acknowledged_entry_lost() -> None:
     checks.acknowledgement("a", 4, 1, 2, ["a", "b"])
     checks.none_lost("a", {4: 1}, 1)
     checks.none_lost("a", {}, 5)  # in the dump
-    with pytest.raises(InvariantViolated, match="acknowledged entry 4 \\(term 1\\) lost"):
+    with pytest.raises(InvariantError, match="acknowledged entry 4 \\(term 1\\) lost"):
         checks.none_lost("b", {4: 2}, 1)
 
 
 def test_equal_states_have_equal_fingerprints() -> None:
-    assert fingerprint({"a": [1, (2, "x")], "b": {3}}) == fingerprint({"a": [1, (2, "x")], "b": {3}})
+    assert fingerprint({"a": [1, (2, "x")], "b": {3}}) == fingerprint(
+        {"a": [1, (2, "x")], "b": {3}}
+    )
     assert fingerprint({"a": 1, "b": 2}) != fingerprint({"b": 2, "a": 1})  # order is state
     assert fingerprint([1, 2]) != fingerprint([2, 1])
 

@@ -31,6 +31,7 @@ from protocol.limits import Limits
 from protocol.types import Offset, ReplicaId
 from runtime.replication.machine import Definition, Entry, ReplicatedMethod
 from runtime.replication.raft.sim.checks import fingerprint
+from runtime.replication.raft.sim.network import NetworkFaults
 from runtime.replication.raft.sim.simulation import SimConfig, SimResult, Simulation, Workload
 
 REPLICAS = 3
@@ -102,18 +103,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=100, help="how many seeds")
     parser.add_argument("--steps", type=int, default=SimConfig(seed=0).steps)
     parser.add_argument("--trace", action="store_true", help="print every run's trace")
+    parser.add_argument(
+        "--in-order", action="store_true", help="links deliver in order, as TCP (no duplicates)"
+    )
+    parser.add_argument(
+        "--member-change-p",
+        type=float,
+        default=SimConfig(seed=0).member_change_p,
+        help="chance per step of a membership change (0.08: the membership profile)",
+    )
     args = parser.parse_args(argv)
     seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
     failed: list[int] = []
     started_s = time.monotonic()
     for seed in seeds:
-        result = run_seed(seed, steps=args.steps)
+        faults = NetworkFaults(in_order=args.in_order)
+        result = run_seed(
+            seed, steps=args.steps, faults=faults, member_change_p=args.member_change_p
+        )
         if args.trace or result.violation:
             print(result.trace_text())
         if result.violation:
             failed.append(seed)
             print(f"seed {seed} FAILED: {result.violation}", flush=True)
-            print(f"replay: python -m stress_tests.raft_sim --seed {seed} --steps {args.steps}")
+            options = f"--steps {args.steps} --member-change-p {args.member_change_p}"
+            options += " --in-order" if args.in_order else ""
+            print(f"replay: python -m stress_tests.raft_sim --seed {seed} {options}")
     took_s = time.monotonic() - started_s
     print(f"{len(list(seeds))} seeds, {len(failed)} failed {failed} in {took_s:.1f} s")
     return 1 if failed else 0

@@ -103,7 +103,6 @@ class Simulation(Generic[S, C, R]):
         self._answers: list[tuple[str, int, R | RaftQError]] = []
         self._proposals = 0
         self._partitioned = False
-        self._change_open = False
         self._nodes: dict[str, SimNode[S, C, R]] = {}
         for number in range(1, config.nodes + config.spares + 1):
             address = address_of(number)
@@ -316,8 +315,8 @@ class Simulation(Generic[S, C, R]):
 
     def _change_member(self) -> str:
         leader = self._leader()
-        if leader is None or self._change_open:
-            return "member change: no leader or one open"
+        if leader is None:
+            return "member change: no leader"
         machine = leader.machine
         assert machine is not None
         members = sorted(leader.members() | {leader.address})
@@ -341,7 +340,6 @@ class Simulation(Generic[S, C, R]):
         what = f"{'add' if add else 'remove'} {target.address} at {leader.address}"
 
         def answered(error: RaftQError | None) -> None:
-            self._change_open = False
             self._note(f"     {what}: {'committed' if error is None else error.code.value}")
             if error is None and not add:
                 target.wipe()  # its broker discards a removed replica
@@ -349,8 +347,9 @@ class Simulation(Generic[S, C, R]):
         try:
             machine.start_member_change(target.address, add, answered)
         except RaftQError as exc:
+            if add:
+                target.wipe()  # never joined: a spare again
             return f"{what}: refused ({exc.code.value})"
-        self._change_open = True
         return what
 
     # --- the end ------------------------------------------------------------------------

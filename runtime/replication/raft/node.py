@@ -21,6 +21,11 @@
   a commit. Raft's rule, applied here: when the journal holds the dump's last entry (same
   index and term), drop only what comes before it (``DurableFileJournal.keep_from``).
   Tested by ``unit_tests/runtime/replication/raft/test_node.py`` (kill -9 right after a snapshot).
+- **Found by the simulator** (``sim/``; ARCHITECTURE.md, "Deterministic simulation"): a
+  late or repeated append no longer deletes the entries after it (``_stale_append``: Raft
+  deletes only conflicting entries, and the leader kept counting the deleted ones); a part
+  of a snapshot no longer moves the commit index over a log the leader never matched; a
+  late snapshot whose last entry the log holds keeps the entries after it.
 - **Its journal** (``DurableFileJournal``), for the machine's byte-bounded compaction, and
   its full dump written by a thread of its own (``DumpWriter``; ``useFork`` is ignored).
 - **A snapshot's receiver takes the sender's members.** pysyncobj stores in a dump the

@@ -12,10 +12,12 @@ import hashlib
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from runtime.replication.raft.node import RaftNode
 from runtime.replication.raft.sim.checks import (
     CHECKS,
     InvariantError,
@@ -104,6 +106,41 @@ def test_open_finding_a_restarted_leader_acknowledges_alone() -> None:
     replica synced. Strict: once fixed, this fails and moves to the passing seeds."""
     result = run_seed(11, member_change_p=0.08)
     assert result.violation is None, result.violation
+
+
+# --- membership faults fixed before the simulator (issue 19's items), taken out in-process --
+
+MEMBERSHIP = 0.08
+"""The membership profile's chance of a change per step (about one every 12 steps)."""
+
+
+def _changes_without_the_guard(
+    self: RaftNode, address: str, *, add: bool, answered: Callable[[object], None]
+) -> None:
+    """``RaftNode.start_member_change`` before fc243fe: no one-change-at-a-time rule."""
+    change = self.addNodeToCluster if add else self.removeNodeFromCluster
+    change(address, lambda _result, error: answered(error))
+
+
+def test_one_membership_change_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """fc243fe made a leader change members one at a time, once it applied an entry of its
+    term. Without it, membership seed 2 has a leader acknowledge an entry that only it
+    holds (also seeds 8 and 16 of 1-30); with it, the seed passes."""
+    assert run_seed(2, member_change_p=MEMBERSHIP).violation is None
+    monkeypatch.setattr(RaftNode, "start_member_change", _changes_without_the_guard)
+    violation = run_seed(2, member_change_p=MEMBERSHIP).violation
+    assert violation is not None
+    assert "with 1 replicas synced" in violation
+
+
+def test_a_restart_takes_the_newest_logged_members(monkeypatch: pytest.MonkeyPatch) -> None:
+    """37d50a5 (G11): a restarted node takes the newest members its log holds. Without it,
+    membership seed 9 elects two leaders in term 2 (a restarted node counted votes over
+    the members before a change); with it, the seed passes."""
+    assert run_seed(9, member_change_p=MEMBERSHIP).violation is None
+    monkeypatch.setattr(RaftNode, "_take_logged_members", lambda self: None)
+    violation = run_seed(9, member_change_p=MEMBERSHIP).violation
+    assert violation == "two leaders in term 2: n4:9004 and n3:9003"
 
 
 # --- each check rejects what it is there for -------------------------------------------

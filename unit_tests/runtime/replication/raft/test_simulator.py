@@ -35,6 +35,8 @@ SEEDS = int(os.environ.get("RAFTQ_SIM_SEEDS", "120"))
 """Seeds per network in CI (two networks): about a minute in all on this machine."""
 IN_ORDER = NetworkFaults(in_order=True)
 EVERY_DISK_LIES = (1, 2, 3, 4)
+MEMBERSHIP = 0.08
+"""The membership profile's chance of a change per step (about one every 12 steps)."""
 
 
 def _digest(trace: list[str]) -> str:
@@ -98,20 +100,17 @@ def test_seeds_that_found_faults_pass(seed: int, network: NetworkFaults) -> None
     assert result.violation is None, result.trace_text()
 
 
-@pytest.mark.xfail(strict=True, reason="open finding, cause not found yet (ARCHITECTURE.md)")
-def test_open_finding_a_restarted_leader_acknowledges_alone() -> None:
-    """Membership profile (a change every 12 steps or so), seed 11: n3, restarted after
-    two changes, leads term 3 and moves its commit index from 1 to 36 in one tick while
-    its match indexes for both other members are 0; it acknowledges index 35 with 1
-    replica synced. Strict: once fixed, this fails and moves to the passing seeds."""
-    result = run_seed(11, member_change_p=0.08)
-    assert result.violation is None, result.violation
+@pytest.mark.parametrize("seed", [1, 11])
+def test_membership_seeds_that_found_faults_pass(seed: int) -> None:
+    """Membership profile: seed 11 had a restarted leader replay old membership changes
+    while applying entries 2 to 36 at once, zeroing its match indexes (an entry
+    acknowledged with 1 replica synced where 2 held it); seeds 1 and 11 ended with no
+    leader while the first version of ``RaftNode._stale_append`` dropped heartbeats."""
+    result = run_seed(seed, member_change_p=MEMBERSHIP)
+    assert result.violation is None, result.trace_text()
 
 
 # --- membership faults fixed before the simulator (issue 19's items), taken out in-process --
-
-MEMBERSHIP = 0.08
-"""The membership profile's chance of a change per step (about one every 12 steps)."""
 
 
 def _changes_without_the_guard(

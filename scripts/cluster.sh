@@ -6,5 +6,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bash scripts/setup.sh
+bash scripts/setup.sh cluster  # only what a cluster needs; the test command adds the rest
 exec .venv/bin/raftq cluster up --dir "${RAFTQ_DIR:-.cluster}" "$@"

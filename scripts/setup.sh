@@ -15,6 +15,10 @@
 #   - requirements-dev.txt and RaftQ itself (editable) installed into it, again only when
 #     requirements*.txt or pyproject.toml changed (a hash of them is kept in .venv).
 # Afterwards .venv/bin/raftq exists.
+#
+# `scripts/setup.sh cluster` (what scripts/cluster.sh runs) sets up only what a local cluster
+# needs: python3, .venv, requirements.txt and RaftQ; no Java, FUSE, chromium, iptables, test
+# or Spark tooling (the test command installs those).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -115,17 +119,29 @@ inputs_hash() {
     cat requirements*.txt pyproject.toml | sha256sum | cut -d' ' -f1
 }
 
+CLUSTER_STAMP="$VENV/.raftq-cluster-stamp"
+
+cluster_inputs_hash() {
+    cat requirements.txt requirements-client.txt requirements-server.txt pyproject.toml \
+        | sha256sum | cut -d' ' -f1
+}
+
+installed() {
+    # installed STAMP HASH: the packages behind HASH are in .venv already.
+    [ -f "$1" ] && [ "$(cat "$1")" = "$2" ] && [ -x "$VENV/bin/raftq" ]
+}
+
 ensure_packages() {
-    local wanted
-    wanted="$(inputs_hash)"
-    if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$wanted" ] && [ -x "$VENV/bin/raftq" ]; then
+    # ensure_packages REQUIREMENTS STAMP HASH
+    local requirements="$1" stamp="$2" wanted="$3"
+    if installed "$stamp" "$wanted"; then
         log "dependencies up to date"
         return
     fi
-    log "installing requirements-dev.txt and RaftQ (editable)"
-    "$VENV/bin/python" -m pip install --disable-pip-version-check -q -r requirements-dev.txt
+    log "installing $requirements and RaftQ (editable)"
+    "$VENV/bin/python" -m pip install --disable-pip-version-check -q -r "$requirements"
     "$VENV/bin/python" -m pip install --disable-pip-version-check -q -e . --no-deps
-    echo "$wanted" > "$STAMP"
+    echo "$wanted" > "$stamp"
 }
 
 EXECUTOR_VENV=.venv-spark-executor
@@ -148,13 +164,22 @@ ensure_executor_venv() {
 }
 
 ensure_python
+if [ "${1:-}" = cluster ]; then
+    ensure_venv
+    # A full setup (requirements-dev.txt includes requirements.txt) serves a cluster too.
+    if ! installed "$STAMP" "$(inputs_hash)"; then
+        ensure_packages requirements.txt "$CLUSTER_STAMP" "$(cluster_inputs_hash)"
+    fi
+    log "ready for a cluster: $VENV/bin/raftq"
+    exit 0
+fi
 ensure "a Java runtime (17 or newer, for PySpark)" java_usable default-jre-headless
 ensure "libfuse 2 and fusermount (stress_tests/powercut)" libfuse_usable libfuse2 fuse3
 ensure_fuse_device
 ensure "headless chromium (the dashboard's test)" chromium_usable chromium
 ensure "iptables (the network-partition faults)" iptables_usable iptables
 ensure_venv
-ensure_packages
+ensure_packages requirements-dev.txt "$STAMP" "$(inputs_hash)"
 ensure_executor_venv
 [ -x "$VENV/bin/raftq" ] || die "$VENV/bin/raftq is missing after installation"
 log "ready: $VENV/bin/raftq"

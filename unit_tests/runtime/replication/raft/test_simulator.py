@@ -147,7 +147,7 @@ def test_a_restart_takes_the_newest_logged_members(monkeypatch: pytest.MonkeyPat
 
 
 def test_a_disk_that_acknowledges_without_syncing_is_rejected() -> None:
-    result = run_seed(1, lying_nodes=(2,))
+    result = run_seed(2, lying_nodes=(2,))
     assert result.violation is not None
     assert "hold it on disk" in result.violation
 
@@ -180,8 +180,8 @@ def test_the_states_check_alone_sees_a_lost_journal() -> None:
 
 
 def test_a_failing_seed_replays_with_its_trace() -> None:
-    first = run_seed(1, lying_nodes=(2,))
-    again = run_seed(1, lying_nodes=(2,))
+    first = run_seed(2, lying_nodes=(2,))
+    again = run_seed(2, lying_nodes=(2,))
     assert first.violation == again.violation
     assert first.trace == again.trace
     assert first.trace[-1].startswith("VIOLATION")

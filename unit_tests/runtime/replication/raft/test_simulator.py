@@ -27,12 +27,14 @@ from runtime.replication.raft.sim.checks import (
 )
 from runtime.replication.raft.sim.disk import SimDisk
 from runtime.replication.raft.sim.network import NetworkFaults
+from runtime.replication.raft.sim.simulation import SimConfig
 from runtime.replication.raft.sim.world import NodeRandom, VirtualClock, virtual
 from stress_tests.raft_sim import run_seed
 
 REPO_DIR = Path(__file__).resolve().parents[4]
 SEEDS = int(os.environ.get("RAFTQ_SIM_SEEDS", "120"))
-"""Seeds per network in CI (two networks): about a minute in all on this machine."""
+"""Seeds per network in CI (two networks, and a third as many in the membership profile):
+280 seeds, about a minute of CPU on this machine."""
 IN_ORDER = NetworkFaults(in_order=True)
 EVERY_DISK_LIES = (1, 2, 3, 4)
 MEMBERSHIP = 0.08
@@ -72,19 +74,23 @@ def test_a_seed_replays_in_another_process() -> None:
     assert found.stdout.strip().splitlines()[-1] == _digest(run_seed(3).trace)
 
 
-@pytest.mark.parametrize("network", ["faulty", "in_order"])
-def test_seeds_hold_every_check(network: str) -> None:
-    faults = NetworkFaults() if network == "faulty" else IN_ORDER
+@pytest.mark.parametrize("profile", ["faulty", "in_order", "membership"])
+def test_seeds_hold_every_check(profile: str) -> None:
+    """``SEEDS`` seeds of each network, and a third as many of the membership profile (a
+    change every ~12 steps, on the faulty network)."""
+    faults = IN_ORDER if profile == "in_order" else NetworkFaults()
+    member_change_p = MEMBERSHIP if profile == "membership" else SimConfig(seed=0).member_change_p
+    count = SEEDS // 3 if profile == "membership" else SEEDS
     failed = []
-    for seed in range(1, SEEDS + 1):
-        result = run_seed(seed, faults=faults)
+    for seed in range(1, count + 1):
+        result = run_seed(seed, faults=faults, member_change_p=member_change_p)
         if result.violation is not None:
             failed.append(result)
     if failed:
         first = failed[0]
         tail = "\n".join(first.trace[-40:])
         seeds = [r.seed for r in failed]
-        pytest.fail(f"{network} seeds {seeds} failed; seed {first.seed}: {first.violation}\n{tail}")
+        pytest.fail(f"{profile} seeds {seeds} failed; seed {first.seed}: {first.violation}\n{tail}")
 
 
 @pytest.mark.parametrize(

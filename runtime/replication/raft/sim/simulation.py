@@ -50,7 +50,8 @@ class SimConfig:
     step_s: float = 0.02
     nodes: int = 3
     spares: int = 1
-    """Nodes outside the group that a membership change may add (a move adds, then removes)."""
+    """Nodes outside the group at the start that a membership change may add (a move adds,
+    then removes); more are made as needed, each with an address never used before."""
     min_insync_replicas: int = 2
     faults: NetworkFaults = field(default_factory=NetworkFaults)
     propose_p: float = 0.3
@@ -105,16 +106,26 @@ class Simulation(Generic[S, C, R]):
         self._partitioned = False
         self._nodes: dict[str, SimNode[S, C, R]] = {}
         for number in range(1, config.nodes + config.spares + 1):
-            address = address_of(number)
-            definition = workload.definition
-            if number == config.diverging_node and workload.broken_definition is not None:
-                definition = workload.broken_definition
-            self._nodes[address] = SimNode(
-                address, config.seed, definition, self._network, self._disk, self._limits
-            )
-            if number in config.lying_nodes:
-                self._disk.lying.add(address)
+            self._new_node(number)
         self._group = [address_of(n) for n in range(1, config.nodes + 1)]
+
+    def _new_node(self, number: int) -> SimNode[S, C, R]:
+        """Node ``number``, not started. An address serves one node's life only: RaftQ never
+        gives a replica's Raft address to another (a node with the old one's address and
+        none of its votes let a member with old members win a second election in a term:
+        membership seed 2127 before addresses were fresh)."""
+        address = address_of(number)
+        definition = self._workload.definition
+        broken = self._workload.broken_definition
+        if number == self._config.diverging_node and broken is not None:
+            definition = broken
+        node = SimNode(
+            address, self._config.seed, definition, self._network, self._disk, self._limits
+        )
+        self._nodes[address] = node
+        if number in self._config.lying_nodes:
+            self._disk.lying.add(address)
+        return node
 
     def run(self) -> SimResult:
         """The whole run; a violation ends it (``SimResult.violation``)."""
@@ -165,7 +176,8 @@ class Simulation(Generic[S, C, R]):
         parts = []
         for address, node in sorted(self._nodes.items()):
             if not node.up:
-                parts.append(f"{address.split(':')[0]}:down")
+                if node.partners:  # else never started, or retired
+                    parts.append(f"{address.split(':')[0]}:down")
                 continue
             seen = node.observe()
             if seen.role == "leader":
@@ -321,11 +333,8 @@ class Simulation(Generic[S, C, R]):
         assert machine is not None
         members = sorted(leader.members() | {leader.address})
         if len(members) <= self._config.nodes:
-            spares = [n for a, n in sorted(self._nodes.items()) if a not in members and not n.up]
-            if not spares:
-                return "member change: no spare"
-            target = self._rng.choice(spares)
-            target.wipe()
+            fresh = [n for _, n in sorted(self._nodes.items()) if n.incarnation == 0]
+            target = self._rng.choice(fresh) if fresh else self._new_node(len(self._nodes) + 1)
             target.start(tuple(members), self._draws)
             add = True
         else:

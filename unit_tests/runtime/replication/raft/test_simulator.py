@@ -116,15 +116,13 @@ def test_membership_seeds_that_found_faults_pass(seed: int) -> None:
     assert result.violation is None, result.trace_text()
 
 
-@pytest.mark.xfail(strict=True, reason="open finding (ARCHITECTURE.md, Not done yet)")
-def test_open_finding_a_late_append_after_a_snapshot() -> None:
-    """Seed 4007, 1,500 steps: n8, added by a snapshot, acknowledged up to 182, then its
-    log ends at 181 (a late append of its leader truncated it: after a snapshot
-    ``RaftNode._stale_append`` knows no matched index yet), while the leader counts it:
-    an acknowledgement of index 182 claims 3 replicas, 2 hold it. Strict: once fixed, this
-    fails and the seed joins the passing ones."""
+def test_a_long_seed_that_found_a_fault_passes() -> None:
+    """Seed 4007 at 1,500 steps: a member added by a snapshot received it again, late,
+    after acknowledging up to 182; ``RaftNode`` then forgot where its log matched the
+    leader's, and a late append truncated it to 181 while the leader still counted it (an
+    acknowledgement claimed 3 replicas, 2 held it)."""
     result = run_seed(4007, steps=1500)
-    assert result.violation is None, result.violation
+    assert result.violation is None, result.trace_text()
 
 
 @pytest.mark.xfail(strict=True, reason="open finding (ARCHITECTURE.md, Not done yet)")

@@ -76,6 +76,8 @@ class DumpWriter(Serializer):
     dropped, not renamed over it.
     """
 
+    _Serializer__incomingTransmissionFile: Any  # pysyncobj's: a snapshot being received
+
     def __init__(
         self,
         fileName: str | None,  # noqa: N803 (pysyncobj's names)
@@ -130,6 +132,12 @@ class DumpWriter(Serializer):
         self.close_transmissions()
         return SERIALIZER_STATE.SUCCESS, writing.index
 
+    def wait_written(self) -> None:
+        """Until the dump being written, if any, is written (not yet renamed: a tick does
+        that). For the simulator, which must not depend on a thread's speed."""
+        if self._writing is not None:
+            self._writing.wait()
+
     def close_transmissions(self) -> None:
         """Tick thread: forget every send of the dump to a follower in progress, closing
         its file (pysyncobj drops its sends without closing their files: when one ends,
@@ -137,6 +145,14 @@ class DumpWriter(Serializer):
         sends = self._sends()
         for send_id in list(sends):
             _close_send(sends.pop(send_id))
+
+    def close_incoming(self) -> None:
+        """Tick thread, as the node ends: close a snapshot being received (pysyncobj leaves
+        its file open; the simulator's crashes showed it)."""
+        incoming: Any = self._Serializer__incomingTransmissionFile
+        if incoming is not None and not isinstance(incoming, bytes):  # bytes: in memory
+            incoming.close()
+            self._Serializer__incomingTransmissionFile = None
 
     def getTransmissionData(self, transmissionID: Any) -> Any:  # noqa: N802, N803
         send = self._sends().get(transmissionID)
@@ -202,6 +218,11 @@ class _DumpWrite:
 
     def done(self) -> bool:
         return not self._thread.is_alive()
+
+    def wait(self) -> None:
+        """Until the write has ended (the simulator: a dump's end must not depend on how
+        fast a thread ran)."""
+        self._thread.join()
 
     def _write(self, payload: tuple[Any, ...]) -> None:
         try:

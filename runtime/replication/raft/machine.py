@@ -18,8 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from pysyncobj import FAIL_REASON
 from pysyncobj.syncobj import SyncObjException
-from pysyncobj.transport import TCPTransport
+from pysyncobj.transport import Transport
 
 from protocol.durable_files import fsync_directory, make_directories
 from protocol.errors import ErrorCode, RaftQError
@@ -65,10 +66,10 @@ class RaftConfig:
 class Environment:
     """What a ``RaftMachine`` takes from the world, in one place so that a simulator can give
     its own: the transport its node talks through, and whether pysyncobj's thread ticks it
-    or its owner does (``RaftMachine.tick``). pysyncobj reads its own module's clock, which
-    cannot be given yet."""
+    or its owner does (``RaftMachine.tick``). The clock is not here: pysyncobj reads its own
+    module's, which the simulator replaces while it steps (``sim.world``)."""
 
-    transport: type[TCPTransport] = SnapshotTransport
+    transport: type[Transport] = SnapshotTransport
     auto_tick: bool = True
 
 
@@ -84,7 +85,6 @@ class RaftMachine(Generic[S, C, R]):
         environment = environment or Environment()
         self._definition = definition
         self._config = config
-        self._quorum = (len(config.partners) + 1) // 2 + 1
         make_directories(config.data_dir)  # durable: the journal and dump inside must be found
         consumer: StateConsumer[S, C, R] = consumer_type(definition.methods)(definition)
         self._consumer = consumer
@@ -109,12 +109,24 @@ class RaftMachine(Generic[S, C, R]):
         if self._config.leader_wait_s > 0:
             self._node.wait_for_leader(self._config.leader_wait_s, self.name)
         name, args = self._definition.encode(command, synced)
-        applied = self._call(name, args)
-        # Every replica that acknowledged a synced entry synced it first, and a committed
-        # entry was acknowledged by a majority; the leader may know of more. (A follower
-        # proposes too: pysyncobj forwards its command to the leader.)
-        holding = self._node.replicas_holding(applied.index)
-        replicas_synced = max(self._quorum, holding) if synced else 0
+        return self._result(self._call(name, args), synced)
+
+    def _result(self, applied: Applied, synced: bool) -> R:
+        # Every replica that acknowledged a synced entry synced it first. The leader counts
+        # them (its match indexes). A follower (pysyncobj forwards its proposals) knows only
+        # that a majority of the members of the commit did, and a member may have been
+        # added or removed since: it claims the smallest such majority, one member fewer
+        # than it sees (one change at a time). Not the majority of the members the node
+        # started with: a node added to a group of 3 took 3 for it after the group was back
+        # to 3 members, and a follower took the new majority of 4 for an entry committed by
+        # 2 of 3, both claiming 3 replicas where 2 held the entry (simulator, in-order
+        # network, seeds 7 and 22).
+        if not synced:
+            replicas_synced = 0
+        elif self._node.leads():
+            replicas_synced = self._node.replicas_holding(applied.index)
+        else:
+            replicas_synced = max(len(self._node.members()) // 2 + 1, 1)
         entry = Entry(applied.term, applied.index, replicas_synced)
         return self._definition.result(applied.value, entry)
 
@@ -191,6 +203,42 @@ class RaftMachine(Generic[S, C, R]):
     def tick(self, wait_s: float = 0.0) -> None:
         """One pass of the node's loop, by its owner (``Environment.auto_tick`` off)."""
         self._node.doTick(wait_s)
+
+    def submit(
+        self, command: C, answered: Callable[[R | RaftQError], None], *, synced: bool = True
+    ) -> None:
+        """``propose`` without the wait, for an owner that ticks the node itself (the
+        simulator): ``answered`` gets what ``propose`` would return or raise, on the ticking
+        thread (never, if the node stops first)."""
+        name, args = self._definition.encode(command, synced)
+
+        def callback(applied: object, reason: object) -> None:
+            if reason != FAIL_REASON.SUCCESS or not isinstance(applied, Applied):
+                answered(raft_failure(reason, self.name, 0.0))
+                return
+            try:
+                answered(self._result(applied, synced))
+            except RaftQError as exc:
+                answered(exc)
+
+        getattr(self._consumer, name)(*args, callback=callback)
+
+    def start_member_change(
+        self, address: str, add: bool, answered: Callable[[RaftQError | None], None]
+    ) -> None:
+        """``change_member`` without the wait (the simulator): ``answered(None)`` once
+        committed, else the error. Raises NOT_LEADER at once as ``change_member`` does."""
+
+        def done(reason: object) -> None:
+            ok = reason == FAIL_REASON.SUCCESS
+            answered(None if ok else raft_failure(reason, self.name, 0.0))
+
+        self._node.start_member_change(address, add=add, answered=done)
+
+    @property
+    def node(self) -> RaftNode:
+        """The pysyncobj node, for the simulator's checks (inside this package only)."""
+        return self._node
 
     def _compact_when_large(self) -> None:
         """Tick thread: bound the memory the Raft log holds by bytes."""

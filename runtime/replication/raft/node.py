@@ -33,6 +33,11 @@
   more part until they unpickle, then hands pysyncobj the whole entry as a plain append.
   Tested by ``unit_tests/runtime/replication/raft/test_node.py`` (entries of exactly 128
   and 192 KiB).
+- **Found by the simulator** (``sim/``; ARCHITECTURE.md, "Deterministic simulation"): a
+  late or repeated append no longer deletes the entries after it (``_stale_append``: Raft
+  deletes only conflicting entries, and the leader kept counting the deleted ones); a part
+  of a snapshot no longer moves the commit index over a log the leader never matched; a
+  late snapshot whose last entry the log holds keeps the entries after it.
 - **Its journal** (``DurableFileJournal``), for the machine's byte-bounded compaction, and
   its full dump written by a thread of its own (``DumpWriter``; ``useFork`` is ignored).
 - **A snapshot's receiver takes the sender's members.** pysyncobj stores in a dump the
@@ -65,12 +70,13 @@ import pickle
 import pickletools
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pysyncobj.pickle as pysyncobj_pickle
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf
 from pysyncobj.monotonic import monotonic as monotonic_time
-from pysyncobj.transport import TCPTransport
+from pysyncobj.transport import TCPTransport, Transport
 
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
@@ -148,7 +154,7 @@ def raft_failure(reason: object, what: str, commit_timeout_s: float) -> RaftQErr
     )
 
 
-_SENDERS_MEMBERS = "raftq_members"
+SENDERS_MEMBERS = "raftq_members"
 """The key, on a snapshot's last part, of the sender's members (old receivers ignore it)."""
 
 
@@ -161,7 +167,7 @@ class SnapshotTransport(TCPTransport):
         if isinstance(message, dict):
             part = message.get("serialized")
             if part is not None and part[2]:  # (data, is_first, is_last)
-                message[_SENDERS_MEMBERS] = self._syncObj.members_and_self()
+                message[SENDERS_MEMBERS] = self._syncObj.members_and_self()
         return bool(super().send(node, message))
 
 
@@ -206,7 +212,7 @@ class RaftNode(SyncObj):
         consumers: list[Any],
         *,
         commit_notice_delay_s: float,
-        transport: type[TCPTransport] | None = None,
+        transport: type[Transport] | None = None,
     ) -> None:
         # Set before SyncObj.__init__: attributes set after it would be snapshotted.
         self._journals: list[DurableFileJournal] = []
@@ -218,6 +224,9 @@ class RaftNode(SyncObj):
         """Set by a request thread, taken by the tick thread: pysyncobj's calls are not
         thread-safe (``transferLeadership`` sends on the tick thread's connections)."""
         self._senders_members: list[str] | None = None
+        self._matched: tuple[int, int] = (0, 0)
+        """(term, index): this log is known to match the leader of that term's through
+        that index (``_stale_append``)."""
         """Tick thread: the members that came with the snapshot part being handled."""
         self._entry_parts = EntryParts()
         frame_compression.install()  # small frames without a 256 KiB deflate state each
@@ -355,6 +364,26 @@ class RaftNode(SyncObj):
         kept here: a leader changes the members only once it has applied an entry of its
         term (so a change a previous leader left open is committed or gone: Raft's rule),
         and only when no change it proposed in this term is still waiting for its commit."""
+        done = threading.Event()
+        outcome: list[object] = []
+
+        def answered(error: object) -> None:
+            outcome.append(error)
+            done.set()
+
+        self.start_member_change(address, add=add, answered=answered)
+        what = f"{'adding' if add else 'removing'} member {address}"
+        if not done.wait(timeout_s):
+            raise raft_failure("timeout", what, timeout_s)
+        if outcome[0] != FAIL_REASON.SUCCESS:
+            raise raft_failure(outcome[0], what, timeout_s)
+
+    def start_member_change(
+        self, address: str, *, add: bool, answered: Callable[[object], None]
+    ) -> None:
+        """``change_member`` without the wait: ``answered(reason)`` is called on the tick
+        thread with pysyncobj's outcome (``FAIL_REASON.SUCCESS`` once committed). Raises
+        NOT_LEADER (nothing done) as ``change_member``; the simulator calls it directly."""
         with self._change_lock:
             term = self._SyncObj__raftCurrentTerm
             if self._change_open_term == term or not self.caught_up():
@@ -364,23 +393,15 @@ class RaftNode(SyncObj):
                     "once it is committed",
                 )
             self._change_open_term = term
-        done = threading.Event()
-        outcome: list[object] = []
 
         def callback(_result: object, error: object) -> None:
-            outcome.append(error)
             self._change_open_term = None
-            done.set()
+            answered(error)
 
         if add:
             self.addNodeToCluster(address, callback)
         else:
             self.removeNodeFromCluster(address, callback)
-        what = f"{'adding' if add else 'removing'} member {address}"
-        if not done.wait(timeout_s):
-            raise raft_failure("timeout", what, timeout_s)
-        if outcome[0] != FAIL_REASON.SUCCESS:
-            raise raft_failure(outcome[0], what, timeout_s)
 
     def _doDestroy(self) -> None:  # noqa: N802
         # The tick thread ends the node: close the dump's sends in progress too.
@@ -388,6 +409,7 @@ class RaftNode(SyncObj):
         dump = self._SyncObj__serializer
         if isinstance(dump, DumpWriter):
             dump.close_transmissions()
+            dump.close_incoming()
 
     def close(self, wait_s: float) -> None:
         """``destroy`` and wait (bounded) until the tick thread has closed the sockets and
@@ -477,15 +499,28 @@ class RaftNode(SyncObj):
     def _SyncObj__onMessageReceived(self, node: Any, message: dict[str, Any]) -> None:  # noqa: N802
         # pysyncobj binds its transport to this name in SyncObj.__init__, so this override
         # sees every message first.
+        if message.get("transmission") is not None:
+            # An entry sent in parts: whole before anything looks at it (``EntryParts``).
+            message = self._entry_parts.received(node, message)
+        if self._stale_append(message):
+            return  # as if the network had lost it: the leader has sent newer ones
         next_index: dict[Any, int] = self._SyncObj__raftNextIndex
         before = next_index.get(node)
-        if message.get("transmission") is not None:
-            message = self._entry_parts.received(node, message)
-        self._senders_members = message.get(_SENDERS_MEMBERS)
+        if message.get("type") == "append_entries" and message.get("serialized") is not None:
+            # A part of a snapshot says nothing about this node's log, but pysyncobj still
+            # moves its commit index to min(the leader's, its last index) on it: a follower
+            # that lagged behind the leader's dump with entries of an old term not yet
+            # overwritten committed and applied them (simulator, in-order network, seed 11:
+            # commit 1 -> 25 over entries of term 1 the group had replaced in term 2). The
+            # snapshot, once whole, sets the commit index itself.
+            committed = self._SyncObj__raftCommitIndex
+            message["commit_index"] = min(int(message.get("commit_index", 0)), committed)
+        self._senders_members = message.get(SENDERS_MEMBERS)
         try:
             SyncObj._SyncObj__onMessageReceived(self, node, message)
         finally:
             self._senders_members = None
+        self._note_matched(message)
         if (
             message.get("type") == "next_node_idx"
             and message.get("success")
@@ -494,6 +529,68 @@ class RaftNode(SyncObj):
             and next_index.get(node, before) < before
         ):
             next_index[node] = before
+
+    def _stale_append(self, message: dict[str, Any]) -> bool:
+        """A late or repeated copy of an append this node already took from its term's
+        leader. pysyncobj deletes every entry after an append's before it answers success
+        (Raft deletes only entries that conflict), and its leader, whose match index only
+        grows, kept counting the deleted entries as held: an acknowledgement claimed
+        replicas that no longer had its entry, and a committed entry could be left on a
+        minority (simulator: nearly every seed with reordering or duplicates). Such a copy
+        is dropped, as if the network had lost it: it covers only entries up to
+        ``_matched`` (through which this log is known to be this term's leader's)."""
+        if message.get("type") != "append_entries" or "prevLogIdx" not in message:
+            return False
+        if "transmission" in message:
+            return False
+        term = self._SyncObj__raftCurrentTerm
+        if message.get("term") != term or self._matched[0] != term:
+            return False
+        last = _last_covered(message)
+        if last is None or last[0] > self._matched[1]:
+            return False
+        # Only a copy that would delete something: one covering this log's end is a
+        # heartbeat, which keeps this node from standing for election (dropping those cost
+        # elections every few seconds: membership profile seeds 1 and 11).
+        held = self._SyncObj__getEntries(last[0], 2)
+        return len(held) == 2 and held[0][2] == last[1]
+
+    def _note_matched(self, message: dict[str, Any]) -> None:
+        """After pysyncobj took an append: this log matches the leader's through its last
+        entry, if it holds that entry now (else it was refused)."""
+        term = self._SyncObj__raftCurrentTerm
+        if message.get("type") != "append_entries" or message.get("term") != term:
+            return
+        if "prevLogIdx" not in message or "transmission" in message:
+            # A part of a snapshot. Once installed as the whole log (its last two entries),
+            # the log matches the leader's through them (a snapshot is committed state);
+            # otherwise the entries known to match are still there (a part in transit, or
+            # a late snapshot whose last entry the log held: kept from it). Resetting here
+            # let a late append truncate a member's acknowledged entries after a repeated
+            # snapshot (faulty network, seed 4007 at 1,500 steps).
+            log = self._SyncObj__raftLog
+            if len(log) == 2 and log[-1][1] == self._SyncObj__raftLastApplied:
+                self._matched = (term, int(log[-1][1]))
+            return
+        last = _last_covered(message)
+        if last is None:
+            return
+        held = self._SyncObj__getEntries(last[0], 1)
+        if held and held[0][2] == last[1]:
+            known = self._matched[1] if self._matched[0] == term else 0
+            self._matched = (term, max(known, last[0]))
+
+    def _SyncObj__doApplyCommand(self, command: bytes) -> Any:  # noqa: N802
+        # pysyncobj applies a membership change again when its entry is applied, "required
+        # only after node restarts". Here a node already holds the newest members from its
+        # log (``_take_logged_members``, and pysyncobj's own change at append), so replaying
+        # a batch of old changes removed members and added them back on a leader, which
+        # zeroed their match indexes: an entry acknowledged in that tick counted 1 replica
+        # where 2 held it (simulator, membership profile seed 11: a restarted leader
+        # applying entries 2 to 36 at once).
+        if self._SyncObj__parseChangeClusterRequest(command) is not None:
+            return None
+        return SyncObj._SyncObj__doApplyCommand(self, command)
 
     def _SyncObj__applyLogEntries(self) -> bool:  # noqa: N802
         # pysyncobj (without batching) asks for an AppendEntries to every follower right
@@ -528,15 +625,20 @@ class RaftNode(SyncObj):
     def _SyncObj__loadDumpFile(self, clearJournal: bool) -> None:  # noqa: N802, N803
         # Called by pysyncobj on the first tick after a start (clearJournal False) and when a
         # snapshot from the leader has arrived (True: pysyncobj's leader resends from it).
+        # Either way Raft's rule holds: when the log holds the dump's last entry, only what
+        # precedes it goes. pysyncobj cleared the log for every snapshot from the leader,
+        # also a late or repeated one older than the entries the node had taken and
+        # acknowledged since: the leader went on counting them (simulator, seed 19 with
+        # reordering: a new member at index 4 again after acknowledging up to 26).
         journal = self.journal
         dump = self._SyncObj__serializer
-        if not clearJournal and journal is not None and isinstance(dump, DumpWriter):
+        if journal is not None and isinstance(dump, DumpWriter):
             try:
                 data = dump.peek()
             except Exception:  # pysyncobj reads it again and reports the failure
                 data = None
-            if data is not None:
-                journal.keep_from(data[2], data[1])
+            if data is not None and journal.keep_from(data[2], data[1]):
+                clearJournal = False  # noqa: N806 (pysyncobj's name)
         SyncObj._SyncObj__loadDumpFile(self, clearJournal)
         if not clearJournal:
             self._take_logged_members()
@@ -547,6 +649,23 @@ class RaftNode(SyncObj):
         self._SyncObj__raftElectionDeadline = (
             monotonic_time() + self._SyncObj__generateRaftTimeout()
         )
+
+
+def _last_covered(message: dict[str, Any]) -> tuple[int, int] | None:
+    """The index and term of the last entry an append covers (its previous entry, when it
+    carries none); None when the leader did not know that term (pysyncobj sends None)."""
+    entries = message.get("entries") or []
+    index, term = (
+        (entries[-1][1], entries[-1][2])
+        if entries
+        else (
+            message.get("prevLogIdx"),
+            message.get("prevLogTerm"),
+        )
+    )
+    if not isinstance(index, int) or not isinstance(term, int):
+        return None
+    return index, term
 
 
 _REGULAR_COMMAND = 0

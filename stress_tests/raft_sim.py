@@ -1,0 +1,138 @@
+"""The deterministic Raft simulator (``runtime/replication/raft/sim``) driving a real
+partition: ``PartitionLog`` through its ``Definition`` (``broker/partition/raft.py``), with
+a workload of appends, pops and flush marks. A failing seed replays exactly and prints its
+trace.
+
+    python -m stress_tests.raft_sim --seeds 500            # seeds 1..500
+    python -m stress_tests.raft_sim --seed 42 --trace      # one seed, its whole trace
+    python -m stress_tests.raft_sim --first 1000 --seeds 100 --steps 600
+
+Here rather than in ``runtime``: the workload is the broker's state, and ``runtime`` imports
+no component (import-linter).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import random
+import sys
+import time
+from collections.abc import Sequence
+
+from broker.partition.commands import Append, Command, Consume, MarkFlushed
+from broker.partition.log import PartitionLog
+from broker.partition.raft import (
+    PARTITION_METHODS,
+    GroupApplied,
+    partition_definition,
+)
+from protocol.limits import Limits
+from protocol.types import Offset, ReplicaId
+from runtime.replication.machine import Definition, Entry, ReplicatedMethod
+from runtime.replication.raft.sim.checks import fingerprint
+from runtime.replication.raft.sim.network import NetworkFaults
+from runtime.replication.raft.sim.simulation import SimConfig, SimResult, Simulation, Workload
+
+REPLICAS = 3
+PartitionDefinition = Definition[PartitionLog, Sequence[Command], GroupApplied]
+
+
+def partition_workload() -> Workload[PartitionLog, Sequence[Command], GroupApplied]:
+    limits = Limits()
+    definition = partition_definition(REPLICAS, limits.partition_limits(), 50)
+    return Workload(
+        definition=definition,
+        command=partition_commands,
+        entry_of=_entry_of,
+        fingerprint=fingerprint,
+        broken_definition=_diverging(definition),
+    )
+
+
+def partition_commands(rng: random.Random, number: int) -> Sequence[Command]:
+    """One to three commands, as a broker's group commit would group them; the step's
+    number stands for the proposer's clock."""
+    timestamp_ms = 1_000 + 20 * number
+    commands: list[Command] = []
+    for part in range(rng.randint(1, 3)):
+        roll = rng.random()
+        if roll < 0.6:
+            messages = tuple(
+                (f"k{rng.randrange(4)}", f"v{number}.{part}.{i}") for i in range(rng.randint(1, 3))
+            )
+            commands.append(Append(messages, timestamp_ms, None, None))
+        elif roll < 0.85:
+            consumer = f"c{rng.randrange(2)}"
+            commands.append(Consume(consumer, rng.randint(1, 4), f"r{number}.{part}", timestamp_ms))
+        else:
+            replica = ReplicaId(rng.randrange(REPLICAS))
+            commands.append(MarkFlushed(replica, Offset(rng.randrange(8 * number + 1))))
+    return commands
+
+
+def _entry_of(applied: GroupApplied) -> Entry:
+    return applied[1]
+
+
+def _diverging(definition: PartitionDefinition) -> PartitionDefinition:
+    """The broken variant: the same method table, but ``run_group`` applies one more append
+    (a replica that applies a different entry)."""
+
+    def run_group(log: PartitionLog, wires: object) -> object:
+        applied = definition.method("run_group").apply(log, wires)
+        log.apply(Append((("k", "extra"),), log.clock_ms, None, None))
+        return applied
+
+    methods = tuple(
+        ReplicatedMethod(m.name, run_group, m.synced, m.version) if m.name == "run_group" else m
+        for m in PARTITION_METHODS
+    )
+    return dataclasses.replace(definition, methods=methods)
+
+
+def run_seed(seed: int, **overrides: object) -> SimResult:
+    config = dataclasses.replace(SimConfig(seed=seed), **overrides)  # type: ignore[arg-type]
+    return Simulation(partition_workload(), config).run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seed", type=int, help="run this seed only")
+    parser.add_argument("--first", type=int, default=1, help="first seed of the range")
+    parser.add_argument("--seeds", type=int, default=100, help="how many seeds")
+    parser.add_argument("--steps", type=int, default=SimConfig(seed=0).steps)
+    parser.add_argument("--trace", action="store_true", help="print every run's trace")
+    parser.add_argument(
+        "--in-order", action="store_true", help="links deliver in order, as TCP (no duplicates)"
+    )
+    parser.add_argument(
+        "--member-change-p",
+        type=float,
+        default=SimConfig(seed=0).member_change_p,
+        help="chance per step of a membership change (0.08: the membership profile)",
+    )
+    args = parser.parse_args(argv)
+    seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
+    failed: list[int] = []
+    started_s = time.monotonic()
+    for seed in seeds:
+        faults = NetworkFaults(in_order=args.in_order)
+        result = run_seed(
+            seed, steps=args.steps, faults=faults, member_change_p=args.member_change_p
+        )
+        if args.trace or result.violation:
+            print(result.trace_text())
+        if result.violation:
+            failed.append(seed)
+            print(f"seed {seed} FAILED: {result.violation}", flush=True)
+            options = f"--steps {args.steps} --member-change-p {args.member_change_p}"
+            options += " --in-order" if args.in_order else ""
+            print(f"replay: python -m stress_tests.raft_sim --seed {seed} {options}")
+    took_s = time.monotonic() - started_s
+    print(f"{len(list(seeds))} seeds, {len(failed)} failed {failed} in {took_s:.1f} s")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -11,13 +11,73 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from broker.managers import Managers
 from protocol.access import Grant, Principal, Role, key_hash, parse_key, require_owner
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class ManagerAnswers(Generic[K, V]):
+    """The manager leader's answers to one kind of question (``POST path``), each kept
+    ``key_cache_s``, "unknown" (404) too, at most ``key_cache_entries_max`` of them (then
+    forgotten at once: the ones in use are asked again). Thread-safe."""
+
+    def __init__(
+        self, managers: Managers, limits: Limits, path: str, clock: Callable[[], float]
+    ) -> None:
+        self._managers = managers
+        self._path = path
+        self._timeout_s = limits.http_connect_timeout_s
+        self._ttl_s = limits.key_cache_s
+        self._entries_max = limits.key_cache_entries_max
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._entries: dict[K, tuple[float, V | None]] = {}
+        """Question -> (valid until, answer or None for unknown)."""
+
+    def get(
+        self,
+        question: K,
+        body: dict[str, object],
+        what: str,
+        parse: Callable[[dict[str, object]], V],
+    ) -> V | None:
+        """The answer to ``question`` (asked with ``body`` unless known), None for unknown;
+        503 REFUSED naming ``what`` when the managers cannot answer now."""
+        now_s = self._clock()
+        with self._lock:
+            entry = self._entries.get(question)
+        if entry is not None and entry[0] > now_s:
+            return entry[1]
+        found = self._ask(body, what, parse)
+        with self._lock:
+            if len(self._entries) >= self._entries_max:
+                self._entries.clear()
+            self._entries[question] = (now_s + self._ttl_s, found)
+        return found
+
+    def _ask(
+        self, body: dict[str, object], what: str, parse: Callable[[dict[str, object]], V]
+    ) -> V | None:
+        answer = self._managers.call(
+            "POST", self._path, body, idempotent=True, timeout_s=self._timeout_s
+        )
+        if answer.status == 404:
+            return None
+        found = answer.body
+        if answer.status != 200 or not isinstance(found, dict):
+            raise RaftQError(
+                ErrorCode.REFUSED,
+                f"cannot check the {what} with the managers now ({answer.status}): retry",
+            )
+        return parse(found)
 
 
 class KeyVerifier:
@@ -29,49 +89,17 @@ class KeyVerifier:
     ) -> None:
         """``managers``: one attempt per manager and a short wait (a client waits on this,
         and falls back to the load balancer on 503)."""
-        self._managers = managers
-        self._timeout_s = limits.http_connect_timeout_s
-        self._ttl_s = limits.key_cache_s
-        self._entries_max = limits.key_cache_entries_max
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._entries: dict[str, tuple[float, Grant | None]] = {}
-        """Key hash -> (valid until, grant or None for unknown)."""
+        self._answers: ManagerAnswers[str, Grant] = ManagerAnswers(
+            managers, limits, "/keys/verify", clock
+        )
 
     def grant(self, key: str) -> Grant | None:
         key_id = parse_key(key)
         if key_id is None:
             return None
         hashed = key_hash(key)
-        now_s = self._clock()
-        with self._lock:
-            entry = self._entries.get(hashed)
-        if entry is not None and entry[0] > now_s:
-            return entry[1]
-        found = self._ask(key_id, hashed)
-        with self._lock:
-            if len(self._entries) >= self._entries_max:
-                self._entries.clear()  # bounded; the keys in use are asked again
-            self._entries[hashed] = (now_s + self._ttl_s, found)
-        return found
-
-    def _ask(self, key_id: str, hashed: str) -> Grant | None:
-        answer = self._managers.call(
-            "POST",
-            "/keys/verify",
-            {"key_id": key_id, "key_hash": hashed},
-            idempotent=True,
-            timeout_s=self._timeout_s,
-        )
-        if answer.status == 404:
-            return None
-        body = answer.body
-        if answer.status != 200 or not isinstance(body, dict):
-            raise RaftQError(
-                ErrorCode.REFUSED,
-                f"cannot check the API key with the managers now ({answer.status}): retry",
-            )
-        return _grant(key_id, body)
+        body: dict[str, object] = {"key_id": key_id, "key_hash": hashed}
+        return self._answers.get(hashed, body, "API key", lambda found: _grant(key_id, found))
 
 
 def _grant(key_id: str, body: dict[str, object]) -> Grant:
@@ -112,13 +140,9 @@ class ClientVerifier:
         limits: Limits,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._managers = managers
-        self._timeout_s = limits.http_connect_timeout_s
-        self._ttl_s = limits.key_cache_s
-        self._entries_max = limits.key_cache_entries_max
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._entries: dict[tuple[str, str], tuple[float, ClientRecord | None]] = {}
+        self._answers: ManagerAnswers[tuple[str, str], ClientRecord] = ManagerAnswers(
+            managers, limits, "/clients/verify", clock
+        )
 
     def check(self, principal: Principal | None, kind: str, client_id: str, topic: str) -> None:
         """Raise unless ``principal`` may act as ``kind`` ``client_id`` on ``topic``: 404
@@ -139,35 +163,12 @@ class ClientVerifier:
         require_owner(principal, what, record.owner)
 
     def _record(self, kind: str, client_id: str) -> ClientRecord | None:
-        now_s = self._clock()
-        with self._lock:
-            entry = self._entries.get((kind, client_id))
-        if entry is not None and entry[0] > now_s:
-            return entry[1]
-        found = self._ask(kind, client_id)
-        with self._lock:
-            if len(self._entries) >= self._entries_max:
-                self._entries.clear()  # bounded; the ids in use are asked again
-            self._entries[(kind, client_id)] = (now_s + self._ttl_s, found)
-        return found
+        body: dict[str, object] = {"kind": kind, "client_id": client_id}
+        return self._answers.get((kind, client_id), body, f"{kind} id", _client_record)
 
-    def _ask(self, kind: str, client_id: str) -> ClientRecord | None:
-        answer = self._managers.call(
-            "POST",
-            "/clients/verify",
-            {"kind": kind, "client_id": client_id},
-            idempotent=True,
-            timeout_s=self._timeout_s,
-        )
-        if answer.status == 404:
-            return None
-        body = answer.body
-        if answer.status != 200 or not isinstance(body, dict):
-            raise RaftQError(
-                ErrorCode.REFUSED,
-                f"cannot check the {kind} id with the managers now ({answer.status}): retry",
-            )
-        topic, partition_id, owner = body.get("topic"), body.get("partition_id"), body.get("owner")
-        if not isinstance(topic, str) or not isinstance(owner, str | None):
-            raise RaftQError(ErrorCode.REFUSED, "the managers' answer about an id is malformed")
-        return ClientRecord(topic, partition_id if isinstance(partition_id, int) else None, owner)
+
+def _client_record(body: dict[str, object]) -> ClientRecord:
+    topic, partition_id, owner = body.get("topic"), body.get("partition_id"), body.get("owner")
+    if not isinstance(topic, str) or not isinstance(owner, str | None):
+        raise RaftQError(ErrorCode.REFUSED, "the managers' answer about an id is malformed")
+    return ClientRecord(topic, partition_id if isinstance(partition_id, int) else None, owner)

@@ -12,7 +12,7 @@ from concurrent.futures import Future
 
 import pytest
 
-from raftq import AsyncProducer, Consumer, PartitionOffset, Record
+from raftq import Admin, AsyncProducer, Consumer, PartitionOffset, Record
 from unit_tests.cluster.client_ops import create_topic, partition_leader
 from unit_tests.cluster.harness import Cluster, running_cluster, wait_until
 from unit_tests.ports import CLUSTER_BASE_PORTS
@@ -108,8 +108,22 @@ def check_exactly_once_in_order(stored: dict[int, list[Record]], sent: Sent) -> 
     return acknowledged
 
 
+def leaders_known(cluster: Cluster, topic: str) -> None:
+    """Wait until the managers name every partition's leader: the producer's partition map
+    comes from them, and ``create_topic`` waits for the brokers' own view, which the managers
+    learn at their next poll. Sent before that, every batch goes through the load balancer
+    (rightly), and the direct path is not exercised (seen twice in five runs)."""
+
+    def known() -> bool:
+        with Admin(cluster.lb_url, api_key=cluster.admin_key) as admin:
+            return all(p.leader is not None for p in admin.partitions(topic))
+
+    wait_until(known, WAIT_S, f"the managers to know every leader of {topic}")
+
+
 def test_eight_threads_share_one_producer(cluster: Cluster) -> None:
     create_topic(cluster, "shared", PARTITIONS)
+    leaders_known(cluster, "shared")
     per_thread = 500
     with AsyncProducer(cluster.lb_url, "shared", api_key=cluster.admin_key) as producer:
         senders = Senders(producer, per_thread)
@@ -127,6 +141,7 @@ def test_eight_threads_share_one_producer(cluster: Cluster) -> None:
 
 def test_a_partition_leader_killed_mid_send(cluster: Cluster) -> None:
     create_topic(cluster, "killed", PARTITIONS)
+    leaders_known(cluster, "killed")
     with AsyncProducer(cluster.lb_url, "killed", api_key=cluster.admin_key) as producer:
         senders = Senders(producer, None)
         senders.start()

@@ -12,8 +12,9 @@
 #   - iptables, as root, for the network-partition faults (stress_tests/network_partition.py;
 #     a test that needs them installs it itself otherwise, within a short bound);
 #   - .venv in the repository root;
-#   - requirements-dev.txt and RaftQ itself (editable) installed into it, again only when
-#     requirements*.txt or pyproject.toml changed (a hash of them is kept in .venv).
+#   - requirements-dev.txt and RaftQ itself, both distributions (the client at the root, the
+#     server in server/), editable, installed into it, again only when a requirements file or
+#     a pyproject.toml changed (a hash of them is kept in .venv).
 # Afterwards .venv/bin/raftq exists.
 #
 # `scripts/setup.sh cluster` (what scripts/cluster.sh runs) sets up only what a local cluster
@@ -116,14 +117,15 @@ ensure_venv() {
 }
 
 inputs_hash() {
-    cat requirements*.txt pyproject.toml | sha256sum | cut -d' ' -f1
+    cat requirements*.txt server/requirements*.txt pyproject.toml server/pyproject.toml \
+        | sha256sum | cut -d' ' -f1
 }
 
 CLUSTER_STAMP="$VENV/.raftq-cluster-stamp"
 
 cluster_inputs_hash() {
-    cat requirements.txt requirements-client.txt requirements-server.txt pyproject.toml \
-        | sha256sum | cut -d' ' -f1
+    cat requirements.txt requirements-client.txt server/requirements*.txt pyproject.toml \
+        server/pyproject.toml | sha256sum | cut -d' ' -f1
 }
 
 installed() {
@@ -138,9 +140,9 @@ ensure_packages() {
         log "dependencies up to date"
         return
     fi
-    log "installing $requirements and RaftQ (editable)"
+    log "installing $requirements and RaftQ, client and server (editable)"
     "$VENV/bin/python" -m pip install --disable-pip-version-check -q -r "$requirements"
-    "$VENV/bin/python" -m pip install --disable-pip-version-check -q -e . --no-deps
+    "$VENV/bin/python" -m pip install --disable-pip-version-check -q --no-deps -e . -e ./server
     echo "$wanted" > "$stamp"
 }
 

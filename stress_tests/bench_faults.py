@@ -19,7 +19,7 @@ from typing import Any
 
 import requests
 
-from raftq.cluster import LocalCluster
+from ops.cluster import LocalCluster
 from stress_tests.bench_http import VALUE, create_topic, end_offset, new_id, post
 from stress_tests.bench_load import Exhausted, MakeStep, Step, run_load
 from stress_tests.bench_memory import MemorySampler

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 
-from raftq.cluster import LocalCluster
+from ops.cluster import LocalCluster
 from stress_tests import (
     bench_async,
     bench_faults,

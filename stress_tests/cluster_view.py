@@ -13,7 +13,7 @@ from typing import Any
 import requests
 import requests.auth
 
-from raftq.cluster import LocalCluster
+from ops.cluster import LocalCluster
 
 PROBE_TIMEOUT_S = 1.0
 

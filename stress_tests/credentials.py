@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import requests
 
+from ops.cluster import ClusterError, LocalCluster
 from protocol.access import AUTHORIZATION_HEADER
-from raftq.cluster import ClusterError, LocalCluster
 
 
 def require_admin_key(cluster: LocalCluster) -> str:

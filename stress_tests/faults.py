@@ -16,8 +16,8 @@ import signal
 import time
 from collections.abc import Callable
 
+from ops.cluster import ClusterError, LocalCluster
 from raftq import ClientLimits
-from raftq.cluster import ClusterError, LocalCluster
 from stress_tests.cluster_view import (
     broker_names,
     manager_leader,

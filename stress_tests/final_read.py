@@ -17,7 +17,7 @@ from typing import Any
 
 import requests
 
-from raftq.cluster import LocalCluster
+from ops.cluster import LocalCluster
 from stress_tests.cluster_view import broker_names, get_json, replica_status
 from stress_tests.credentials import STRESS_NODE, node_session
 from stress_tests.history import Entry, FinalRead, RangeSum, ReplicaLog

@@ -40,11 +40,11 @@ from typing import Any
 
 import requests
 
+from ops.cluster import LocalCluster
 from protocol import dead_letters
 from protocol.types import NewMessage
 from raftq import Admin, GroupMember, PartitionOffset, ProduceError, Producer
 from raftq.client_limits import ClientLimits
-from raftq.cluster import LocalCluster
 from raftq.errors import RaftQClientError
 from raftq.records import Redriven
 from stress_tests import lease_checker as checker

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import requests
 
-from raftq.cluster import LocalCluster
+from ops.cluster import LocalCluster
 from stress_tests.cluster_view import broker_replica, get_json
 from stress_tests.final_read import (
     CONVERGE_TIMEOUT_S,

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import requests
 
+from ops.cluster import LocalCluster
 from raftq import Admin, ClientLimits
-from raftq.cluster import LocalCluster
 from raftq.errors import ApiError
 from stress_tests import validity
 from stress_tests.ack_producer import AckRecordingProducer

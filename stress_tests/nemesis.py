@@ -28,8 +28,8 @@ from typing import Any, TypeVar
 
 import requests
 
+from ops.cluster import ClusterError, LocalCluster
 from protocol.errors import proves_nothing_done
-from raftq.cluster import ClusterError, LocalCluster
 from stress_tests.cluster_view import get_json
 from stress_tests.credentials import client_session, require_admin_key
 from stress_tests.faults import FaultError, FaultInjector

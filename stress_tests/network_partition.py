@@ -24,7 +24,7 @@ import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
-from raftq.cluster import LocalCluster
+from ops.cluster import LocalCluster
 
 CGROUP_ROOT = Path("/sys/fs/cgroup/unified")
 CHAIN = "RAFTQ-FAULTS"

@@ -26,8 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ops.cluster import LocalCluster
 from raftq import Admin, ClientLimits
-from raftq.cluster import LocalCluster
 from stress_tests.checker import Verdict, check
 from stress_tests.credentials import require_admin_key
 from stress_tests.final_read import final_read

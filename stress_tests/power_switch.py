@@ -23,8 +23,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from raftq.cluster import LocalCluster
-from raftq.cluster_layout import CLUSTER_FILE
+from ops.cluster import LocalCluster
+from ops.cluster_layout import CLUSTER_FILE
 from stress_tests.polling import poll_until
 from stress_tests.powercut import PowerCutFS, fuse_unavailable_reason
 

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from raftq.cluster import LocalCluster
+from ops.cluster import LocalCluster
 from stress_tests.bench_http import create_topic, leader_address
 from stress_tests.bench_load import MakeStep, run_load
 from stress_tests.bench_scenarios import produce_direct, produce_via_lb

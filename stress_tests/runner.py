@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Protocol, TypeVar
 
+from ops.cluster import LocalCluster
 from raftq import Admin, ClientLimits
-from raftq.cluster import LocalCluster
 from stress_tests import validity
 from stress_tests.checker import Verdict, check
 from stress_tests.credentials import require_admin_key

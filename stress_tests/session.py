@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-from raftq.cluster import LocalCluster
+from ops.cluster import LocalCluster
 from stress_tests.network_partition import NetworkPartitioner, available
 from stress_tests.runner import RunConfig, RunReport, run
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from raftq.cluster_layout import DEFAULT_BROKER_COUNT, port_span
+from ops.cluster_layout import DEFAULT_BROKER_COUNT, port_span
 
 
 def free_port() -> int:
@@ -15,7 +15,7 @@ def free_port() -> int:
 
 
 CLUSTER_PORT_SPAN = 400
-"""A local cluster uses ``base .. base+399`` (``raftq.cluster_layout``: HTTP ports, then 100
+"""A local cluster uses ``base .. base+399`` (``ops.cluster_layout``: HTTP ports, then 100
 Raft ports per broker)."""
 
 CLUSTER_BASE_PORTS = {
@@ -37,6 +37,7 @@ CLUSTER_BASE_PORTS = {
     "openapi_fuzz": 30400,
     "operations": 25000,
     "installed_client": 23500,
+    "installed_server": 12000,
     "membership": 29400,
     "multi_host": 23900,
     "spark_standalone": 25800,

@@ -1,4 +1,5 @@
-"""The project's own Python packages, for the tests that scan its source."""
+"""The project's own Python packages, for the tests that scan its source: the client's at
+the root, the server's in server/ (paths from the repository's root)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = (
     "protocol",
-    "runtime",
-    "broker",
-    "manager",
-    "load_balancer",
+    "server/runtime",
+    "server/broker",
+    "server/manager",
+    "server/load_balancer",
+    "server/ops",
     "raftq",
     "spark_jobs",
     "stress_tests",

@@ -16,7 +16,7 @@ import pysyncobj
 
 from unit_tests.source_tree import PACKAGES, ROOT
 
-ALLOWED = ("runtime/replication/raft/", "unit_tests/runtime/replication/raft/")
+ALLOWED = ("server/runtime/replication/raft/", "unit_tests/runtime/replication/raft/")
 
 
 def _members(tree: ast.AST, skip: frozenset[str] = frozenset()) -> tuple[set[str], set[str]]:

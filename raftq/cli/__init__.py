@@ -1,6 +1,7 @@
-"""The ``raftq`` command: run a local cluster, manage topics, produce and consume.
+"""The ``raftq`` command: manage topics, produce and consume; with the server installed
+(``raftq-server``), also run a local cluster and operate one (``raftq.cli.plugins``).
 
-    raftq cluster up|status|down --dir DIR ...
+    raftq cluster up|status|down --dir DIR ...          (the server's)
     raftq topic create NAME [--partitions N] [--replication-factor R]
     raftq topic list
     raftq produce --topic T [--key K] [--partition P] [--no-direct] [MESSAGE ...]
@@ -11,10 +12,10 @@
     raftq key list
     raftq key revoke KEY_ID
 
-The service URL: ``--url``, else ``--dir``'s cluster.json, else ``$RAFTQ_URL``, else
-``.cluster/cluster.json``. The API key: ``--api-key-file``, else ``$RAFTQ_API_KEY``, else the
-admin key in that cluster.json (a key is never taken on the command line itself: it would
-show in the process list).
+The service URL: ``--url``, else ``--dir``'s client profile (``client.json``, written by
+``raftq cluster up``), else ``$RAFTQ_URL``, else ``.cluster/client.json``. The API key:
+``--api-key-file``, else ``$RAFTQ_API_KEY``, else the admin key in that profile (a key is
+never taken on the command line itself: it would show in the process list).
 """
 
 from __future__ import annotations
@@ -25,27 +26,23 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 
-from protocol.node_config import NodeConfigError
 from raftq.cli.completion import cmd_completion
 from raftq.cli.context import (
     DEFAULT_DIR,
     EXIT_FAILURE,
     EXIT_USAGE,
+    CommandError,
     Context,
     UsageError,
     resolve_url,
 )
 from raftq.cli.data import cmd_consume, cmd_produce, cmd_receive
 from raftq.cli.groups import cmd_group
-from raftq.cli.operations import cmd_broker, cmd_cluster, cmd_manager, cmd_node
 from raftq.cli.parser import build_parser
 from raftq.cli.topics import cmd_key, cmd_lag, cmd_topic
-from raftq.cluster import ClusterError
-from raftq.cluster_layout import LayoutError
 from raftq.errors import RaftQClientError
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, Context], int]] = {
-    "cluster": cmd_cluster,
     "topic": cmd_topic,
     "produce": cmd_produce,
     "consume": cmd_consume,
@@ -53,11 +50,9 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Context], int]] = {
     "lag": cmd_lag,
     "group": cmd_group,
     "receive": cmd_receive,
-    "broker": cmd_broker,
-    "manager": cmd_manager,
-    "node": cmd_node,
     "completion": cmd_completion,
 }
+"""The client's own commands; the others' parsers carry their handler (``plugin_handler``)."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -74,12 +69,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace, context: Context) -> int:
+    handler = COMMANDS.get(args.command) or args.plugin_handler
     try:
-        return COMMANDS[args.command](args, context)
+        return int(handler(args, context))
     except UsageError as exc:
         context.stderr.write(f"raftq: {exc}\n")
         return EXIT_USAGE
-    except (RaftQClientError, ClusterError, LayoutError, NodeConfigError) as exc:
+    except (RaftQClientError, CommandError) as exc:
         context.stderr.write(f"raftq: {exc}\n")
         return EXIT_FAILURE
     except BrokenPipeError:

@@ -1,6 +1,6 @@
 """What every command shares: the streams and environment it runs with, where the service
-is and which key to use (``--url``, ``--dir``, ``$RAFTQ_URL``, cluster.json), and small
-output helpers."""
+is and which key to use (``--url``, ``--dir``, ``$RAFTQ_URL``, the client profile that
+``raftq cluster up`` writes), and small output helpers."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 from tqdm import tqdm
 
-from raftq.cluster_layout import CLUSTER_FILE, admin_key_of
+from raftq.profile import ClientProfile, ProfileError, read_profile
 
 DEFAULT_DIR = ".cluster"
 
@@ -28,7 +28,12 @@ EXIT_USAGE = 2
 
 
 class UsageError(Exception):
-    """The command line or the environment does not say enough to act."""
+    """The command line or the environment does not say enough to act (exit 2)."""
+
+
+class CommandError(Exception):
+    """The command was understood and could not be done (exit 1): what a command group of
+    the server's (``ops``) raises for its own errors."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,17 +50,13 @@ class Context:
 
 
 def resolve_url(url: str | None, directory: str | None, env_url: str | None) -> str:
-    """``--url``, else ``--dir``'s cluster.json, else ``$RAFTQ_URL``, else the default dir."""
+    """``--url``, else ``--dir``'s client profile, else ``$RAFTQ_URL``, else the default
+    dir's."""
     if url:
         return _checked_url(url, "--url")
     if directory is None and env_url:
         return _checked_url(env_url, "RAFTQ_URL")
-    found = cluster_file(directory).get("load_balancer_url")
-    if not isinstance(found, str):
-        raise UsageError(
-            f"{Path(directory or DEFAULT_DIR) / CLUSTER_FILE} has no load_balancer_url"
-        )
-    return found
+    return _checked_url(local_profile(directory).url, f"{directory or DEFAULT_DIR}'s profile")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +77,7 @@ def resolve_target(args: argparse.Namespace, context: Context) -> Target:
 
 
 def resolve_tls_ca(args: argparse.Namespace, context: Context) -> str | None:
-    """``--tls-ca``, else ``$RAFTQ_TLS_CA``, else the cluster.json's ``tls_ca`` (a cluster
+    """``--tls-ca``, else ``$RAFTQ_TLS_CA``, else the profile's ``tls_ca`` (a cluster
     started with ``--tls``), else ``None``: the system's CAs."""
     if args.tls_ca:
         return str(args.tls_ca)
@@ -84,8 +85,7 @@ def resolve_tls_ca(args: argparse.Namespace, context: Context) -> str | None:
         return context.env_tls_ca
     if args.url is None:
         with contextlib.suppress(UsageError):
-            found = cluster_file(args.dir).get("tls_ca")
-            return found if isinstance(found, str) else None
+            return local_profile(args.dir).tls_ca
     return None
 
 
@@ -98,7 +98,7 @@ def _checked_url(url: str, where: str) -> str:
 
 
 def resolve_api_key(args: argparse.Namespace, context: Context) -> str:
-    """``--api-key-file``, else ``$RAFTQ_API_KEY``, else the cluster.json's admin key."""
+    """``--api-key-file``, else ``$RAFTQ_API_KEY``, else the profile's admin key."""
     if args.api_key_file:
         try:
             key = Path(args.api_key_file).read_text(encoding="utf-8").strip()
@@ -110,25 +110,21 @@ def resolve_api_key(args: argparse.Namespace, context: Context) -> str:
     if context.env_api_key:
         return context.env_api_key
     if args.url is None:
-        found = admin_key_of(cluster_file(args.dir))
+        found = local_profile(args.dir).api_key
         if found is not None:
             return found
     raise UsageError("no API key: give --api-key-file FILE or set RAFTQ_API_KEY")
 
 
-def cluster_file(directory: str | None) -> dict[str, object]:
-    path = Path(directory or DEFAULT_DIR) / CLUSTER_FILE
+def local_profile(directory: str | None) -> ClientProfile:
+    """The client profile of the cluster in ``directory`` (default ``.cluster``)."""
     try:
-        body = json.loads(path.read_text())
-    except FileNotFoundError:
+        return read_profile(Path(directory or DEFAULT_DIR))
+    except ProfileError as exc:
         raise UsageError(
-            f"no {path}: give --url URL, --dir DIR of a cluster, or set RAFTQ_URL"
+            f"{exc}: give --url URL, --dir DIR of a cluster that `raftq cluster up` started, "
+            "or set RAFTQ_URL"
         ) from None
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"cannot read {path}: {exc}") from exc
-    if not isinstance(body, dict):
-        raise UsageError(f"{path} is not a JSON object")
-    return body
 
 
 def print_json_lines(items: Iterable[object], out: TextIO) -> None:

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from typing import TextIO
 
 from raftq.admin import Admin
+from raftq.cli.as_node import leader_of, node_cert, read_secret
 from raftq.cli.context import (
     EXIT_FAILURE,
     Context,
@@ -17,7 +18,6 @@ from raftq.cli.context import (
     resolve_tls_ca,
     resolve_url,
 )
-from raftq.cli.operations import leader_of, node_cert, read_secret
 from raftq.node_signing import NodeSigning
 from raftq.records import ConsumerLag
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
-from protocol.durable_files import fsync_directory, fsync_file
+from runtime.durable_files import fsync_directory, fsync_file
 
 ROOT_ID = 0
 COPY_CHUNK_BYTES = 1024 * 1024

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import requests
 
-from raftq.cluster import LocalCluster
+from ops.cluster import LocalCluster
 from stress_tests.cluster_view import manager_leader
 from unit_tests.node_signing import TEST_NODE
 

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import requests
 
+from ops.cluster_layout import broker_ports
 from raftq import Admin, Consumer, Producer
-from raftq.cluster_layout import broker_ports
 from stress_tests.polling import poll_until
 from unit_tests.cluster.harness import Cluster, running_cluster
 from unit_tests.ports import CLUSTER_BASE_PORTS, free_port

@@ -6,35 +6,24 @@ from __future__ import annotations
 import io
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from protocol.node_auth import authority, node_key, parse_signature, signature_holds
-from raftq.cli import DEFAULT_DIR, Context, UsageError, build_parser, main, resolve_url, run
+from raftq.cli import (
+    DEFAULT_DIR,
+    Context,
+    UsageError,
+    build_parser,
+    main,
+    plugins,
+    resolve_url,
+    run,
+)
 from raftq.client_limits import ClientLimits
-from raftq.cluster_layout import ClusterSettings, plan_nodes
+from raftq.profile import PROFILE_FILE, ClientProfile
 from unit_tests.raftq.fake_service import FakeService
-
-
-def test_cluster_up_arguments() -> None:
-    args = build_parser().parse_args(
-        ["cluster", "up", "--dir", "d", "--base-port", "18000", "--limit", "a=1", "--limit", "b=2"]
-    )
-    assert (args.command, args.cluster_command, args.dir, args.base_port) == (
-        "cluster",
-        "up",
-        "d",
-        18000,
-    )
-    assert args.limit == [("a", "1"), ("b", "2")]
-    assert args.db_url is None and args.host is None and args.timeout_s == 90.0
-    assert args.brokers is None  # the cluster's own count, or 3 for a new one
-    assert build_parser().parse_args(["cluster", "up", "--brokers", "5"]).brokers == 5
-    timeout = ["cluster", "up", "--dead-broker-timeout-s", "7.5"]
-    assert build_parser().parse_args(timeout).dead_broker_timeout_s == 7.5
-    assert build_parser().parse_args(["cluster", "down"]).dir == DEFAULT_DIR
 
 
 @pytest.mark.parametrize(
@@ -45,7 +34,6 @@ def test_cluster_up_arguments() -> None:
         ["produce"],
         ["consume", "--topic", "t", "--max-messages", "-1"],
         ["topic", "list", "--url", "u", "--dir", "d"],
-        ["cluster", "up", "--limit", "novalue"],
         ["nonsense"],
     ],
 )
@@ -55,17 +43,38 @@ def test_bad_command_lines_exit_2(argv: list[str]) -> None:
     assert exit_.value.code == 2
 
 
+def _profile(directory: Path, url: str, api_key: str | None = None) -> None:
+    """The client profile ``raftq cluster up`` writes in ``directory``."""
+    directory.mkdir(exist_ok=True)
+    (directory / PROFILE_FILE).write_text(json.dumps(ClientProfile(url, api_key).to_json()))
+
+
 def test_url_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "cluster.json").write_text(json.dumps({"load_balancer_url": "http://from-dir"}))
+    _profile(tmp_path, "http://from-dir")
     assert resolve_url("http://explicit/", str(tmp_path), "http://env") == "http://explicit"
     assert resolve_url(None, str(tmp_path), "http://env") == "http://from-dir"
     assert resolve_url(None, None, "http://env/") == "http://env"
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UsageError, match="RAFTQ_URL"):
         resolve_url(None, None, None)
-    (tmp_path / DEFAULT_DIR).mkdir()
-    (tmp_path / DEFAULT_DIR / "cluster.json").write_text('{"load_balancer_url": "http://dflt"}')
+    _profile(tmp_path / DEFAULT_DIR, "http://dflt")
     assert resolve_url(None, None, None) == "http://dflt"
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("[]", "not a JSON object"),
+        ('{"api_key": "k"}', "it has no url"),
+        ('{"url": "http://h:1", "api_key": 7}', "api_key and tls_ca must be strings or null"),
+        ('{"url": "http://h:1", "node_cert": ["c"]}', "node_cert must be [certificate, key]"),
+        ("{", "cannot read"),
+    ],
+)
+def test_a_bad_profile_is_a_usage_error_naming_it(tmp_path: Path, text: str, why: str) -> None:
+    (tmp_path / PROFILE_FILE).write_text(text)
+    code, out, err = _run(["topic", "list", "--dir", str(tmp_path)])
+    assert (code, out) == (2, "") and why in err and str(tmp_path / PROFILE_FILE) in err
 
 
 def test_a_wrong_url_is_a_one_line_usage_error_at_once() -> None:
@@ -252,9 +261,7 @@ def test_the_api_key_comes_from_a_file_the_environment_or_the_cluster_file(
         == 2
     )
     assert "RAFTQ_API_KEY" in err.getvalue()
-    (tmp_path / "cluster.json").write_text(
-        json.dumps({"load_balancer_url": service.url, "admin_key": "rq_fromdir"})
-    )
+    _profile(tmp_path, service.url, "rq_fromdir")
     args = build_parser().parse_args(["topic", "list", "--dir", str(tmp_path)])
     assert run(args, Context(None, None, None, io.StringIO(), out, err)) == 0
     assert service.authorizations() == {"Bearer rq_fromfile", "Bearer rq_fromdir"}
@@ -309,14 +316,6 @@ _ADMIN_KEY_INFO = {
 }
 
 
-def test_status_of_a_directory_without_a_cluster(tmp_path: Path) -> None:
-    code, out, _ = _run(["cluster", "status", "--dir", str(tmp_path / "none"), "--json"])
-    assert code == 1
-    status = json.loads(out)
-    assert [n["name"] for n in status["nodes"]][:2] == ["lb", "manager-1"]
-    assert not any(n["process_alive"] for n in status["nodes"])
-
-
 def test_the_bash_completion_completes_commands_actions_and_options() -> None:
     code, script, _ = _run(["completion", "bash"])
     assert code == 0
@@ -331,60 +330,6 @@ def test_the_bash_completion_completes_commands_actions_and_options() -> None:
     )
     done = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.splitlines() == ["topic", "describe", "--follow", "--output"]
-
-
-def _node_files(directory: Path) -> list[str]:
-    """The seven node files ``cluster up`` would write for a cluster in ``directory``."""
-    settings = ClusterSettings(directory, limits=(("flush_period_s", "0.2"),)).validate()
-    paths = []
-    for node in plan_nodes(settings, sys.executable):
-        node.config_file.parent.mkdir(parents=True)
-        node.config_file.write_text(node.config_text)
-        paths.append(str(node.config_file))
-    return paths
-
-
-def test_node_check_says_whether_a_deployments_files_agree(tmp_path: Path) -> None:
-    files = _node_files(tmp_path)
-    code, out, err = _run(["node", "check", *files])
-    assert (code, err) == (0, "")
-    assert out.startswith("7 node files agree: load_balancer, manager 1,"), out
-    broker = Path(files[-1])
-    changed = tmp_path / "broker-3-elsewhere.toml"
-    changed.write_text(broker.read_text().replace("flush_period_s = 0.2", "flush_period_s = 1"))
-    code, out, err = _run(["node", "check", *files, str(changed)])
-    assert code == 1 and out == ""
-    assert f"raftq: broker id 3 is in both {broker} and {changed}\n" in err
-    assert "raftq: broker limits differ: flush_period_s is 0.2 in" in err
-
-
-def test_node_run_refuses_a_bad_file_in_one_line(tmp_path: Path) -> None:
-    bad = tmp_path / "node.toml"
-    bad.write_text('role = "broker"\nid = 1\ncolour = "red"\n')
-    assert _run(["node", "run", "--config", str(bad)]) == (
-        1,
-        "",
-        f"raftq: {bad}: unknown key 'colour' for a broker (known: role, id, host, port, "
-        "raft_port_min, raft_port_max, data_dir, db_url, managers, managers_url, secret_file, "
-        "limits_may_differ, metrics_token_file, mutual_tls, limits, tls)\n",
-    )
-    missing = tmp_path / "missing.toml"
-    code, _, err = _run(["node", "run", "--config", str(missing)])
-    assert (code, err) == (2, f"raftq: cannot read {missing}: No such file or directory\n")
-
-
-def test_node_run_becomes_the_node_its_file_describes(tmp_path: Path) -> None:
-    broker = Path(_node_files(tmp_path)[-1])  # its secret file does not exist yet
-    done = subprocess.run(
-        [sys.executable, "-m", "raftq.cli", "node", "run", "--config", str(broker)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    # The broker itself read the file and refused to start without the cluster secret.
-    assert done.returncode == 2, done
-    assert done.stderr.startswith(f"broker: cannot read the cluster secret from {tmp_path}")
 
 
 def test_group_describe_prints_the_figures_per_partition(service: FakeService) -> None:
@@ -426,3 +371,54 @@ def test_group_describe_prints_the_figures_per_partition(service: FakeService) -
     # The partition whose leader did not answer is shown as unknown, not left out.
     assert code == 1 and "partition(s) 0" in err
     assert out.splitlines()[2:] == ["0" + "\t-" * 7, "1\t4\t9\t5\t1.2\t2\t1\t3"]
+
+
+OPERATIONS = (
+    ["cluster", "up", "--dir", "d"],
+    ["node", "run", "--config", "f.toml"],
+    ["broker", "list"],
+    ["manager", "add", "--help"],
+)
+
+
+@pytest.mark.parametrize("argv", OPERATIONS)
+def test_without_the_server_an_operations_command_says_how_to_get_it(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(plugins, "entry_points", lambda group: [])
+    code, out, err = _run(argv)
+    assert (code, out) == (2, "")
+    assert err == (
+        f"raftq: `raftq {argv[0]}` is an operations command: it comes with the server "
+        "distribution, raftq-server: from a RaftQ checkout, `pip install ./server` (or run "
+        "scripts/cluster.sh for a local cluster)\n"
+    )
+    assert f"(not installed: {argv[0]} is the server's)" in build_parser().format_help()
+
+
+class _BrokenEntryPoint:
+    value = "ops.cli:COMMAND_GROUP"
+
+    def load(self) -> object:
+        raise ImportError("No module named 'pysyncobj'")
+
+
+def test_a_server_that_fails_to_load_is_named_and_the_client_still_works(
+    service: FakeService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(plugins, "entry_points", lambda group: [_BrokenEntryPoint()])
+    code, _, err = _run(["cluster", "status"])
+    assert code == 2
+    assert err.rstrip().endswith(
+        "(the server's commands failed to load: ops.cli:COMMAND_GROUP: ImportError: "
+        "No module named 'pysyncobj')"
+    )
+    service.default("GET", "/topics", lambda _p: (200, {"topics": []}))
+    assert _run(["topic", "list", "--url", service.url])[0] == 0
+
+
+def test_the_servers_commands_plug_in_by_entry_point() -> None:
+    """This environment has the server installed (scripts/setup.sh): its group is found."""
+    groups, problems = plugins.installed_groups()
+    assert problems == []
+    assert {name for g in groups for name in g.handlers} >= set(plugins.OPERATIONS_COMMANDS)

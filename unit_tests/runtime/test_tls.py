@@ -1,5 +1,5 @@
 """TLS on the nodes' HTTP (``runtime.tls``), in-process with certificates made by the test
-(``raftq.local_tls``, as ``raftq cluster up --tls`` makes them): the server, the nodes'
+(``ops.local_tls``, as ``raftq cluster up --tls`` makes them): the server, the nodes'
 client, the client library, and what each does with a peer it must not talk to."""
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ import orjson
 import pytest
 from cryptography import x509
 
+from ops.local_tls import TlsMaterial, ensure_certificates
 from protocol.access import Action, Node
 from protocol.limits import Limits
 from raftq.client_limits import ClientLimits
 from raftq.errors import UnavailableError
 from raftq.http import HttpTransport
-from raftq.local_tls import TlsMaterial, ensure_certificates
 from runtime.http_api import App, json_response, server_limits
 from runtime.http_auth import NodeVerifier, authenticator
 from runtime.http_client import JsonHttpClient, NoAnswerError, PeerLink

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from raftq.cluster import LocalCluster
+from ops.cluster import LocalCluster
 from stress_tests.chaos import fast_config
 from stress_tests.runner import run
 from stress_tests.scheduler import FaultPlan

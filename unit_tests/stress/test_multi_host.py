@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from protocol.node_config import parse_node_file
-from raftq.cluster import LocalCluster
+from ops.cluster import LocalCluster
+from runtime.node_config import parse_node_file
 from stress_tests.chaos import fast_config
 from stress_tests.network_partition import available
 from stress_tests.runner import run

@@ -36,7 +36,7 @@ from unit_tests.runtime.replication.raft import crash_child
 from unit_tests.runtime.replication.waits import wait_for
 
 WAIT_S = 10.0
-PACKAGE = Path(__file__).parents[4] / "runtime" / "replication" / "raft"
+PACKAGE = Path(__file__).parents[4] / "server" / "runtime" / "replication" / "raft"
 
 
 class Recorded:

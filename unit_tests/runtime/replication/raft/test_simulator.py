@@ -61,7 +61,11 @@ def test_a_seed_replays_in_another_process() -> None:
         "import hashlib; from stress_tests.raft_sim import run_seed; "
         "print(hashlib.sha256(chr(10).join(run_seed(3).trace).encode()).hexdigest())"
     )
-    environment = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(REPO_DIR)}
+    environment = {
+        **os.environ,
+        "PYTHONHASHSEED": "12345",
+        "PYTHONPATH": f"{REPO_DIR}:{REPO_DIR / 'server'}",
+    }
     found = subprocess.run(
         [sys.executable, "-c", script],
         cwd=REPO_DIR,

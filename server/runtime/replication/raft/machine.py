@@ -22,9 +22,9 @@ from pysyncobj import FAIL_REASON
 from pysyncobj.syncobj import SyncObjException
 from pysyncobj.transport import Transport
 
-from protocol.durable_files import fsync_directory, make_directories
 from protocol.errors import ErrorCode, RaftQError
 from protocol.limits import Limits
+from runtime.durable_files import fsync_directory, make_directories
 from runtime.replication.machine import C, Definition, Entry, R, RaftStatus, S
 from runtime.replication.raft.consumer import Applied, StateConsumer, consumer_type
 from runtime.replication.raft.node import RaftNode, SnapshotTransport, raft_conf, raft_failure

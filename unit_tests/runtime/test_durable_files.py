@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from protocol import durable_files
+from runtime import durable_files
 
 
 @pytest.fixture

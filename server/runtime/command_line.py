@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import TypeVar
 
 from protocol.limits import Limits, LimitsError
-from protocol.node_config import NodeConfigError, parse_node_file
 from runtime.http_api import App, server_limits
 from runtime.http_client import JsonHttpClient, PeerLink
 from runtime.http_server import HttpRequest, HttpResponse, HttpServer
+from runtime.node_config import NodeConfigError, parse_node_file
 from runtime.tls import TlsFiles, server_context
 
 SECRET_CHARS_MIN = 16

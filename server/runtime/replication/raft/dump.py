@@ -21,7 +21,7 @@ from typing import Any
 from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.serializer import Serializer
 
-from protocol.durable_files import fsync_directory, write_all
+from runtime.durable_files import fsync_directory, write_all
 from runtime.durable_journal import thaw_pickled
 from runtime.replication.machine import FrozenState
 

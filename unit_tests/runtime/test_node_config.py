@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from protocol.node_config import (
+from runtime.node_config import (
     NodeConfigError,
     NodeFile,
     Peer,

@@ -30,7 +30,6 @@ from sqlalchemy.orm import Session
 
 from broker.persistence.models import Base, HostedReplicaRow, Log
 from broker.persistence.store import FlushBatch, RangeChecksum, headers_from_text, range_checksum
-from protocol.durable_files import fsync_directory
 from protocol.limits import PartitionLimits
 from protocol.redaction import url_password, url_without_password, without_secrets
 from protocol.types import (
@@ -42,6 +41,7 @@ from protocol.types import (
     ReplicaSpec,
     StoredMessage,
 )
+from runtime.durable_files import fsync_directory
 
 _PARTITION_RAFT_TABLE = Base.metadata.tables[HostedReplicaRow.__tablename__]
 _READ_SQL = (

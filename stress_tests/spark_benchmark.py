@@ -1,7 +1,7 @@
 """Rows per second of ``bulk_produce`` and ``bulk_consume`` for many small rows.
 
-    python -m spark_jobs.benchmark --rows 1000000            # starts its own local cluster
-    python -m spark_jobs.benchmark --rows 1000000 --url URL  # or uses a running one
+    python -m stress_tests.spark_benchmark --rows 1000000            # starts its own local cluster
+    python -m stress_tests.spark_benchmark --rows 1000000 --url URL  # or uses a running one
 
 Writes a Parquet file of ``--rows`` rows (value ``message-<n>``, 14-20 bytes; key
 ``key-<n mod 1000>``), produces it to a new topic with ``bulk_produce``, then reads the whole
@@ -22,8 +22,8 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as sf
 
+from ops.cluster import LocalCluster
 from raftq import Admin
-from raftq.cluster import LocalCluster
 from spark_jobs import bulk_consume, bulk_produce
 from spark_jobs.options import Endpoint, add_api_key_option, api_key_from
 from spark_jobs.session import build_session
@@ -64,7 +64,7 @@ def measure(spark: SparkSession, endpoint: Endpoint, args: argparse.Namespace, w
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="spark_jobs.benchmark", description=__doc__)
+    parser = argparse.ArgumentParser(prog="stress_tests.spark_benchmark", description=__doc__)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--url", default=None, help="a running cluster (default: start one)")
     add_api_key_option(parser)

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from protocol.node_config import Peer, node_file_text
 from protocol.redaction import url_without_password
+from runtime.node_config import Peer, node_file_text
 
 MANAGER_COUNT = 3
 """Managers a cluster starts with."""
@@ -55,7 +55,7 @@ class ClusterSettings:
     """``--limit name=value`` overrides given to every node."""
     tls: bool = False
     """Every HTTP listener serves HTTPS with a certificate of the cluster's own CA
-    (``raftq.local_tls``), and every node checks its peers against that CA."""
+    (``ops.local_tls``), and every node checks its peers against that CA."""
     brokers: int = DEFAULT_BROKER_COUNT
     """Brokers 1..N; every partition's three replicas go to three of them."""
     hosts: tuple[str, ...] = ()
@@ -163,7 +163,7 @@ class NodeSpec:
     """``python -m <role> --config <config_file>``."""
     config_file: Path
     config_text: str
-    """The node file (TOML, ``protocol.node_config``) the node starts from."""
+    """The node file (TOML, ``runtime.node_config``) the node starts from."""
     raft_address: str | None = None
     raft_port_min: int | None = None
     raft_port_max: int | None = None

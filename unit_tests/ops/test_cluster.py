@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from protocol.node_config import parse_node_file
-from raftq.cluster import ClusterError, LocalCluster
-from raftq.cluster_layout import (
+from ops.cluster import ClusterError, LocalCluster
+from ops.cluster_layout import (
     ClusterSettings,
     LayoutError,
     NodeSpec,
@@ -28,6 +27,8 @@ from raftq.cluster_layout import (
     parse_cluster_json,
     plan_nodes,
 )
+from raftq.profile import ClientProfile, profile_path, read_profile
+from runtime.node_config import parse_node_file
 
 STANDIN = Path(__file__).with_name("standin_node.py")
 
@@ -224,6 +225,10 @@ def test_up_status_signal_restart_and_down(open_cluster: Callable[..., LocalClus
     # The admin key `up` asked for (as a node) is kept where only the owner reads it.
     assert recorded["admin_key"] == cluster.admin_key == "rq_standin_admin_key"
     assert (cluster.directory / "cluster.json").stat().st_mode & 0o777 == 0o600
+    # The client finds the cluster by its profile alone, which holds the same key.
+    profile = read_profile(cluster.directory)
+    assert profile == ClientProfile(cluster.lb_url, "rq_standin_admin_key", None, None)
+    assert profile_path(cluster.directory).stat().st_mode & 0o777 == 0o600
 
     cluster.signal_node("broker-2", signal.SIGSTOP)
     assert not {n.name: n for n in cluster.status().nodes}["broker-2"].http_ok

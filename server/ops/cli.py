@@ -1,12 +1,12 @@
 """``raftq cluster``, ``raftq node``, ``raftq broker`` and ``raftq manager``: running a
-cluster (the operations commands; they need the server packages)."""
+cluster, the operations commands. They come with the server's distribution, which names
+``COMMAND_GROUP`` to the client's CLI (entry point group ``raftq.commands``)."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-import importlib.util
+import functools
 import json
 import os
 import sys
@@ -15,26 +15,26 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-import requests
 from tqdm import tqdm
 
-from protocol.node_config import NodeFile, check_deployment, parse_node_file
+from ops.cluster import ClusterError, ClusterStatus, LocalCluster
+from ops.cluster_layout import CLUSTER_FILE, LayoutError
+from ops.parser import add_operations_parsers
 from raftq.admin import Admin
 from raftq.cli.context import (
     DEFAULT_DIR,
     EXIT_FAILURE,
+    CommandError,
     Context,
     UsageError,
-    cluster_file,
     print_json_lines,
     progress_to,
     resolve_target,
     shows_progress,
 )
+from raftq.cli.plugins import CommandGroup, Handler
 from raftq.client_limits import ClientLimits
-from raftq.cluster import ClusterStatus, LocalCluster
-from raftq.cluster_layout import CLUSTER_FILE
-from raftq.node_signing import manager_leader
+from runtime.node_config import NodeConfigError, NodeFile, check_deployment, parse_node_file
 
 
 def cmd_broker(args: argparse.Namespace, context: Context) -> int:
@@ -167,47 +167,9 @@ def cmd_node(args: argparse.Namespace, context: Context) -> int:
             context.stdout.write(f"{len(files)} node files agree: {names}\n")
         return EXIT_FAILURE if problems else 0
     node = _read_node_file(args.config)
-    if importlib.util.find_spec("pysyncobj") is None:
-        raise UsageError("this Python lacks the server's packages: pip install 'raftq[server]'")
     context.stdout.flush()
     # exec, not a child: a service manager (systemd) then sees and signals the node itself.
     os.execv(sys.executable, [sys.executable, "-m", node.role, "--config", args.config])
-
-
-def node_cert(args: argparse.Namespace) -> tuple[str, str] | None:
-    """``--node-cert CERT KEY``, else a ``--dir`` cluster's own with ``--mutual-tls``."""
-    if args.node_cert:
-        return str(args.node_cert[0]), str(args.node_cert[1])
-    if args.url is not None:
-        return None
-    with contextlib.suppress(UsageError):
-        body = cluster_file(args.dir)
-        if body.get("mutual_tls") is True:
-            tls = Path(args.dir or DEFAULT_DIR) / "tls"
-            return str(tls / "node.pem"), str(tls / "node-key.pem")
-    return None
-
-
-def leader_of(url: str, tls_ca: str | None) -> str:
-    """The manager leader's own URL, asked of ``url`` (the load balancer or a manager):
-    a node's request goes straight to it, never through the load balancer."""
-    with requests.Session() as session:
-        session.trust_env = False  # no proxy between this host's nodes; our CA, not the env's
-        session.verify = tls_ca or True
-        leader = manager_leader(session, url, ClientLimits().request_timeout_s)
-    if leader is None:
-        raise UsageError(f"{url}/raft_status names no manager leader: is the cluster up?")
-    return leader
-
-
-def read_secret(path: str) -> str:
-    try:
-        secret = Path(path).read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
-    if not secret:
-        raise UsageError(f"{path} is empty")
-    return secret
 
 
 def _read_node_file(path: str) -> NodeFile:
@@ -280,3 +242,27 @@ def format_status(status: ClusterStatus) -> str:
             f"{'ok' if node.http_ok else 'NO':<5} {node.http_address}"
         )
     return "\n".join(lines) + "\n"
+
+
+def _failing_as_commands(handler: Handler) -> Handler:
+    """The operations' own errors, as the client's CLI reports a command that failed."""
+
+    @functools.wraps(handler)
+    def run(args: argparse.Namespace, context: Context) -> int:
+        try:
+            return handler(args, context)
+        except (ClusterError, LayoutError, NodeConfigError) as exc:
+            raise CommandError(str(exc)) from exc
+
+    return run
+
+
+COMMAND_GROUP = CommandGroup(
+    add_parsers=add_operations_parsers,
+    handlers={
+        "cluster": _failing_as_commands(cmd_cluster),
+        "node": _failing_as_commands(cmd_node),
+        "broker": _failing_as_commands(cmd_broker),
+        "manager": _failing_as_commands(cmd_manager),
+    },
+)

@@ -44,7 +44,7 @@ from pysyncobj.journal import (
 )
 from pysyncobj.pickle import dumps, loads, to_bytes
 
-from protocol.durable_files import fsync_directory, fsync_file, write_all
+from runtime.durable_files import fsync_directory, fsync_file, write_all
 from runtime.replication.raft.dump import DumpWriter
 
 _log = logging.getLogger(__name__)

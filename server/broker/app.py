@@ -23,11 +23,11 @@ from broker.peer_copy import PeerCopy
 from broker.persistence.sql_store import SqlMessageStore
 from broker.registration import Registration
 from broker.service import BrokerService, ReplicaStatus
-from protocol.durable_files import make_directories
 from protocol.limits import Limits
 from protocol.openapi import Node, api_document
 from protocol.requests import RegisterBroker
 from protocol.types import BrokerId, ReplicaSpec
+from runtime.durable_files import make_directories
 from runtime.http_api import App, add_document_route, count_requests
 from runtime.http_auth import NodeVerifier, authenticator
 from runtime.http_client import JsonHttpClient, PeerLink

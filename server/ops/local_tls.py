@@ -6,7 +6,7 @@ of a local cluster share a host). Clients and nodes trust that CA (``cluster.jso
 its own (``--tls-cert``/``--tls-key``/``--tls-ca`` of each node).
 
 Uses ``cryptography`` (a server dependency: pysyncobj's encryption needs it too); only
-``raftq.cluster`` imports this module, when certificates are made, so the client library
+``ops.cluster`` imports this module, when certificates are made, so the client library
 does not need it.
 """
 
@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from protocol.durable_files import make_directories, write_atomically
+from runtime.durable_files import make_directories, write_atomically
 
 VALID_DAYS = 3650
 _KEY_BITS = 2048

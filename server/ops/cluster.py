@@ -24,9 +24,7 @@ from pathlib import Path
 
 import requests
 
-from protocol.access import AUTHORIZATION_HEADER
-from protocol.durable_files import create_if_missing, make_directories, write_atomically
-from raftq.cluster_layout import (
+from ops.cluster_layout import (
     CLUSTER_FILE,
     ClusterSettings,
     LayoutError,
@@ -36,10 +34,13 @@ from raftq.cluster_layout import (
     parse_cluster_json,
     plan_nodes,
 )
+from protocol.access import AUTHORIZATION_HEADER
 from raftq.node_signing import NodeSigning, manager_leader
+from raftq.profile import ClientProfile, profile_path
+from runtime.durable_files import create_if_missing, make_directories, write_atomically
 
-_REPO_ROOT = Path(__file__).resolve().parent.parent
-"""Where ``python -m manager`` finds its package even when RaftQ is not installed."""
+_SERVER_ROOT = Path(__file__).resolve().parent.parent
+"""Where ``python -m manager`` finds its package: the server's packages sit beside ops."""
 HTTP_PROBE_TIMEOUT_S = 1.0
 READY_POLL_PERIOD_S = 0.5
 PROGRESS_PERIOD_S = 5.0
@@ -104,7 +105,7 @@ class LocalCluster:
         brokers: int | None = None,
         hosts: Sequence[str] | None = None,
         python: str = sys.executable,
-        code_dir: Path = _REPO_ROOT,
+        code_dir: Path = _SERVER_ROOT,
         progress: Callable[[str], None] | None = None,
     ) -> None:
         """Open the cluster in ``directory``: its ``cluster.json`` settings if it exists
@@ -350,7 +351,7 @@ class LocalCluster:
         if not settings.tls:
             return
         # Here, not at the top: cryptography is a server dependency, the CLI a client's.
-        from raftq.local_tls import TlsMaterial, ensure_certificates  # noqa: PLC0415
+        from ops.local_tls import TlsMaterial, ensure_certificates  # noqa: PLC0415
 
         material = TlsMaterial(settings.tls_ca_file, settings.tls_cert_file, settings.tls_key_file)
         if ensure_certificates(settings.hosts or (settings.host,), material):
@@ -426,13 +427,17 @@ class LocalCluster:
 
     def save(self) -> None:
         """Write ``cluster.json`` atomically and durably (``cluster up`` after a power cut
-        reads it to find the cluster's settings)."""
+        reads it to find the cluster's settings), and the client's profile beside it (how
+        ``raftq`` reaches this cluster with ``--dir``)."""
         body = cluster_json(
             self._settings, tuple(self._nodes.values()), self._pids, self._admin_key
         )
         make_directories(self.directory)
         text = json.dumps(body, indent=2) + "\n"
         write_atomically(self.directory / CLUSTER_FILE, text.encode(), 0o600)
+        profile = ClientProfile(self.lb_url, self._admin_key, self.tls_ca, self._settings.node_cert)
+        profile_text = json.dumps(profile.to_json(), indent=2) + "\n"
+        write_atomically(profile_path(self.directory), profile_text.encode(), 0o600)
 
     @property
     def tls_ca(self) -> str | None:

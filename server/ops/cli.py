@@ -223,7 +223,7 @@ def cmd_cluster(args: argparse.Namespace, context: Context) -> int:
 def _print_summary(cluster: LocalCluster, out: TextIO) -> None:
     out.write(
         f"RaftQ cluster is up: load balancer {cluster.lb_url}\n"
-        f"  directory  {cluster.directory} (cluster.json, secret, logs in <node>/node.log)\n"
+        f"  directory  {cluster.directory} (cluster.json, client.json, secret, <node>/node.log)\n"
         f"  status     raftq cluster status --dir {cluster.directory}\n"
         f"  stop       raftq cluster down --dir {cluster.directory}\n"
     )

@@ -192,7 +192,10 @@ class LocalCluster:
         if self._admin_key is None:
             self._admin_key = self._create_admin_key(deadline_s)
             self.save()
-            self._progress(f"admin API key written to {self.directory / CLUSTER_FILE}")
+            self._progress(
+                f"admin API key written to {self.directory / CLUSTER_FILE} and to the "
+                f"client's profile {profile_path(self.directory)}"
+            )
 
     def add_broker(self, timeout_s: float = 90.0) -> NodeSpec:
         """Grow the cluster by one broker (the next id): record it in ``cluster.json`` first

@@ -37,7 +37,7 @@ CLUSTER_BASE_PORTS = {
     "openapi_fuzz": 30400,
     "operations": 25000,
     "installed_client": 23500,
-    "installed_server": 12000,
+    "installed_server": 13000,
     "membership": 29400,
     "multi_host": 23900,
     "spark_standalone": 25800,

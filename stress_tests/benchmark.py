@@ -171,12 +171,13 @@ def run_scaling(args: argparse.Namespace, directory: Path, log: Log) -> list[Sca
         cluster.down()
 
 
-def scaling_title(args: argparse.Namespace) -> str:
+def scaling_title(args: argparse.Namespace, load_at_start: float) -> str:
     return (
         f"Partition scaling: 3 brokers, every partition replicated 3 ways, no traffic; per "
-        f"broker (mean of the 3); idle CPU over {args.idle_window:g} s as a share of one core "
-        f"(load average at the end {os.getloadavg()[0]:.1f}); p50 of "
-        f"{args.scaling_produces} single-message produces to one partition (Producer)"
+        f"broker (mean of the 3); idle CPU over {args.idle_window:g} s as a share of one core; "
+        f"p50 of {args.scaling_produces} single-message produces to one partition (Producer); "
+        f"the machine's load average {load_at_start:.1f} at the start, "
+        f"{os.getloadavg()[0]:.1f} at the end"
     )
 
 
@@ -242,13 +243,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with terminate_as_interrupt(), tempfile.TemporaryDirectory(prefix="raftq-bench-") as tmp:
             if args.only == PARTITION_SCALING:
-                return print_scaling(args, run_scaling(args, Path(tmp) / "scaling", log))
+                return scaling_table(args, Path(tmp) / "scaling", log)
             rows, memory, peer_lines = run_all(args, Path(tmp), log)
             print(render(title(args, peer_lines), rows, memory, PHASES), flush=True)
             failed = any(row.error is not None for row in rows)
             if args.only is None:
                 print()
-                failed |= print_scaling(args, run_scaling(args, Path(tmp) / "scaling", log)) != 0
+                failed |= scaling_table(args, Path(tmp) / "scaling", log) != 0
     except KeyboardInterrupt:
         log("interrupted: every process the benchmark started is stopped")
         return 130
@@ -267,9 +268,11 @@ def run_all(
     return rows, memory, peer_lines
 
 
-def print_scaling(args: argparse.Namespace, rows: list[ScalingRow]) -> int:
-    """Print the table; 1 when a row failed."""
-    print(render_scaling(scaling_title(args), rows), flush=True)
+def scaling_table(args: argparse.Namespace, directory: Path, log: Log) -> int:
+    """Measure and print the partition-scaling table; 1 when a row failed."""
+    load_at_start = os.getloadavg()[0]
+    rows = run_scaling(args, directory, log)
+    print(render_scaling(scaling_title(args, load_at_start), rows), flush=True)
     return 0 if all(row.error is None for row in rows) else 1
 
 

@@ -30,6 +30,7 @@ import requests
 
 from raftq import Producer
 from raftq.cluster import LocalCluster
+from raftq.cluster_layout import broker_ports
 from stress_tests.bench_http import (
     VALUE,
     RequestFailedError,
@@ -43,9 +44,10 @@ from stress_tests.cluster_view import broker_names
 from stress_tests.credentials import client_session, require_admin_key
 from stress_tests.polling import poll_until
 
-PARTITION_COUNTS = (3, 30, 60, 100)
-"""The rows. 100 is today's cap: a broker has 100 Raft ports (``cluster_layout``), one per
-replica it hosts, and with three brokers every broker hosts every partition."""
+PARTITIONS_MAX = broker_ports(0, 1)[2] - broker_ports(0, 1)[1] + 1
+"""Today's cap, 100: a broker has that many Raft ports (``cluster_layout``), one per replica
+it hosts, and with three brokers every broker hosts every partition."""
+PARTITION_COUNTS = (3, 30, 60, PARTITIONS_MAX)
 IDLE_WINDOW_S = 10.0
 PRODUCES = 50
 LEADERS_WAIT_S = 120.0
@@ -103,10 +105,13 @@ def scaling_row(
     )
 
 
-def topic_steps(counts: Sequence[int]) -> list[int]:
-    """Partitions each step's new topic adds so the totals are ``counts`` (increasing)."""
+def topic_steps(counts: Sequence[int], partitions_max: int = PARTITIONS_MAX) -> list[int]:
+    """Partitions each step's new topic adds so the totals are ``counts`` (increasing, at
+    most ``partitions_max``)."""
     if not counts or counts[0] <= 0 or any(b <= a for a, b in itertools.pairwise(counts)):
         raise ValueError(f"partition counts must be positive and increasing, not {counts}")
+    if counts[-1] > partitions_max:
+        raise ValueError(f"a broker holds at most {partitions_max} partitions, not {counts[-1]}")
     return [counts[0], *(b - a for a, b in itertools.pairwise(counts))]
 
 

@@ -76,9 +76,10 @@ def test_a_row_is_the_brokers_mean_over_those_sampled_at_both_ends() -> None:
 def test_topic_steps_add_up_to_each_count() -> None:
     assert topic_steps((3, 30, 60, 100)) == [3, 27, 30, 40]
     assert topic_steps((5,)) == [5]
-    for bad in ((), (0, 3), (3, 3), (30, 3)):
+    for bad in ((), (0, 3), (3, 3), (30, 3), (3, 101)):
         with pytest.raises(ValueError):
             topic_steps(bad)
+    assert topic_steps((3, 101), partitions_max=1000) == [3, 98]
 
 
 def test_the_table_is_markdown_with_units_and_failed_rows() -> None:

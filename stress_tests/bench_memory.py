@@ -1,4 +1,5 @@
-"""Resident memory (RSS) of every process of every node, sampled on a thread by phase.
+"""Resident memory (RSS) of every process of every node, sampled on a thread by phase, and
+the /proc readers of a process's figures (RSS, threads, CPU ticks) that the benchmark uses.
 
 Each node runs in its own process group (``LocalCluster`` starts it in a new session): a
 RaftQ node is one process (``python``); a peer's node may be several, each reported apart
@@ -31,16 +32,45 @@ def stat_fields(pid: int) -> list[str] | None:
         return None
 
 
-def rss_mib(pid: int) -> float | None:
-    """VmRSS of one process (not its children), or None when it is gone."""
+def cpu_ticks_of(fields: list[str]) -> int:
+    """utime + stime (clock ticks, ``os.sysconf("SC_CLK_TCK")`` a second) of ``stat_fields``'
+    fields: /proc/<pid>/stat's 14th and 15th, the 12th and 13th after the command name. Every
+    thread of the process counted, its reaped children not."""
+    return int(fields[11]) + int(fields[12])
+
+
+def cpu_ticks(pid: int) -> int | None:
+    """CPU time one process has used so far (ticks), or None when it is gone."""
+    fields = stat_fields(pid)
+    return None if fields is None else cpu_ticks_of(fields)
+
+
+def status_value(text: str, name: str) -> int | None:
+    """The first number of the line ``name:`` of a /proc/<pid>/status text (``VmRSS`` in kB,
+    ``Threads``), or None when the line is missing (a zombie has no ``VmRSS``)."""
+    prefix = f"{name}:"
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            return int(line[len(prefix) :].split()[0])
+    return None
+
+
+def _status(pid: int, name: str) -> int | None:
     try:
-        text = Path(f"/proc/{pid}/status").read_text()
+        return status_value(Path(f"/proc/{pid}/status").read_text(), name)
     except OSError:
         return None
-    for line in text.splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return None  # a zombie has no VmRSS
+
+
+def rss_mib(pid: int) -> float | None:
+    """VmRSS of one process (not its children), or None when it is gone."""
+    kib = _status(pid, "VmRSS")
+    return None if kib is None else kib / 1024
+
+
+def thread_count(pid: int) -> int | None:
+    """Threads of one process, or None when it is gone."""
+    return _status(pid, "Threads")
 
 
 def group_members(pgids: set[int]) -> dict[int, list[int]]:

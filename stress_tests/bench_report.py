@@ -165,3 +165,52 @@ def render(
         lines.append("")
         lines.extend(align([header, *(memory_cells(row, phases) for row in memory)]))
     return "\n".join(lines)
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingRow:
+    """One row of the partition-scaling table (issue 22): an idle cluster holding
+    ``partitions`` partitions, each on every broker. Figures per broker (the brokers' mean);
+    None: not measured. ``error`` is set when the row could not be measured."""
+
+    partitions: int
+    cpu_percent: float | None = None
+    """Of one core, over the idle window."""
+    rss_mib: float | None = None
+    threads: float | None = None
+    p50_ms: float | None = None
+    """One single-message produce to one partition through the client library."""
+    error: str | None = None
+
+
+SCALING_HEADER = (
+    "partitions",
+    "idle CPU per broker",
+    "RSS per broker",
+    "threads per broker",
+    "one message, p50",
+)
+
+
+def _with_unit(value: float | None, decimals: int, unit: str) -> str:
+    return MISSING if value is None else f"{value:,.{decimals}f}{unit}"
+
+
+def scaling_cells(row: ScalingRow) -> tuple[str, ...]:
+    if row.error is not None:
+        return (str(row.partitions), f"FAILED: {row.error}", "", "", "")
+    return (
+        str(row.partitions),
+        _with_unit(row.cpu_percent, 1, "%"),
+        _with_unit(row.rss_mib, 0, " MiB"),
+        _with_unit(row.threads, 0, ""),
+        _with_unit(row.p50_ms, 1, " ms"),
+    )
+
+
+def render_scaling(title: str, rows: Sequence[ScalingRow]) -> str:
+    """The partition-scaling table, in markdown (as the README shows it), under ``title``."""
+    lines = [title, "", "| " + " | ".join(SCALING_HEADER) + " |"]
+    lines.append("|" + "---|" * len(SCALING_HEADER))
+    lines.extend("| " + " | ".join(scaling_cells(row)) + " |" for row in rows)
+    return "\n".join(lines)

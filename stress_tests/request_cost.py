@@ -36,6 +36,7 @@ from pathlib import Path
 from ops.cluster import LocalCluster
 from stress_tests.bench_http import create_topic, leader_address
 from stress_tests.bench_load import MakeStep, run_load
+from stress_tests.bench_memory import cpu_ticks
 from stress_tests.bench_scenarios import produce_direct, produce_via_lb
 from stress_tests.credentials import bearer, client_session, require_admin_key
 
@@ -89,9 +90,12 @@ def probes(lb: str, api_key: str, leader: str | None) -> list[Probe]:
 
 
 def cpu_s(pid: int) -> float:
-    """User + system CPU of a process so far (its threads included)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_PER_S
+    """User + system CPU of a process so far (its threads included); ``ProcessLookupError``
+    (an ``OSError``) when it is gone."""
+    ticks = cpu_ticks(pid)
+    if ticks is None:
+        raise ProcessLookupError(f"no process {pid}")
+    return ticks / CLOCK_TICKS_PER_S
 
 
 def cpu_all(pids: Mapping[str, int]) -> dict[str, float]:

@@ -52,6 +52,7 @@ CLUSTER_BASE_PORTS = {
     "streams": 10500,
     "async_producer": 14600,
     "legacy_raft_files": 15000,
+    "partition_scaling": 11000,
 }
 """Every test module's cluster in one table, so no two blocks overlap (a socket of the
 previous module's cluster may still be in TIME_WAIT), all below the kernel's ephemeral range

@@ -266,7 +266,8 @@ def run_benchmark(argv: list[str], timeout_s: float) -> subprocess.CompletedProc
 def test_benchmark_command_prints_every_row_with_a_figure() -> None:
     argv = [sys.executable, "-m", "stress_tests.benchmark", "--seconds", "0.5"]
     argv += ["--backlog", "3000", "--failovers", "1", "--base-port", str(SMOKE_BASE_PORT)]
-    done = run_benchmark(argv, 240.0)
+    argv += ["--scaling-partitions", "3", "--idle-window", "1", "--scaling-produces", "3"]
+    done = run_benchmark(argv, 270.0)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     lines = done.stdout.splitlines()
     for scenario in EXPECTED_ROWS:
@@ -279,6 +280,25 @@ def test_benchmark_command_prints_every_row_with_a_figure() -> None:
     nodes = {(cells[0], cells[1]) for cells in memory}
     for node in ("lb", "manager-1", "manager-2", "manager-3", "broker-1", "broker-2", "broker-3"):
         assert (node, "python") in nodes, done.stdout
+    assert any(line.startswith("| 3 |") for line in lines), "no partition-scaling row"
+
+
+SCALING_BASE_PORT = CLUSTER_BASE_PORTS["partition_scaling"]
+
+
+@pytest.mark.cluster
+def test_partition_scaling_prints_a_row_with_every_figure_per_partition_count() -> None:
+    """``--only partition-scaling`` alone, kept small: 3 and 6 partitions, 1 s windows."""
+    argv = [sys.executable, "-m", "stress_tests.benchmark", "--only", "partition-scaling"]
+    argv += ["--scaling-partitions", "3,6", "--idle-window", "1", "--scaling-produces", "5"]
+    done = run_benchmark([*argv, "--base-port", str(SCALING_BASE_PORT)], 120.0)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith(("| 3 |", "| 6 |"))]
+    assert len(rows) == 2, done.stdout
+    for row in rows:
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        assert cells[1].endswith("%") and cells[2].endswith(" MiB"), row
+        assert int(cells[3]) > 0 and cells[4].endswith(" ms"), row
 
 
 def test_a_peer_that_cannot_run_is_named_and_the_others_go_on(

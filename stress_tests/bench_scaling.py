@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 import requests
 
+from ops.cluster import LocalCluster
+from ops.cluster_layout import broker_ports
 from raftq import Producer
-from raftq.cluster import LocalCluster
-from raftq.cluster_layout import broker_ports
 from stress_tests.bench_http import (
     VALUE,
     RequestFailedError,

@@ -44,7 +44,7 @@ CLUSTER_BASE_PORTS = {
     "rereplication": 31500,
     "unknown_outcomes": 26400,
     "operations_faults": 22900,
-    "pop_replays": 21800,
+    "pop_replays": 13400,
     "stopped_node_deadlines": 24400,
     "membership_nemesis": 32000,
     "lease_run": 16000,

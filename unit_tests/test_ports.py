@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from itertools import combinations
 
+from stress_tests.benchmark import BASE_PORT as BENCHMARK_BASE_PORT
 from stress_tests.chaos import POWER_LOSS_PORT_OFFSET
 from stress_tests.session import DEFAULT_BASE_PORT as TIER_BASE_PORT
 from unit_tests.ports import CLUSTER_BASE_PORTS, CLUSTER_PORT_SPAN, port_block
@@ -29,3 +30,10 @@ def test_the_fault_tiers_default_blocks_miss_the_test_blocks() -> None:
         block = set(port_block(name))
         assert not block & set(tier) and not block & set(power), name
     assert power.stop <= EPHEMERAL_FIRST
+
+
+def test_the_benchmarks_default_block_misses_the_test_blocks() -> None:
+    """The benchmark may run beside the tests (pop_replays sat on 22100-22199 until
+    2026-11-28)."""
+    benchmark = set(range(BENCHMARK_BASE_PORT, BENCHMARK_BASE_PORT + CLUSTER_PORT_SPAN))
+    assert [n for n in CLUSTER_BASE_PORTS if benchmark & set(port_block(n))] == []

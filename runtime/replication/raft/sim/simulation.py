@@ -40,6 +40,8 @@ class Workload(Generic[S, C, R]):
     """Equal for equal states (``checks.fingerprint``, or the workload's own)."""
     broken_definition: Definition[S, C, R] | None = None
     """The same table applying something else: for ``SimConfig.diverging_node``."""
+    describe: Callable[[R], str] | None = None
+    """What an acknowledged command's answer says, for the trace (none: nothing)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +220,7 @@ class Simulation(Generic[S, C, R]):
             self._note(
                 f"     p{number} at {proposer}: acked index {entry.index} term {term} "
                 f"synced {entry.replicas_synced} on disk {len(holders)}"
+                + ("" if self._workload.describe is None else f" {self._workload.describe(answer)}")
             )
             self._checks.acknowledgement(
                 proposer, entry.index, term, entry.replicas_synced, holders

@@ -35,14 +35,16 @@ import dataclasses
 import hashlib
 import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from enum import Enum
+from typing import TypeVar
 
 from manager.raft import REGISTRY
 from manager.registry import commands as c
 from manager.registry.commands import RegistryCommand, from_wire
 from manager.registry.outcome import Outcome
 from manager.registry.state import EXPIRED_PER_REGISTRATION_MAX, EXPIRED_PER_SWEEP_MAX, ManagerState
+from manager.registry.topics import PartitionRecord
 from protocol.access import Role
 from protocol.group_requests import Ordering
 from protocol.limits import Limits
@@ -51,6 +53,7 @@ from runtime.replication.machine import Definition, Entry, ReplicatedMethod
 from runtime.replication.raft.sim.checks import InvariantError
 from runtime.replication.raft.sim.simulation import Workload
 
+T = TypeVar("T")
 Answer = tuple[Outcome, Entry]
 ManagerDefinition = Definition[ManagerState, RegistryCommand, Answer]
 
@@ -88,11 +91,26 @@ def _raft_address(broker_id: int, port: int) -> str:
     return f"b{broker_id}:{port}"
 
 
+def _pick(rng: random.Random, known: Sequence[T], pool: Sequence[T], known_p: float = 0.85) -> T:
+    """One of ``known`` (what the proposer's view holds) most of the time, else of ``pool``
+    (maybe unknown to the state: a stale view, or a mistaken client)."""
+    if known and rng.random() < known_p:
+        return rng.choice(known)
+    return rng.choice(pool)
+
+
+def _eligible(view: ManagerState) -> list[int]:
+    """Brokers a new replica may go to: registered and not draining (``manager.placement``)."""
+    return [int(b.broker_id) for b in view.brokers.all() if not b.draining]
+
+
 # --- brokers and managers ---------------------------------------------------------------
 
 
-def _register_broker(rng: random.Random, number: int) -> RegistryCommand:
-    broker = rng.choice(BROKER_IDS + PASSING_BROKER_IDS)
+def _register_broker(rng: random.Random, number: int, view: ManagerState) -> RegistryCommand:
+    everyone = BROKER_IDS + PASSING_BROKER_IDS
+    unknown = [b for b in everyone if view.brokers.get(BrokerId(b)) is None]
+    broker = _pick(rng, unknown, everyone, 0.6)
     low = 20_000 + 100 * broker + (500 if rng.random() < 0.1 else 0)  # 10%: moved ports
     brokers_max = _bound(rng, LIMITS.registry_brokers_max)
     return c.RegisterBroker(
@@ -100,95 +118,138 @@ def _register_broker(rng: random.Random, number: int) -> RegistryCommand:
     )
 
 
-def _broker_state(rng: random.Random, number: int) -> RegistryCommand:
+def _broker_state(rng: random.Random, number: int, view: ManagerState) -> RegistryCommand:
     everyone = BROKER_IDS + PASSING_BROKER_IDS
+    known = [int(b.broker_id) for b in view.brokers.all()]
+    draining = [int(b.broker_id) for b in view.brokers.all() if b.draining]
     roll = rng.random()
-    if roll < 0.5:
-        return c.SetBrokerAlive(rng.choice(everyone), rng.random() < 0.6)
-    if roll < 0.7:
-        return c.DrainBroker(rng.choice(everyone))
-    if roll < 0.85:
-        return c.CancelDrain(rng.choice(everyone))
-    return c.RemoveBroker(rng.choice(PASSING_BROKER_IDS + BROKER_IDS[:1]))
+    if roll < 0.45:
+        return c.SetBrokerAlive(_pick(rng, known, everyone), rng.random() < 0.6)
+    if roll < 0.65:
+        passing = [b for b in known if b in PASSING_BROKER_IDS]
+        return c.DrainBroker(_pick(rng, passing, everyone, 0.7))
+    if roll < 0.75:
+        return c.CancelDrain(_pick(rng, draining, everyone))
+    return c.RemoveBroker(_pick(rng, draining, PASSING_BROKER_IDS + BROKER_IDS[:1]))
 
 
-def _manager_change(rng: random.Random, number: int) -> RegistryCommand:
-    manager = rng.choice(MANAGER_IDS)
+def _manager_change(rng: random.Random, number: int, view: ManagerState) -> RegistryCommand:
+    members = [m.manager_id for m in view.managers.effective(())]
+    newcomers = [m for m in MANAGER_IDS if m not in members]
+    add = rng.random() < 0.6
+    manager = _pick(rng, newcomers if add else members, MANAGER_IDS)
     # 20%: another manager's Raft address (ADDRESS_TAKEN when that one is recorded).
     raft_manager = rng.choice(MANAGER_IDS) if rng.random() < 0.2 else manager
     url, address = f"http://m{manager}:8000", f"m{raft_manager}:7000"
-    if rng.random() < 0.75:
-        return c.AddManager(manager, url, address)
-    return c.RemoveManager(manager, url, address)
+    return c.AddManager(manager, url, address) if add else c.RemoveManager(manager, url, address)
 
 
 # --- topics and replica moves -----------------------------------------------------------
 
 
-def _assignment(rng: random.Random, number: int, slot: int) -> tuple[tuple[BrokerId, str], ...]:
-    """One partition's replicas on distinct brokers, at addresses never used before
-    (``slot`` < 10 tells a command's partitions apart)."""
-    count = rng.choice((1, LIMITS.replication_factor, LIMITS.replication_factor))
-    brokers = rng.sample(BROKER_IDS, count)
-    ports = [30_000 + 100 * number + 10 * slot + r for r in range(count)]
+def _assignment(
+    rng: random.Random, number: int, slot: int, view: ManagerState
+) -> tuple[tuple[BrokerId, str], ...]:
+    """One partition's replicas on distinct eligible brokers (any of the pool when too few:
+    a stale view), at addresses never used before (``slot`` < 10 tells a command's
+    partitions apart)."""
+    eligible = _eligible(view)
+    replicas = rng.choice((1, LIMITS.replication_factor, LIMITS.replication_factor))
+    brokers = rng.sample(eligible if len(eligible) >= replicas else BROKER_IDS, replicas)
+    ports = [30_000 + 100 * number + 10 * slot + r for r in range(replicas)]
     pairs = zip(brokers, ports, strict=True)
     return tuple((BrokerId(b), _raft_address(b, port)) for b, port in pairs)
 
 
-def _topic(rng: random.Random, number: int) -> RegistryCommand:
-    name = rng.choice(TOPICS)
+def _topic(rng: random.Random, number: int, view: ManagerState) -> RegistryCommand:
+    creating = [t for t in view.topics.all() if t.creating]
     roll = rng.random()
-    if roll < 0.4:
-        assignments = tuple(_assignment(rng, number, p) for p in range(rng.randint(1, 3)))
-        topics_max = _bound(rng, LIMITS.registry_topics_max)
-        return c.BeginTopic(
-            name,
-            assignments,
-            topics_max,
-            LIMITS.topic_partitions_max,
-            LIMITS.replication_factor,
-            LIMITS.partition_limits(),
-        )
-    if roll < 0.55:
+    if roll < 0.35:
+        return _begin_topic(rng, number, view)
+    if roll < 0.5:
+        growing = [t.name for t in view.topics.all() if not t.creating]
+        name = _pick(rng, growing, TOPICS)
+        known = view.topics.get(name)
+        next_id = len(known.partitions) if known is not None else 0
+        partition_id = next_id if rng.random() < 0.85 else rng.randrange(4)
+        assignment = _assignment(rng, number, 9, view)
         partitions_max = _bound(rng, LIMITS.topic_partitions_max)
-        assignment = _assignment(rng, number, 9)
         return c.BeginPartition(
-            name, rng.randrange(4), assignment, partitions_max, LIMITS.replication_factor
+            name, partition_id, assignment, partitions_max, LIMITS.replication_factor
         )
-    if roll < 0.9:
-        return c.FinishPartitions(name, tuple(range(rng.randint(1, 4))))
-    first = rng.randrange(3)
-    return c.RollBackPartitions(name, tuple(range(first, first + rng.randint(1, 2))))
+    topic = rng.choice(creating) if creating and rng.random() < 0.9 else None
+    ids = tuple(p.partition_id for p in topic.creating) if topic else (rng.randrange(3),)
+    name = topic.name if topic else rng.choice(TOPICS)
+    return c.FinishPartitions(name, ids) if roll < 0.9 else c.RollBackPartitions(name, ids)
 
 
-def _move(rng: random.Random, number: int) -> RegistryCommand:
-    name, partition = rng.choice(TOPICS), rng.randrange(2)
-    to_broker = rng.choice(BROKER_IDS)
-    address = _raft_address(to_broker, 40_000 + number)
+def _begin_topic(rng: random.Random, number: int, view: ManagerState) -> RegistryCommand:
+    new = [n for n in TOPICS if view.topics.get(n) is None]
+    name = _pick(rng, new, TOPICS, 0.8)
+    assignments = tuple(_assignment(rng, number, p, view) for p in range(rng.randint(1, 3)))
+    return c.BeginTopic(
+        name,
+        assignments,
+        _bound(rng, LIMITS.registry_topics_max),
+        LIMITS.topic_partitions_max,
+        LIMITS.replication_factor,
+        LIMITS.partition_limits(),
+    )
+
+
+def _move(rng: random.Random, number: int, view: ManagerState) -> RegistryCommand:
+    active = [(t.name, p) for t in view.topics.all() for p in t.partitions[: t.active_count]]
+    moving = [(name, p) for name, p in active if p.moving is not None]
     roll = rng.random()
-    if roll < 0.45:
-        replica = rng.randrange(LIMITS.replication_factor)
-        moves_max = LIMITS.replica_moves_max + rng.randrange(2)  # 2: with a stalled move
-        return c.BeginMove(name, partition, replica, to_broker, address, moves_max)
-    if roll < 0.6:
-        return c.RetargetMove(name, partition, rng.choice(BROKER_IDS), to_broker, address)
-    return c.FinishMove(name, partition)
+    if roll < 0.4 or not moving:
+        return _begin_move(rng, number, view, active)
+    name, partition = rng.choice(moving)
+    if roll < 0.55 and partition.moving is not None:
+        current = partition.replicas[partition.moving.replica_id].broker_id
+        holders = {r.broker_id for r in partition.replicas} | {partition.moving.removed.broker_id}
+        to = _pick(rng, [b for b in _eligible(view) if b not in holders], BROKER_IDS)
+        address = _raft_address(to, 40_000 + number)
+        return c.RetargetMove(name, partition.partition_id, current, to, address)
+    return c.FinishMove(name, partition.partition_id)
+
+
+def _begin_move(
+    rng: random.Random, number: int, view: ManagerState, active: list[tuple[str, PartitionRecord]]
+) -> RegistryCommand:
+    """As the replica mover: a replica off a draining or dead broker, most of the time."""
+    leaving = {int(b.broker_id) for b in view.brokers.all() if b.draining or not b.alive}
+    stranded = [(n, p) for n, p in active if any(r.broker_id in leaving for r in p.replicas)]
+    if not active:
+        name, partition_id, replica, holders = rng.choice(TOPICS), rng.randrange(2), 0, set()
+    else:
+        name, partition = _pick(rng, stranded, active, 0.8)
+        partition_id, replicas = partition.partition_id, partition.replicas
+        away = [r.replica_id for r in replicas if r.broker_id in leaving]
+        replica = _pick(rng, away, [r.replica_id for r in replicas])
+        holders = {int(r.broker_id) for r in replicas}
+    to = _pick(rng, [b for b in _eligible(view) if b not in holders], BROKER_IDS)
+    moves_max = LIMITS.replica_moves_max + rng.randrange(2)  # 2: one move stalled
+    address = _raft_address(to, 40_000 + number)
+    return c.BeginMove(name, partition_id, replica, to, address, moves_max)
 
 
 # --- clients, keys and consumer groups --------------------------------------------------
 
 
-def _client(rng: random.Random, number: int) -> RegistryCommand:
-    topic, now_ms = rng.choice(TOPICS), _now_ms(number)
+def _client(rng: random.Random, number: int, view: ManagerState) -> RegistryCommand:
+    topics = [t.name for t in view.topics.all() if t.is_active]
+    topic, now_ms = _pick(rng, topics, TOPICS, 0.9), _now_ms(number)
+    record = view.topics.get(topic)
+    partitions = record.active_count if record is not None else 1
     owner = rng.choice((None, None, KEY_IDS[0], KEY_IDS[1]))
     clients_max = _bound(rng, LIMITS.registry_clients_max)
     roll = rng.random()
     if roll < 0.45:
-        count = rng.choice((None, None, 1, 2))
+        count = rng.choice((None, None, rng.randint(1, max(partitions, 1))))
         producer = rng.choice(PRODUCERS)
         return c.RegisterProducer(producer, topic, clients_max, now_ms, LEASE_MS, count, owner)
     if roll < 0.9:
-        partition = rng.choice((None, 0, 1))
+        partition = rng.choice((None, rng.randrange(max(partitions, 1))))
         consumer = rng.choice(CONSUMERS)
         return c.RegisterConsumer(consumer, topic, partition, clients_max, now_ms, LEASE_MS, owner)
     count_max = rng.choice((1, EXPIRED_PER_SWEEP_MAX))
@@ -200,10 +261,10 @@ def key_hash_of(key_id: str, other: bool = False) -> str:
     return hashlib.sha256(f"{key_id}{'/other' if other else ''}".encode()).hexdigest()
 
 
-def _key(rng: random.Random, number: int) -> RegistryCommand:
-    key_id = rng.choice(KEY_IDS)
+def _key(rng: random.Random, number: int, view: ManagerState) -> RegistryCommand:
     if rng.random() < 0.3:
-        return c.RevokeKey(key_id)
+        return c.RevokeKey(_pick(rng, [k.key_id for k in view.keys.records()], KEY_IDS))
+    key_id = rng.choice(KEY_IDS)
     role = rng.choice(tuple(Role)).value
     topics = tuple(rng.sample(TOPICS, rng.randrange(3)))
     keys_max = _bound(rng, LIMITS.registry_keys_max)
@@ -211,33 +272,41 @@ def _key(rng: random.Random, number: int) -> RegistryCommand:
     return c.CreateKey(key_id, key_hash, role, topics, f"key {key_id}", _now_ms(number), keys_max)
 
 
-def _group(rng: random.Random, number: int) -> RegistryCommand:
-    topic, group = rng.choice(TOPICS), rng.choice(GROUPS)
-    roll = rng.random()
-    if roll < 0.5:
-        dead = rng.choice((None, None, rng.choice(TOPICS)))
-        deliveries = rng.choice((0, 3)) if dead is None else rng.choice((1, 3))
-        return c.DefineGroup(
-            topic,
-            group,
-            rng.choice((LIMITS.group_visibility_timeout_ms_default, 5_000)),
-            deliveries,
-            dead,
-            rng.choice(tuple(Ordering)).value,
-            LIMITS.group_visibility_timeout_ms_min,
-            LIMITS.group_visibility_timeout_ms_max,
-            LIMITS.group_max_deliveries_max,
-            _bound(rng, LIMITS.partition_groups_max),
-        )
-    partition, start = rng.randrange(2), 10 * rng.randrange(3)
-    if roll < 0.75:
-        return c.PlanRedrive(topic, group, partition, start, start + 10)
-    return c.FinishRedrive(topic, group, partition, start + 10)
+def _group(rng: random.Random, number: int, view: ManagerState) -> RegistryCommand:
+    defined = [(g.topic, g.group) for g in view.groups.all()]
+    if rng.random() < 0.45 or not defined:
+        return _define_group(rng, view)
+    topic, group = rng.choice(defined)
+    partition = rng.randrange(2)
+    progress = view.groups.redrive_progress(topic, group, partition)
+    planned = progress.planned or (progress.done_to, progress.done_to + 10)
+    if progress.planned is None and rng.random() < 0.8:
+        return c.PlanRedrive(topic, group, partition, *planned)
+    return c.FinishRedrive(topic, group, partition, planned[1])
+
+
+def _define_group(rng: random.Random, view: ManagerState) -> RegistryCommand:
+    topics = [t.name for t in view.topics.all()]
+    topic = _pick(rng, topics, TOPICS, 0.9)
+    dead = rng.choice((None, None, _pick(rng, [t for t in topics if t != topic], TOPICS)))
+    deliveries = rng.choice((0, 3)) if dead is None else rng.choice((1, 3))
+    return c.DefineGroup(
+        topic,
+        rng.choice(GROUPS),
+        rng.choice((LIMITS.group_visibility_timeout_ms_default, 5_000)),
+        deliveries,
+        dead,
+        rng.choice(tuple(Ordering)).value,
+        LIMITS.group_visibility_timeout_ms_min,
+        LIMITS.group_visibility_timeout_ms_max,
+        LIMITS.group_max_deliveries_max,
+        _bound(rng, LIMITS.partition_groups_max),
+    )
 
 
 # --- the mix ------------------------------------------------------------------------------
 
-Maker = Callable[[random.Random, int], RegistryCommand]
+Maker = Callable[[random.Random, int, ManagerState], RegistryCommand]
 MIX: tuple[tuple[float, Maker], ...] = (
     (0.12, _register_broker),
     (0.08, _broker_state),
@@ -287,21 +356,39 @@ MALFORMED: tuple[tuple[type[RegistryCommand], str, object], ...] = (
 (``INVALID`` or another refusal) and change nothing."""
 
 
-def manager_command(rng: random.Random, number: int) -> RegistryCommand:
-    """The command of proposal ``number`` (its proposer's clock: ``_now_ms``)."""
-    roll, maker = rng.random(), MIX[-1][1]
-    for share, candidate in MIX:
-        if roll < share:
-            maker = candidate
-            break
-        roll -= share
-    command = maker(rng, number)
-    if rng.random() < MALFORMED_P:
-        breaks = [(name, value) for kind, name, value in MALFORMED if isinstance(command, kind)]
-        if breaks:
-            name, value = rng.choice(breaks)
-            command = dataclasses.replace(command, **{name: value})
-    return command
+class ManagerProposer:
+    """Makes the run's commands as the managers do: from what the proposing node's registry
+    holds (``see``, before each proposal: the leader most of the time, any node else, so
+    some commands are stale, as a real proposer's may be)."""
+
+    def __init__(self) -> None:
+        self.view = ManagerState()
+
+    def see(self, state: ManagerState) -> None:
+        self.view = copy.deepcopy(state)
+
+    def __call__(self, rng: random.Random, number: int) -> RegistryCommand:
+        """The command of proposal ``number`` (its proposer's clock: ``_now_ms``)."""
+        command = self._maker(rng)(rng, number, self.view)
+        if rng.random() < MALFORMED_P:
+            breaks = [(name, value) for kind, name, value in MALFORMED if isinstance(command, kind)]
+            if breaks:
+                name, value = rng.choice(breaks)
+                command = dataclasses.replace(command, **{name: value})
+        return command
+
+    def _maker(self, rng: random.Random) -> Maker:
+        """As a cluster starts: brokers register first, then topics are made; then ``MIX``."""
+        if len(_eligible(self.view)) < LIMITS.replication_factor and rng.random() < 0.5:
+            return _register_broker
+        if not any(t.is_active for t in self.view.topics.all()) and rng.random() < 0.4:
+            return _topic
+        roll = rng.random()
+        for share, maker in MIX:
+            if roll < share:
+                return maker
+            roll -= share
+        return MIX[-1][1]
 
 
 # --- the fingerprint ----------------------------------------------------------------------
@@ -442,10 +529,11 @@ def _describe(answer: Answer) -> str:
 
 
 def manager_workload() -> Workload[ManagerState, RegistryCommand, Answer]:
-    checked = CheckedApply()
+    checked, proposer = CheckedApply(), ManagerProposer()
     return Workload(
         definition=manager_definition(checked),
-        command=manager_command,
+        command=proposer,
+        see=proposer.see,
         entry_of=_entry_of,
         fingerprint=checked.fingerprint,
         broken_definition=manager_definition(_diverging(checked)),

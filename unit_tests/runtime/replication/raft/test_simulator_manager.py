@@ -28,6 +28,7 @@ from manager.registry import commands as c
 from manager.registry.commands import RegistryCommand, command_name, from_wire, to_wire
 from manager.registry.outcome import Outcome
 from manager.registry.state import ManagerState
+from protocol.types import BrokerId
 from runtime.replication.machine import method_numbers
 from runtime.replication.raft.sim.checks import InvariantError
 from runtime.replication.raft.sim.simulation import SimResult
@@ -35,6 +36,7 @@ from stress_tests.manager_sim import (
     MALFORMED,
     CheckedApply,
     ManagerProposer,
+    broken,
     manager_definition,
     registry_document,
     registry_fingerprint,
@@ -119,7 +121,7 @@ def test_a_registration_refused_after_its_lease_step_passes() -> None:
     clock moved and an idle client expired: allowed, and nothing else changed."""
     state, checked = ManagerState(), CheckedApply()
     state.register_broker(1, "http://b1", "b1", 1, 9, 10)
-    state.begin_topic("t", (((1, "b1:1"),),), 10, 10, 3)
+    state.begin_topic("t", (((BrokerId(1), "b1:1"),),), 10, 10, 3)
     state.finish_partitions("t", (0,))
     state.register_consumer("idle", "t", None, 10, 1_000, 100)
     state.register_producer("p", "t", 10, 4_950, 100, owner="key-a")
@@ -157,7 +159,7 @@ def test_the_mix_reaches_every_command_and_mostly_valid_ones() -> None:
 
 
 def command_name_of(kind: type[RegistryCommand]) -> str:
-    values = [None] * len(dataclasses.fields(kind))
+    values: list[typing.Any] = [None] * len(dataclasses.fields(kind))
     return command_name(kind(*values))
 
 
@@ -171,12 +173,12 @@ def test_every_malformed_command_changes_nothing() -> None:
         commands = [command for command, _ in applied if isinstance(command, kind)]
         assert commands, f"no {kind.__name__} in the run"
         for command in commands[:5]:
-            broken = dataclasses.replace(command, **{name: value})
+            bad = broken(command, name, value)
             checked, target = CheckedApply(), copy.deepcopy(state)
-            outcome = checked(target, to_wire(broken))
-            assert outcome not in (Outcome.CREATED, Outcome.UPDATED), (broken, outcome)
+            outcome = checked(target, to_wire(bad))
+            assert outcome not in (Outcome.CREATED, Outcome.UPDATED), (bad, outcome)
             if outcome is Outcome.UNCHANGED:
-                assert registry_fingerprint(target) == registry_fingerprint(state), broken
+                assert registry_fingerprint(target) == registry_fingerprint(state), bad
             assert checked.violations == []
 
 
@@ -206,7 +208,7 @@ def test_the_fingerprint_sees_the_lease_order() -> None:
     one, two = ManagerState(), ManagerState()
     for state in (one, two):
         state.register_broker(1, "http://b1", "b1", 1, 9, 10)
-        state.begin_topic("t", (((1, "b1:1"),),), 10, 10, 3)
+        state.begin_topic("t", (((BrokerId(1), "b1:1"),),), 10, 10, 3)
     one.register_consumer("a", "t", None, 10, 1_000, 100)
     one.register_consumer("b", "t", None, 10, 1_000, 100)
     two.register_consumer("b", "t", None, 10, 1_000, 100)

@@ -3,16 +3,19 @@
 every command of ``manager.registry.commands`` (``python -m stress_tests.raft_sim
 --workload manager``).
 
-- **Commands** (``manager_command``): drawn from small pools of broker ids, topics, groups,
-  clients, keys and managers, so that commands meet each other: brokers register (and
-  re-register elsewhere), topics are created with placements, grow, finish or roll back,
-  replicas move (begin, retarget, finish), brokers drain and are removed, producers and
-  consumers register and renew leases that expire, keys are made and revoked, managers
-  join and leave, consumer groups are defined and redriven. Bounds are the proposer's
-  ``protocol.limits.Limits``; a few commands carry ``TIGHT_BOUND`` (a manager configured
-  lower) to reach the ``TOO_MANY`` refusals. Most are valid; many are refused by the state
-  (unknown topics and brokers, busy moves, repeats), and ``MALFORMED_P`` of them are
-  malformed on purpose (wrong types, bad ranges, bad hashes).
+- **Commands** (``ManagerProposer``): made from what the proposing node's registry holds
+  (``Workload.see``: the leader's, or a follower's, stale), as the managers make them, over
+  small pools of broker ids, topics, groups, clients, keys and managers, so that commands
+  meet each other: brokers register (first, as a cluster starts; and again elsewhere), are
+  seen dead or alive, drain (their replicas then move away) and are removed; topics are
+  created with placements on eligible brokers, grow, finish or roll back; replicas move
+  (begin, retarget, finish); producers and consumers register and renew leases that
+  expire; keys are made and revoked; managers join and leave; consumer groups are defined
+  and redriven. Bounds are the proposer's ``protocol.limits.Limits``; a few commands carry
+  ``TIGHT_BOUND`` (a manager configured lower) to reach the ``TOO_MANY`` refusals. Most
+  commands are valid; the rest are refused by the state (unknown or stale names, busy
+  moves, taken addresses, other settings under a name), and ``MALFORMED_P`` of them are
+  malformed on purpose (``MALFORMED``: wrong types, bad ranges, bad hashes).
 - **Fingerprint** (``registry_fingerprint``): a digest of ``registry_document``, a plain,
   deterministic serialization of the whole state (every attribute, removed brokers and the
   lease clock included; dict order kept, as a lease's order is state; sets sorted). It
@@ -59,7 +62,7 @@ ManagerDefinition = Definition[ManagerState, RegistryCommand, Answer]
 
 LIMITS = Limits()
 BROKER_IDS = (1, 2, 3, 4, 5)
-"""Brokers that topics are placed on; drained now and then, never removed."""
+"""Brokers that stay, mostly (one may drain and, once it holds no replica, be removed)."""
 PASSING_BROKER_IDS = (6, 7)
 """Brokers that register, drain and are removed (a removed id is refused from then on)."""
 TOPICS = ("t0", "t1", "t2", "t3")
@@ -88,6 +91,8 @@ def _bound(rng: random.Random, configured: int) -> int:
 
 
 def _raft_address(broker_id: int, port: int) -> str:
+    """A replica's Raft address: a move's port is ``10_000 + number``, a placement's
+    ``30_000 + 100 * number + ...``, so no two commands share one."""
     return f"b{broker_id}:{port}"
 
 
@@ -208,7 +213,7 @@ def _move(rng: random.Random, number: int, view: ManagerState) -> RegistryComman
         current = partition.replicas[partition.moving.replica_id].broker_id
         holders = {r.broker_id for r in partition.replicas} | {partition.moving.removed.broker_id}
         to = _pick(rng, [b for b in _eligible(view) if b not in holders], BROKER_IDS)
-        address = _raft_address(to, 40_000 + number)
+        address = _raft_address(to, 10_000 + number)
         return c.RetargetMove(name, partition.partition_id, current, to, address)
     return c.FinishMove(name, partition.partition_id)
 
@@ -229,7 +234,7 @@ def _begin_move(
         holders = {int(r.broker_id) for r in replicas}
     to = _pick(rng, [b for b in _eligible(view) if b not in holders], BROKER_IDS)
     moves_max = LIMITS.replica_moves_max + rng.randrange(2)  # 2: one move stalled
-    address = _raft_address(to, 40_000 + number)
+    address = _raft_address(to, 10_000 + number)
     return c.BeginMove(name, partition_id, replica, to, address, moves_max)
 
 

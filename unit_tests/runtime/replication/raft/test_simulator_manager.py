@@ -44,7 +44,7 @@ from stress_tests.manager_sim import (
 from stress_tests.raft_sim import main, run_seed
 
 REPO_DIR = Path(__file__).resolve().parents[4]
-SEEDS = int(os.environ.get("RAFTQ_SIM_MANAGER_SEEDS", "30"))
+SEEDS = int(os.environ.get("RAFTQ_SIM_MANAGER_SEEDS", "24"))
 """Seeds of the faulty network in CI (about 0.3 s of CPU each)."""
 MEMBERSHIP_SEEDS = range(1, 6)
 MEMBERSHIP = 0.08
@@ -100,8 +100,11 @@ def test_a_refusal_that_changes_the_state_is_rejected(monkeypatch: pytest.Monkey
     assert checked(state, to_wire(c.SetBrokerAlive(5, True))) is Outcome.UNKNOWN_BROKER
     with pytest.raises(InvariantError, match=r"refused \(unknown_broker\) but changed the state"):
         checked.fingerprint(state)
-    seeds = (run_seed(s, "manager").violation for s in range(1, 6))
-    assert any(v is not None and "but changed the state" in v for v in seeds)
+    violation = run_seed(1, "manager").violation
+    assert (
+        violation
+        == "('set_broker_alive', 3, True) was refused (unknown_broker) but changed the state"
+    )
 
 
 def test_an_apply_that_raises_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:

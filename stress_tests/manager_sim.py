@@ -329,6 +329,7 @@ MALFORMED: tuple[tuple[type[RegistryCommand], str, object], ...] = (
     (c.RegisterBroker, "raft_port_max", 0),
     (c.SetBrokerAlive, "alive", "yes"),
     (c.DrainBroker, "broker_id", None),
+    (c.CancelDrain, "broker_id", 1.5),
     (c.RemoveBroker, "broker_id", "b6"),
     (c.AddManager, "manager_id", 0),
     (c.AddManager, "raft_address", "no port"),

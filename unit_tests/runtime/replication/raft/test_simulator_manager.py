@@ -176,6 +176,10 @@ def command_name_of(kind: type[RegistryCommand]) -> str:
     return command_name(kind(*values))
 
 
+def test_every_kind_of_command_has_a_malformed_variant() -> None:
+    assert {kind for kind, _, _ in MALFORMED} == set(typing.get_args(RegistryCommand))
+
+
 def test_every_malformed_command_changes_nothing() -> None:
     """Each entry of ``MALFORMED``, put into commands of its kind from a run, is refused
     and changes nothing (but a registration's lease step), or is taken as a repeat that

@@ -282,6 +282,8 @@ def test_open_finding_a_late_snapshot_older_than_the_nodes_own_dump() -> None:
     rule for a late snapshot keeps the log only when it holds the snapshot's last entry,
     and n12's no longer did), so n12 went back to index 12, losing acknowledged entries:
     the leader, which had counted n12, acknowledged index 78 as synced on 3 replicas when
-    only 2 held it. Raft ignores a snapshot older than what the node holds; not fixed yet."""
+    only 2 held it ("n1:9001 acknowledged index 78 (term 5) as synced on 3 replicas; only
+    ['n1:9001', 'n9:9009'] hold it on disk"). Raft ignores a snapshot older than what the
+    node holds; not fixed yet."""
     result = run_seed(71, "manager", member_change_p=MEMBERSHIP)
     assert result.violation is None, result.violation

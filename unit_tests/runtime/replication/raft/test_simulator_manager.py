@@ -270,20 +270,19 @@ def test_the_command_line_runs_the_manager_workload(capsys: pytest.CaptureFixtur
     assert out.strip().splitlines()[-1].startswith("1 seeds, 0 failed")
 
 
-# --- open findings --------------------------------------------------------------------
+# --- what the manager workload found ---------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="open finding (ARCHITECTURE.md, Not done yet)")
-def test_open_finding_a_late_snapshot_older_than_the_nodes_own_dump() -> None:
-    """Membership seed 71 (manager workload, faulty network): n12, added by a snapshot
-    ending at index 12, took entries up to 78 and compacted (its dump to 73, its journal
-    74..78); a late copy of that first snapshot then arrived (a network duplicate).
-    pysyncobj renamed it over n12's newer dump and cleared the journal (``RaftNode``'s
-    rule for a late snapshot keeps the log only when it holds the snapshot's last entry,
-    and n12's no longer did), so n12 went back to index 12, losing acknowledged entries:
-    the leader, which had counted n12, acknowledged index 78 as synced on 3 replicas when
-    only 2 held it ("n1:9001 acknowledged index 78 (term 5) as synced on 3 replicas; only
-    ['n1:9001', 'n9:9009'] hold it on disk"). Raft ignores a snapshot older than what the
-    node holds; not fixed yet."""
+def test_a_late_snapshot_older_than_the_nodes_own_dump_is_ignored() -> None:
+    """Membership seed 71 (faulty network) before ``DumpWriter._refuse_older``: n12, added
+    by a snapshot ending at index 12, took entries up to 78 and compacted (its dump to 73,
+    its journal 74..78); a late copy of that first snapshot then arrived (a network
+    duplicate). pysyncobj renamed it over n12's newer dump and cleared the journal
+    (``RaftNode``'s rule for a late snapshot keeps the log only when it holds the
+    snapshot's last entry, and n12's no longer did), so n12 went back to index 12, losing
+    acknowledged entries: the leader, which had counted n12, acknowledged index 78 as
+    synced on 3 replicas when only 2 held it ("n1:9001 acknowledged index 78 (term 5) as
+    synced on 3 replicas; only ['n1:9001', 'n9:9009'] hold it on disk"). Raft ignores a
+    snapshot older than what the node holds, and so does a node now."""
     result = run_seed(71, "manager", member_change_p=MEMBERSHIP)
-    assert result.violation is None, result.violation
+    assert result.violation is None, result.trace_text()

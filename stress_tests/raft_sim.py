@@ -1,14 +1,16 @@
 """The deterministic Raft simulator (``runtime/replication/raft/sim``) driving a real
-partition: ``PartitionLog`` through its ``Definition`` (``broker/partition/raft.py``), with
-a workload of appends, pops and flush marks. A failing seed replays exactly and prints its
-trace.
+replicated state: by default a partition, ``PartitionLog`` through its ``Definition``
+(``broker/partition/raft.py``), with a workload of appends, pops and flush marks; with
+``--workload manager`` the managers' registry (``stress_tests/manager_sim.py``). A failing
+seed replays exactly and prints its trace.
 
     python -m stress_tests.raft_sim --seeds 500            # seeds 1..500
     python -m stress_tests.raft_sim --seed 42 --trace      # one seed, its whole trace
     python -m stress_tests.raft_sim --first 1000 --seeds 100 --steps 600
+    python -m stress_tests.raft_sim --workload manager --seeds 200
 
-Here rather than in ``runtime``: the workload is the broker's state, and ``runtime`` imports
-no component (import-linter).
+Here rather than in ``runtime``: the workloads are the components' states, and ``runtime``
+imports no component (import-linter).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import dataclasses
 import random
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from broker.partition.commands import Append, Command, Consume, MarkFlushed
 from broker.partition.log import PartitionLog
@@ -33,6 +36,7 @@ from runtime.replication.machine import Definition, Entry, ReplicatedMethod
 from runtime.replication.raft.sim.checks import fingerprint
 from runtime.replication.raft.sim.network import NetworkFaults
 from runtime.replication.raft.sim.simulation import SimConfig, SimResult, Simulation, Workload
+from stress_tests.manager_sim import manager_workload
 
 REPLICAS = 3
 PartitionDefinition = Definition[PartitionLog, Sequence[Command], GroupApplied]
@@ -91,14 +95,27 @@ def _diverging(definition: PartitionDefinition) -> PartitionDefinition:
     return dataclasses.replace(definition, methods=methods)
 
 
-def run_seed(seed: int, **overrides: object) -> SimResult:
+WORKLOADS: dict[str, Callable[[], Workload[Any, Any, Any]]] = {
+    "partition": partition_workload,
+    "manager": manager_workload,
+}
+"""The workloads by name; each call makes a fresh one (a run's workload may keep state)."""
+
+
+def run_seed(seed: int, workload: str = "partition", **overrides: object) -> SimResult:
     config = dataclasses.replace(SimConfig(seed=seed), **overrides)  # type: ignore[arg-type]
-    return Simulation(partition_workload(), config).run()
+    return Simulation(WORKLOADS[workload](), config).run()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, help="run this seed only")
+    parser.add_argument(
+        "--workload",
+        choices=sorted(WORKLOADS),
+        default="partition",
+        help="what the group replicates",
+    )
     parser.add_argument("--first", type=int, default=1, help="first seed of the range")
     parser.add_argument("--seeds", type=int, default=100, help="how many seeds")
     parser.add_argument("--steps", type=int, default=SimConfig(seed=0).steps)
@@ -119,14 +136,19 @@ def main(argv: list[str] | None = None) -> int:
     for seed in seeds:
         faults = NetworkFaults(in_order=args.in_order)
         result = run_seed(
-            seed, steps=args.steps, faults=faults, member_change_p=args.member_change_p
+            seed,
+            args.workload,
+            steps=args.steps,
+            faults=faults,
+            member_change_p=args.member_change_p,
         )
         if args.trace or result.violation:
             print(result.trace_text())
         if result.violation:
             failed.append(seed)
             print(f"seed {seed} FAILED: {result.violation}", flush=True)
-            options = f"--steps {args.steps} --member-change-p {args.member_change_p}"
+            options = f"--workload {args.workload} --steps {args.steps}"
+            options += f" --member-change-p {args.member_change_p}"
             options += " --in-order" if args.in_order else ""
             print(f"replay: python -m stress_tests.raft_sim --seed {seed} {options}")
     took_s = time.monotonic() - started_s

@@ -10,14 +10,17 @@ format is pysyncobj's (gzip of a pickle), so dumps written before still load.
 from __future__ import annotations
 
 import glob
+import gzip
 import itertools
 import logging
 import os
 import pickle
 import threading
 import zlib
+from collections.abc import Callable
 from typing import Any
 
+import pysyncobj.pickle
 from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.serializer import Serializer
 
@@ -168,12 +171,17 @@ class DumpWriter(Serializer):
         sends: dict[Any, Any] = self._Serializer__transmissions
         return sends
 
+    applied_index: Callable[[], int] | None = None
+    """Set by ``RaftNode``: the last index its state applied (``_refuse_older``)."""
+
     def setTransmissionData(self, data: Any) -> bool:  # noqa: N802
         incoming = self._Serializer__incomingTransmissionFile
         if self._path is not None and data is not None and data[2] and incoming is not None:
             # The last part (always empty): pysyncobj closes and renames the file next.
             incoming.flush()
             os.fsync(incoming.fileno())
+            if self._refuse_older(incoming):
+                return False
         done: bool = super().setTransmissionData(data)
         if done and self._writing is not None:
             # The leader's dump is newer than the one being written: never rename an older
@@ -181,6 +189,29 @@ class DumpWriter(Serializer):
             # longer match it).
             self._writing.superseded = True
         return done
+
+    def _refuse_older(self, incoming: Any) -> bool:
+        """Drop a snapshot from the leader that ends at or before the last entry this node
+        applied (a late copy: its state, dump and log hold all of it and more). Raft
+        ignores such a snapshot; pysyncobj renamed it over the newer dump and cleared the
+        log, entries acknowledged since included (simulator, manager workload, membership
+        seed 71: a member back from 78 to 12). The leader moved its next index past the
+        snapshot when it sent the last part: its appends go on from there."""
+        if self.applied_index is None:
+            return False
+        try:
+            with open(incoming.name, "rb") as file, gzip.GzipFile(fileobj=file) as unzipped:
+                data = pysyncobj.pickle.load(unzipped)
+            last_index = int(data[1][1])
+        except Exception:
+            return False  # pysyncobj loads it and reports what is wrong
+        if last_index > self.applied_index():
+            return False
+        incoming.close()
+        os.remove(incoming.name)
+        self._Serializer__incomingTransmissionFile = None
+        _log.warning("a late snapshot to %d ignored (applied up to here already)", last_index)
+        return True
 
     def deserialize(self) -> Any:
         if self._loaded:

@@ -240,6 +240,9 @@ class RaftNode(SyncObj):
                 transportClass=transport or SnapshotTransport,
             )
         self.addOnTickCallback(self._transfer_when_asked)
+        dump = self._SyncObj__serializer
+        if isinstance(dump, DumpWriter):  # it refuses a snapshot older than this state
+            dump.applied_index = lambda: int(self._SyncObj__raftLastApplied)
         # pysyncobj's tick thread stops once the thread that built the node has ended. A
         # broker builds replicas on the HTTP connection thread of ``POST /partitions``, which
         # ends with its connection: tie the node to the process's main thread instead (it

@@ -3,12 +3,14 @@ acts on it, and a restarted node reads back what it wrote."""
 
 from __future__ import annotations
 
+import gzip
 import os
 import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pysyncobj.pickle
 import pysyncobj.syncobj
 import pytest
 from pysyncobj.config import SERIALIZER_STATE
@@ -331,4 +333,28 @@ def test_a_dump_write_cut_short_is_removed_when_the_next_node_starts(tmp_path: P
     (tmp_path / "raft.dump.writing.7").write_bytes(b"half a dump")
     (tmp_path / "raft.dump").write_bytes(b"the dump")
     _dump_writer(tmp_path / "raft.dump")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["raft.dump"]
+
+
+def _snapshot_bytes(last_index: int) -> bytes:
+    """A leader's dump as pysyncobj sends it: gzip of its pickle of (state, last entry,
+    the one before, members)."""
+    members: list[str] = []
+    payload = ({"state": last_index}, (b"", last_index, 1), (b"", last_index - 1, 1), members)
+    return gzip.compress(pysyncobj.pickle.dumps(payload))
+
+
+@pytest.mark.parametrize(("applied", "installed"), [(20, False), (12, False), (11, True)])
+def test_a_snapshot_older_than_the_applied_state_is_refused(
+    tmp_path: Path, applied: int, installed: bool
+) -> None:
+    """A late snapshot ending at or before the entry the node applied is dropped: the
+    node's newer dump stays (simulator, manager workload, membership seed 71)."""
+    path = tmp_path / "raft.dump"
+    path.write_bytes(b"the node's newer dump")
+    writer = _dump_writer(path)
+    writer.applied_index = lambda: applied
+    assert not writer.setTransmissionData((_snapshot_bytes(12), True, False))
+    assert writer.setTransmissionData((b"", False, True)) is installed
+    assert (path.read_bytes() == _snapshot_bytes(12)) is installed
     assert sorted(p.name for p in tmp_path.iterdir()) == ["raft.dump"]

@@ -40,6 +40,11 @@ class Workload(Generic[S, C, R]):
     """Equal for equal states (``checks.fingerprint``, or the workload's own)."""
     broken_definition: Definition[S, C, R] | None = None
     """The same table applying something else: for ``SimConfig.diverging_node``."""
+    see: Callable[[S], None] | None = None
+    """Shown the proposing node's state just before ``command`` is called (a proposer that
+    reads its own state first, as the managers do); none: commands from the stream alone."""
+    describe: Callable[[R], str] | None = None
+    """What an acknowledged command's answer says, for the trace (none: nothing)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +223,7 @@ class Simulation(Generic[S, C, R]):
             self._note(
                 f"     p{number} at {proposer}: acked index {entry.index} term {term} "
                 f"synced {entry.replicas_synced} on disk {len(holders)}"
+                + ("" if self._workload.describe is None else f" {self._workload.describe(answer)}")
             )
             self._checks.acknowledgement(
                 proposer, entry.index, term, entry.replicas_synced, holders
@@ -276,6 +282,8 @@ class Simulation(Generic[S, C, R]):
         assert machine is not None
         self._proposals += 1
         number = self._proposals
+        if self._workload.see is not None:
+            machine.read(self._workload.see)
         command = self._workload.command(self._rng, number)
         synced = self._rng.random() >= self._config.unsynced_p
 

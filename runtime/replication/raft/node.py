@@ -580,6 +580,32 @@ class RaftNode(SyncObj):
             known = self._matched[1] if self._matched[0] == term else 0
             self._matched = (term, max(known, last[0]))
 
+    def _SyncObj__sendNextNodeIdx(  # noqa: N802
+        self,
+        node: Any,
+        reset: bool = False,
+        nextNodeIdx: int | None = None,  # noqa: N803 (pysyncobj's names: it passes them so)
+        success: bool = False,
+    ) -> None:
+        # A follower refusing an append whose previous entry it holds with another term:
+        # pysyncobj answers that entry's index, so its leader backs up one entry per round
+        # trip, and the leader's next send of new entries (pysyncobj moves the next index
+        # to its log's end at every send) draws a refusal near the end that undoes the
+        # backing up: under steady proposals a follower with a diverged tail never caught
+        # up, and every new term (a new leader) started it again. Its committed entries
+        # are every later leader's (Raft's leader completeness), so the follower names the
+        # one after its commit index instead: the leader's next append matches there (or
+        # it sends its snapshot). Simulator, seed 5079: a deposed leader held 29 entries of
+        # its old term, including the add of a node the group never took, which kept
+        # asking it for votes; each of its terms made it deaf to the leader and then stand
+        # for election, and it never caught up (no leader after the faults stopped).
+        if reset and not success and nextNodeIdx is not None:
+            committed = int(self._SyncObj__raftCommitIndex)
+            nextNodeIdx = min(nextNodeIdx, committed + 1)  # noqa: N806
+        SyncObj._SyncObj__sendNextNodeIdx(
+            self, node, reset=reset, nextNodeIdx=nextNodeIdx, success=success
+        )
+
     def _SyncObj__doApplyCommand(self, command: bytes) -> Any:  # noqa: N802
         # pysyncobj applies a membership change again when its entry is applied, "required
         # only after node restarts". Here a node already holds the newest members from its

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from pysyncobj import SyncObj
 
 from runtime.replication.raft.node import RaftNode
 from runtime.replication.raft.sim.checks import (
@@ -125,12 +126,27 @@ def test_a_long_seed_that_found_a_fault_passes() -> None:
     assert result.violation is None, result.trace_text()
 
 
-@pytest.mark.xfail(strict=True, reason="open finding (ARCHITECTURE.md, Not done yet)")
-def test_open_finding_no_leader_after_the_faults() -> None:
-    """Seed 5079 (faulty network) ends with no leader after the faults stopped; cause not
-    looked into yet."""
+def test_a_follower_with_a_diverged_tail_catches_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seed 5079 (faulty network) ended with no leader after the faults stopped. n1, a
+    leader cut off alone, went on appending in term 1 (29 entries, among them the add of
+    n4, which never committed). Deposed, its log diverged from the new leader's after index
+    12, and pysyncobj's follower answered each refused append with the refused entry's
+    index: the leader backed up one entry per round trip, and each send of new entries
+    (which moves pysyncobj's next index to the log's end) drew a refusal that undid it. n4,
+    listed only by n1's uncommitted entry, asked n1 for votes every election timeout; each
+    higher term made n1 deaf to the leader, then stand for election, and the new leader
+    started the backing up again from its log's end. n1 never truncated the add, so n4 kept
+    disrupting, and the run ended in one of those elections. ``RaftNode`` now answers a
+    refusal with the index after its commit index (committed entries are every later
+    leader's): n1 catches up at the first append of the new leader's term."""
     result = run_seed(5079)
-    assert result.violation is None, result.violation
+    assert result.violation is None, result.trace_text()
+    assert any("add n4:9004 at n1:9001: 50302" in line for line in result.trace), (
+        "the add that never committed is answered (its entry was replaced)"
+    )
+    monkeypatch.setattr(RaftNode, "_SyncObj__sendNextNodeIdx", SyncObj._SyncObj__sendNextNodeIdx)
+    violation = run_seed(5079).violation
+    assert violation == "no leader after the faults stopped (liveness)"
 
 
 # --- membership faults fixed before the simulator (issue 19's items), taken out in-process --

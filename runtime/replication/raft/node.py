@@ -37,7 +37,12 @@
   late or repeated append no longer deletes the entries after it (``_stale_append``: Raft
   deletes only conflicting entries, and the leader kept counting the deleted ones); a part
   of a snapshot no longer moves the commit index over a log the leader never matched; a
-  late snapshot whose last entry the log holds keeps the entries after it.
+  late snapshot whose last entry the log holds keeps the entries after it; a refused
+  append is answered with the index after the follower's commit index, not the refused
+  one (pysyncobj's leader backed up one entry per round trip, undone by each send of new
+  entries: a follower with a diverged tail never caught up, seed 5079); a snapshot's
+  answer names its last entry, not the log's end (the entries kept after it may be of
+  an old term).
 - **Its journal** (``DurableFileJournal``), for the machine's byte-bounded compaction, and
   its full dump written by a thread of its own (``DumpWriter``; ``useFork`` is ignored).
 - **A snapshot's receiver takes the sender's members.** pysyncobj stores in a dump the
@@ -587,20 +592,31 @@ class RaftNode(SyncObj):
         nextNodeIdx: int | None = None,  # noqa: N803 (pysyncobj's names: it passes them so)
         success: bool = False,
     ) -> None:
-        # A follower refusing an append whose previous entry it holds with another term:
-        # pysyncobj answers that entry's index, so its leader backs up one entry per round
-        # trip, and the leader's next send of new entries (pysyncobj moves the next index
-        # to its log's end at every send) draws a refusal near the end that undoes the
-        # backing up: under steady proposals a follower with a diverged tail never caught
-        # up, and every new term (a new leader) started it again. Its committed entries
-        # are every later leader's (Raft's leader completeness), so the follower names the
-        # one after its commit index instead: the leader's next append matches there (or
-        # it sends its snapshot). Simulator, seed 5079: a deposed leader held 29 entries of
-        # its old term, including the add of a node the group never took, which kept
-        # asking it for votes; each of its terms made it deaf to the leader and then stand
-        # for election, and it never caught up (no leader after the faults stopped).
-        if reset and not success and nextNodeIdx is not None:
-            committed = int(self._SyncObj__raftCommitIndex)
+        # The follower's answer to its leader: where its log is known to match the leader's.
+        applied = int(self._SyncObj__raftLastApplied)
+        if success and nextNodeIdx is None:
+            # A snapshot installed (pysyncobj's only success answer without an index): it
+            # answered its log's end, but a log that held the snapshot's last entry keeps
+            # the entries after it (``_SyncObj__loadDumpFile``, Raft's rule), which may be
+            # of an old term the leader replaced; the leader counted them as held (membership
+            # profile, seed 24: a member of five claimed 29-32 of term 3, and an entry was
+            # acknowledged as synced on 3 replicas where 2 held it). Raft's answer: the
+            # snapshot's last entry, which is the last applied now.
+            nextNodeIdx = applied + 1  # noqa: N806
+        elif reset and not success and nextNodeIdx is not None:
+            # An append refused because its previous entry is here with another term:
+            # pysyncobj answers that entry's index, so its leader backed up one entry per
+            # round trip, and the leader's next send of new entries (pysyncobj moves the
+            # next index to its log's end at every send) drew a refusal near the end that
+            # undid it: under steady proposals a follower with a diverged tail never caught
+            # up, and every new term (a new leader) started it again. Its committed and
+            # applied entries are every later leader's (Raft's leader completeness), so the
+            # follower names the one after them instead: the leader's next append matches
+            # there (or it sends its snapshot). Simulator, seed 5079: a deposed leader held
+            # 29 entries of its old term, among them the add of a node the group never took,
+            # which kept asking it for votes; each of its terms made it deaf to the leader
+            # and then stand for election, and it never caught up (no leader at the end).
+            committed = max(int(self._SyncObj__raftCommitIndex), applied)
             nextNodeIdx = min(nextNodeIdx, committed + 1)  # noqa: N806
         SyncObj._SyncObj__sendNextNodeIdx(
             self, node, reset=reset, nextNodeIdx=nextNodeIdx, success=success

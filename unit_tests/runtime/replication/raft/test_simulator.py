@@ -107,12 +107,16 @@ def test_seeds_that_found_faults_pass(seed: int, network: NetworkFaults) -> None
     assert result.violation is None, result.trace_text()
 
 
-@pytest.mark.parametrize("seed", [1, 11])
+@pytest.mark.parametrize("seed", [1, 11, 24])
 def test_membership_seeds_that_found_faults_pass(seed: int) -> None:
     """Membership profile: seed 11 had a restarted leader replay old membership changes
     while applying entries 2 to 36 at once, zeroing its match indexes (an entry
     acknowledged with 1 replica synced where 2 held it); seeds 1 and 11 ended with no
-    leader while the first version of ``RaftNode._stale_append`` dropped heartbeats."""
+    leader while the first version of ``RaftNode._stale_append`` dropped heartbeats; seed
+    24, once a refusal named the index after the commit index (seed 5079's fix), sent a
+    snapshot to a member that kept entries of term 3 after the snapshot's last entry and
+    answered its log's end: the leader counted them (an entry acknowledged as synced on 3
+    replicas where 2 held it) until a snapshot's answer named only its last entry."""
     result = run_seed(seed, member_change_p=MEMBERSHIP)
     assert result.violation is None, result.trace_text()
 

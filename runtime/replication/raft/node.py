@@ -42,7 +42,7 @@
   one (pysyncobj's leader backed up one entry per round trip, undone by each send of new
   entries: a follower with a diverged tail never caught up, seed 5079); a snapshot's
   answer names its last entry, not the log's end (the entries kept after it may be of
-  an old term).
+  an old term); a vote repeated by the network counts once (``_repeated_vote``).
 - **Its journal** (``DurableFileJournal``), for the machine's byte-bounded compaction, and
   its full dump written by a thread of its own (``DumpWriter``; ``useFork`` is ignored).
 - **A snapshot's receiver takes the sender's members.** pysyncobj stores in a dump the
@@ -234,6 +234,8 @@ class RaftNode(SyncObj):
         that index (``_stale_append``)."""
         """Tick thread: the members that came with the snapshot part being handled."""
         self._entry_parts = EntryParts()
+        self._voters: tuple[int, set[Any]] = (0, set())
+        """Tick thread: a term, and who voted for this node in it (``_repeated_vote``)."""
         frame_compression.install()  # small frames without a 256 KiB deflate state each
         # Entries, votes, dumps on disk before Raft acts; frames encrypted by FrameCipher.
         with durable_journal.installed(), frame_cipher.installed():
@@ -509,6 +511,8 @@ class RaftNode(SyncObj):
             message = self._entry_parts.received(node, message)
         if self._stale_append(message):
             return  # as if the network had lost it: the leader has sent newer ones
+        if self._repeated_vote(node, message):
+            return
         next_index: dict[Any, int] = self._SyncObj__raftNextIndex
         before = next_index.get(node)
         if message.get("type") == "append_entries" and message.get("serialized") is not None:
@@ -559,6 +563,23 @@ class RaftNode(SyncObj):
         # elections every few seconds: membership profile seeds 1 and 11).
         held = self._SyncObj__getEntries(last[0], 2)
         return len(held) == 2 and held[0][2] == last[1]
+
+    def _repeated_vote(self, node: Any, message: dict[str, Any]) -> bool:
+        """A second copy of a member's vote for this node in this term. pysyncobj counts
+        vote messages, not voters: a vote the network duplicated made a candidate with 2
+        of 4 votes the leader of a term another member also won (simulator, faulty network,
+        seed 629: two leaders in term 4). Over TCP a vote is never repeated; the first copy
+        counts, the rest are dropped."""
+        term = int(self._SyncObj__raftCurrentTerm)
+        if message.get("type") != "response_vote" or message.get("term") != term:
+            return False  # pysyncobj counts only votes of its current term
+        if self._voters[0] != term:
+            self._voters = (term, set())
+        voters = self._voters[1]
+        if node in voters:
+            return True
+        voters.add(node)
+        return False
 
     def _note_matched(self, message: dict[str, Any]) -> None:
         """After pysyncobj took an append: this log matches the leader's through its last

@@ -153,6 +153,18 @@ def test_a_follower_with_a_diverged_tail_catches_up(monkeypatch: pytest.MonkeyPa
     assert violation == "no leader after the faults stopped (liveness)"
 
 
+def test_a_repeated_vote_counts_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seed 629 (faulty network; found by the 1,000-seed run with seed 5079's fix, and
+    failing without it too): pysyncobj counts vote messages, not voters, so n4, a member
+    that had not yet received its own removal, won term 4 with its vote and n1's vote
+    duplicated by the network (2 of 4 counted as 3), while n2 won it with 2 of the 3
+    members after the removal: two leaders in term 4. ``RaftNode._repeated_vote`` drops a
+    second copy of a voter's vote. Over TCP a vote is never repeated."""
+    assert run_seed(629).violation is None
+    monkeypatch.setattr(RaftNode, "_repeated_vote", lambda self, node, message: False)
+    assert run_seed(629).violation == "two leaders in term 4: n4:9004 and n2:9002"
+
+
 # --- membership faults fixed before the simulator (issue 19's items), taken out in-process --
 
 

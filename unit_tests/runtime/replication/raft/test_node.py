@@ -1,6 +1,7 @@
 """RaftNode: a late acknowledgement never moves a follower's next index back (pysyncobj's
 would, and its follower then deletes entries it had acknowledged); a refusal still does. A
-node killed right after a snapshot keeps the journal's entries past the snapshot."""
+node killed right after a snapshot keeps the journal's entries past the snapshot. A deposed
+leader with a diverged tail catches up at once (simulator finding 7)."""
 
 from __future__ import annotations
 

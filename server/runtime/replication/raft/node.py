@@ -37,7 +37,12 @@
   late or repeated append no longer deletes the entries after it (``_stale_append``: Raft
   deletes only conflicting entries, and the leader kept counting the deleted ones); a part
   of a snapshot no longer moves the commit index over a log the leader never matched; a
-  late snapshot whose last entry the log holds keeps the entries after it.
+  late snapshot whose last entry the log holds keeps the entries after it; a refused
+  append is answered with the index after the follower's commit index, not the refused
+  one (pysyncobj's leader backed up one entry per round trip, undone by each send of new
+  entries: a follower with a diverged tail never caught up, seed 5079); a snapshot's
+  answer names its last entry, not the log's end (the entries kept after it may be of
+  an old term); a vote repeated by the network counts once (``_repeated_vote``).
 - **Its journal** (``DurableFileJournal``), for the machine's byte-bounded compaction, and
   its full dump written by a thread of its own (``DumpWriter``; ``useFork`` is ignored).
 - **A snapshot's receiver takes the sender's members.** pysyncobj stores in a dump the
@@ -229,6 +234,8 @@ class RaftNode(SyncObj):
         that index (``_stale_append``)."""
         """Tick thread: the members that came with the snapshot part being handled."""
         self._entry_parts = EntryParts()
+        self._voters: tuple[int, set[Any]] = (0, set())
+        """Tick thread: a term, and who voted for this node in it (``_repeated_vote``)."""
         frame_compression.install()  # small frames without a 256 KiB deflate state each
         # Entries, votes, dumps on disk before Raft acts; frames encrypted by FrameCipher.
         with durable_journal.installed(), frame_cipher.installed():
@@ -507,6 +514,8 @@ class RaftNode(SyncObj):
             message = self._entry_parts.received(node, message)
         if self._stale_append(message):
             return  # as if the network had lost it: the leader has sent newer ones
+        if self._repeated_vote(node, message):
+            return
         next_index: dict[Any, int] = self._SyncObj__raftNextIndex
         before = next_index.get(node)
         if message.get("type") == "append_entries" and message.get("serialized") is not None:
@@ -558,6 +567,23 @@ class RaftNode(SyncObj):
         held = self._SyncObj__getEntries(last[0], 2)
         return len(held) == 2 and held[0][2] == last[1]
 
+    def _repeated_vote(self, node: Any, message: dict[str, Any]) -> bool:
+        """A second copy of a member's vote for this node in this term. pysyncobj counts
+        vote messages, not voters: a vote the network duplicated made a candidate with 2
+        of 4 votes the leader of a term another member also won (simulator, faulty network,
+        seed 629: two leaders in term 4). Over TCP a vote is never repeated; the first copy
+        counts, the rest are dropped."""
+        term = int(self._SyncObj__raftCurrentTerm)
+        if message.get("type") != "response_vote" or message.get("term") != term:
+            return False  # pysyncobj counts only votes of its current term
+        if self._voters[0] != term:
+            self._voters = (term, set())
+        voters = self._voters[1]
+        if node in voters:
+            return True
+        voters.add(node)
+        return False
+
     def _note_matched(self, message: dict[str, Any]) -> None:
         """After pysyncobj took an append: this log matches the leader's through its last
         entry, if it holds that entry now (else it was refused)."""
@@ -582,6 +608,43 @@ class RaftNode(SyncObj):
         if held and held[0][2] == last[1]:
             known = self._matched[1] if self._matched[0] == term else 0
             self._matched = (term, max(known, last[0]))
+
+    def _SyncObj__sendNextNodeIdx(  # noqa: N802
+        self,
+        node: Any,
+        reset: bool = False,
+        nextNodeIdx: int | None = None,  # noqa: N803 (pysyncobj's names: it passes them so)
+        success: bool = False,
+    ) -> None:
+        # The follower's answer to its leader: where its log is known to match the leader's.
+        applied = int(self._SyncObj__raftLastApplied)
+        if success and nextNodeIdx is None:
+            # A snapshot installed (pysyncobj's only success answer without an index): it
+            # answered its log's end, but a log that held the snapshot's last entry keeps
+            # the entries after it (``_SyncObj__loadDumpFile``, Raft's rule), which may be
+            # of an old term the leader replaced; the leader counted them as held (membership
+            # profile, seed 24: a member of five claimed 29-32 of term 3, and an entry was
+            # acknowledged as synced on 3 replicas where 2 held it). Raft's answer: the
+            # snapshot's last entry, which is the last applied now.
+            nextNodeIdx = applied + 1  # noqa: N806
+        elif reset and not success and nextNodeIdx is not None:
+            # An append refused because its previous entry is here with another term:
+            # pysyncobj answers that entry's index, so its leader backed up one entry per
+            # round trip, and the leader's next send of new entries (pysyncobj moves the
+            # next index to its log's end at every send) drew a refusal near the end that
+            # undid it: under steady proposals a follower with a diverged tail never caught
+            # up, and every new term (a new leader) started it again. Its committed and
+            # applied entries are every later leader's (Raft's leader completeness), so the
+            # follower names the one after them instead: the leader's next append matches
+            # there (or it sends its snapshot). Simulator, seed 5079: a deposed leader held
+            # 29 entries of its old term, among them the add of a node the group never took,
+            # which kept asking it for votes; each of its terms made it deaf to the leader
+            # and then stand for election, and it never caught up (no leader at the end).
+            committed = max(int(self._SyncObj__raftCommitIndex), applied)
+            nextNodeIdx = min(nextNodeIdx, committed + 1)  # noqa: N806
+        SyncObj._SyncObj__sendNextNodeIdx(
+            self, node, reset=reset, nextNodeIdx=nextNodeIdx, success=success
+        )
 
     def _SyncObj__doApplyCommand(self, command: bytes) -> Any:  # noqa: N802
         # pysyncobj applies a membership change again when its entry is applied, "required

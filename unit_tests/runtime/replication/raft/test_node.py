@@ -1,6 +1,7 @@
 """RaftNode: a late acknowledgement never moves a follower's next index back (pysyncobj's
 would, and its follower then deletes entries it had acknowledged); a refusal still does. A
-node killed right after a snapshot keeps the journal's entries past the snapshot."""
+node killed right after a snapshot keeps the journal's entries past the snapshot. A deposed
+leader with a diverged tail catches up at once (simulator finding 8)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pysyncobj.pickle as pysyncobj_pickle
 import pytest
@@ -274,3 +276,104 @@ def test_an_entry_sent_in_parts_arrives_whole(
             node.destroy()
     failures = [r for r in caplog.records if r.name.startswith("pysyncobj")]
     assert not failures, [r.getMessage() for r in failures]
+
+
+DIVERGED = 300
+"""Entries a leader cut off from its followers appends and the group never takes. Backed up
+over one per heartbeat (pysyncobj's refusal, 0.1 s), they took the old leader 30 s to get
+past once back; a refusal naming the entry after its commit index takes one round trip."""
+CATCH_UP_S = 10.0
+
+
+def _group_member(directory: Path, address: str, addresses: list[str]) -> tuple[RaftNode, Any]:
+    """A member of a group of ``addresses`` on ``directory``'s files (new or left by a stop),
+    each commit sent at once (RaftQ's ``appendEntriesUseBatch=False``), never compacted."""
+    directory.mkdir(exist_ok=True)
+    conf = SyncObjConf(
+        bindAddress=address,
+        journalFile=str(directory / "raft.journal"),
+        fullDumpFile=str(directory / "raft.dump"),
+        useFork=False,
+        appendEntriesUseBatch=False,
+        logCompactionMinEntries=10**9,
+        logCompactionMinTime=10**9,
+    )
+    counter = crash_child.Counter()
+    notice_s = Limits().raft_commit_notice_delay_s
+    others = [a for a in addresses if a != address]
+    node = RaftNode(address, others, conf, consumers=[counter], commit_notice_delay_s=notice_s)
+    return node, counter
+
+
+def test_a_deposed_leader_with_a_diverged_tail_catches_up_at_once(tmp_path: Path) -> None:
+    """Simulator finding 8 (seed 5079) on real nodes: a leader whose followers stopped goes
+    on appending alone (``DIVERGED`` entries, never committed), stops; the others come back,
+    elect one of them and commit as many entries of a later term; the old leader comes back
+    with its log diverged after the first entry, to a leader elected after those entries.
+    pysyncobj's follower answered each refused append with the refused index, so the
+    leader backed up one entry per heartbeat (``DIVERGED`` heartbeats; longer under
+    proposals, which undo it); with ``RaftNode``'s answer (the entry after its commit
+    index) it holds the group's entries within ``CATCH_UP_S``.
+    """
+    addresses = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+    directories = [tmp_path / str(number) for number in range(3)]
+    running: dict[int, tuple[RaftNode, Any]] = {}
+
+    def start(number: int) -> tuple[RaftNode, Any]:
+        running[number] = _group_member(directories[number], addresses[number], addresses)
+        return running[number]
+
+    def stop(number: int) -> None:
+        node, _ = running.pop(number)
+        node.close(WAIT_S)
+
+    try:
+        for number in range(3):
+            start(number)
+        nodes = [running[number][0] for number in range(3)]
+        old = nodes.index(one_leader(nodes, lambda node: bool(node._isLeader())))
+        running[old][1].add(0, sync=True, timeout=WAIT_S)
+        wait_for(
+            lambda: all(counter.values == [0] for _, counter in running.values()),
+            "every member applies the first entry",
+        )
+        followers = [number for number in range(3) if number != old]
+        for number in followers:
+            stop(number)
+        old_node, old_counter = running[old]
+        first_diverged = old_node._SyncObj__getCurrentLogIndex() + 1
+        for value in range(DIVERGED):
+            old_counter.add(-1 - value, callback=lambda _result, _error: None)
+        wait_for(
+            lambda: old_node._SyncObj__getCurrentLogIndex() >= first_diverged + DIVERGED - 1,
+            "the cut-off leader appends every entry",
+        )
+        assert old_node._isLeader() and old_counter.values == [0], "none of them committed"
+        stop(old)
+        for number in followers:
+            start(number)
+        new_nodes = [running[number][0] for number in followers]
+        first = one_leader(new_nodes, lambda node: bool(node._isLeader()))
+        heir = next(node for node in new_nodes if node is not first)
+        new_counter = running[followers[new_nodes.index(first)]][1]
+        for value in range(1, DIVERGED + 1):
+            new_counter.add(value, callback=lambda _result, _error: None)
+        expected = list(range(DIVERGED + 1))
+        wait_for(
+            lambda: all(running[n][1].values == expected for n in followers),
+            "the new group commits and applies its entries",
+        )
+        # A leader elected now starts the old leader's next index at its log's end, where
+        # the backing up is long (the first new leader started it before its own entries,
+        # where the old leader's log still matched).
+        first.transfer_leadership(heir.selfNode.id)
+        wait_for(lambda: heir._isLeader() and heir.caught_up(), "the other member leads")
+        _, back = start(old)
+        wait_for(
+            lambda: back.values == expected,
+            "the old leader drops its own entries and applies the group's",
+            CATCH_UP_S,
+        )
+    finally:
+        for number in list(running):
+            stop(number)

@@ -12,7 +12,6 @@ import hashlib
 import os
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -31,6 +30,7 @@ from runtime.replication.raft.sim.network import NetworkFaults
 from runtime.replication.raft.sim.simulation import SimConfig
 from runtime.replication.raft.sim.world import NodeRandom, VirtualClock, virtual
 from stress_tests.raft_sim import run_seed
+from unit_tests.runtime.replication.raft.fixes_taken_out import changes_without_the_guard
 
 REPO_DIR = Path(__file__).resolve().parents[4]
 SEEDS = int(os.environ.get("RAFTQ_SIM_SEEDS", "120"))
@@ -172,21 +172,13 @@ def test_a_repeated_vote_counts_once(monkeypatch: pytest.MonkeyPatch) -> None:
 # --- membership faults fixed before the simulator (issue 19's items), taken out in-process --
 
 
-def _changes_without_the_guard(
-    self: RaftNode, address: str, *, add: bool, answered: Callable[[object], None]
-) -> None:
-    """``RaftNode.start_member_change`` before fc243fe: no one-change-at-a-time rule."""
-    change = self.addNodeToCluster if add else self.removeNodeFromCluster
-    change(address, lambda _result, error: answered(error))
-
-
 def test_one_membership_change_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """fc243fe made a leader change members one at a time, once it applied an entry of its
     term. Without it, membership seed 67 acknowledges an entry that a later leader replaced
     (a lost acknowledged write; also seeds 83, 148, 152 and 184 of 1-240, none of 1-40);
     with it, the seed passes."""
     assert run_seed(67, member_change_p=MEMBERSHIP).violation is None
-    monkeypatch.setattr(RaftNode, "start_member_change", _changes_without_the_guard)
+    monkeypatch.setattr(RaftNode, "start_member_change", changes_without_the_guard)
     violation = run_seed(67, member_change_p=MEMBERSHIP).violation
     assert violation == "n3:9003 acknowledged index 58 of term 1; term 3 was committed there"
 

@@ -31,6 +31,7 @@ from manager.registry.outcome import Outcome
 from manager.registry.state import ManagerState
 from protocol.types import BrokerId
 from runtime.replication.machine import method_numbers
+from runtime.replication.raft.node import RaftNode
 from runtime.replication.raft.sim.checks import InvariantError
 from runtime.replication.raft.sim.simulation import SimResult
 from stress_tests.manager_sim import (
@@ -43,6 +44,7 @@ from stress_tests.manager_sim import (
     registry_fingerprint,
 )
 from stress_tests.raft_sim import main, run_seed
+from unit_tests.runtime.replication.raft.fixes_taken_out import changes_without_the_guard
 
 REPO_DIR = Path(__file__).resolve().parents[4]
 SEEDS = int(os.environ.get("RAFTQ_SIM_MANAGER_SEEDS", "24"))
@@ -286,3 +288,14 @@ def test_a_late_snapshot_older_than_the_nodes_own_dump_is_ignored() -> None:
     snapshot older than what the node holds, and so does a node now."""
     result = run_seed(71, "manager", member_change_p=MEMBERSHIP)
     assert result.violation is None, result.trace_text()
+
+
+def test_the_managers_change_members_one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 19's item 8 (three quick ``POST /managers`` stopped the managers' group; the
+    one-change-at-a-time guard of fc243fe) on the managers' own state: without the guard,
+    membership seed 32 of the manager workload acknowledges an entry that a later leader
+    replaced (also seeds 72 and 83 of 1-120, none of 1-31); with it, the seed passes."""
+    assert run_seed(32, "manager", member_change_p=MEMBERSHIP).violation is None
+    monkeypatch.setattr(RaftNode, "start_member_change", changes_without_the_guard)
+    violation = run_seed(32, "manager", member_change_p=MEMBERSHIP).violation
+    assert violation == "n2:9002 acknowledged index 4 of term 1; term 2 was committed there"

@@ -30,7 +30,10 @@ from runtime.replication.raft.sim.network import NetworkFaults
 from runtime.replication.raft.sim.simulation import SimConfig
 from runtime.replication.raft.sim.world import NodeRandom, VirtualClock, virtual
 from stress_tests.raft_sim import run_seed
-from unit_tests.runtime.replication.raft.fixes_taken_out import changes_without_the_guard
+from unit_tests.runtime.replication.raft.fixes_taken_out import (
+    changes_without_the_guard,
+    replicas_by_stamps,
+)
 
 REPO_DIR = Path(__file__).resolve().parents[4]
 SEEDS = int(os.environ.get("RAFTQ_SIM_SEEDS", "120"))
@@ -181,6 +184,18 @@ def test_one_membership_change_at_a_time(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(RaftNode, "start_member_change", changes_without_the_guard)
     violation = run_seed(67, member_change_p=MEMBERSHIP).violation
     assert violation == "n3:9003 acknowledged index 58 of term 1; term 3 was committed there"
+
+
+def test_in_sync_counting_by_what_replicas_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 19's item 3 (fc243fe): an acknowledgement counts the replicas that hold the
+    entry (the leader's match indexes). Counting the members pysyncobj stamps as answered
+    lately instead, seed 1 acknowledges an entry as synced on 3 replicas that 2 hold (seeds
+    2 and 3 too); with the fix, the seed passes."""
+    assert run_seed(1).violation is None
+    monkeypatch.setattr(RaftNode, "replicas_holding", replicas_by_stamps)
+    violation = run_seed(1).violation
+    assert violation is not None
+    assert violation.startswith("n1:9001 acknowledged index 21 (term 2) as synced on 3 replicas")
 
 
 def test_a_restart_takes_the_newest_logged_members(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -305,6 +305,56 @@ def _group_member(directory: Path, address: str, addresses: list[str]) -> tuple[
     return node, counter
 
 
+class _Group:
+    """Three real members on local ports, each started and stopped by its number."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.addresses = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+        self.directories = [tmp_path / str(number) for number in range(3)]
+        self.running: dict[int, tuple[RaftNode, Any]] = {}
+
+    def start(self, number: int) -> tuple[RaftNode, Any]:
+        member = _group_member(self.directories[number], self.addresses[number], self.addresses)
+        self.running[number] = member
+        return member
+
+    def stop(self, number: int) -> None:
+        node, _ = self.running.pop(number)
+        node.close(WAIT_S)
+
+    def stop_all(self) -> None:
+        for number in list(self.running):
+            self.stop(number)
+
+
+def _leader_appends_alone(group: _Group) -> int:
+    """Start the group, commit one entry, stop the followers, and have the leader append
+    ``DIVERGED`` entries alone (never committed); stop it too. Its number."""
+    for number in range(3):
+        group.start(number)
+    nodes = [group.running[number][0] for number in range(3)]
+    old = nodes.index(one_leader(nodes, lambda node: bool(node._isLeader())))
+    group.running[old][1].add(0, sync=True, timeout=WAIT_S)
+    wait_for(
+        lambda: all(counter.values == [0] for _, counter in group.running.values()),
+        "every member applies the first entry",
+    )
+    for number in range(3):
+        if number != old:
+            group.stop(number)
+    old_node, old_counter = group.running[old]
+    first_diverged = old_node._SyncObj__getCurrentLogIndex() + 1
+    for value in range(DIVERGED):
+        old_counter.add(-1 - value, callback=lambda _result, _error: None)
+    wait_for(
+        lambda: old_node._SyncObj__getCurrentLogIndex() >= first_diverged + DIVERGED - 1,
+        "the cut-off leader appends every entry",
+    )
+    assert old_node._isLeader() and old_counter.values == [0], "none of them committed"
+    group.stop(old)
+    return old
+
+
 def test_a_deposed_leader_with_a_diverged_tail_catches_up_at_once(tmp_path: Path) -> None:
     """Simulator finding 8 (seed 5079) on real nodes: a leader whose followers stopped goes
     on appending alone (``DIVERGED`` entries, never committed), stops; the others come back,
@@ -315,52 +365,21 @@ def test_a_deposed_leader_with_a_diverged_tail_catches_up_at_once(tmp_path: Path
     proposals, which undo it); with ``RaftNode``'s answer (the entry after its commit
     index) it holds the group's entries within ``CATCH_UP_S``.
     """
-    addresses = [f"127.0.0.1:{free_port()}" for _ in range(3)]
-    directories = [tmp_path / str(number) for number in range(3)]
-    running: dict[int, tuple[RaftNode, Any]] = {}
-
-    def start(number: int) -> tuple[RaftNode, Any]:
-        running[number] = _group_member(directories[number], addresses[number], addresses)
-        return running[number]
-
-    def stop(number: int) -> None:
-        node, _ = running.pop(number)
-        node.close(WAIT_S)
-
+    group = _Group(tmp_path)
     try:
-        for number in range(3):
-            start(number)
-        nodes = [running[number][0] for number in range(3)]
-        old = nodes.index(one_leader(nodes, lambda node: bool(node._isLeader())))
-        running[old][1].add(0, sync=True, timeout=WAIT_S)
-        wait_for(
-            lambda: all(counter.values == [0] for _, counter in running.values()),
-            "every member applies the first entry",
-        )
+        old = _leader_appends_alone(group)
         followers = [number for number in range(3) if number != old]
         for number in followers:
-            stop(number)
-        old_node, old_counter = running[old]
-        first_diverged = old_node._SyncObj__getCurrentLogIndex() + 1
-        for value in range(DIVERGED):
-            old_counter.add(-1 - value, callback=lambda _result, _error: None)
-        wait_for(
-            lambda: old_node._SyncObj__getCurrentLogIndex() >= first_diverged + DIVERGED - 1,
-            "the cut-off leader appends every entry",
-        )
-        assert old_node._isLeader() and old_counter.values == [0], "none of them committed"
-        stop(old)
-        for number in followers:
-            start(number)
-        new_nodes = [running[number][0] for number in followers]
+            group.start(number)
+        new_nodes = [group.running[number][0] for number in followers]
         first = one_leader(new_nodes, lambda node: bool(node._isLeader()))
         heir = next(node for node in new_nodes if node is not first)
-        new_counter = running[followers[new_nodes.index(first)]][1]
+        new_counter = group.running[followers[new_nodes.index(first)]][1]
         for value in range(1, DIVERGED + 1):
             new_counter.add(value, callback=lambda _result, _error: None)
         expected = list(range(DIVERGED + 1))
         wait_for(
-            lambda: all(running[n][1].values == expected for n in followers),
+            lambda: all(group.running[n][1].values == expected for n in followers),
             "the new group commits and applies its entries",
         )
         # A leader elected now starts the old leader's next index at its log's end, where
@@ -368,12 +387,11 @@ def test_a_deposed_leader_with_a_diverged_tail_catches_up_at_once(tmp_path: Path
         # where the old leader's log still matched).
         first.transfer_leadership(heir.selfNode.id)
         wait_for(lambda: heir._isLeader() and heir.caught_up(), "the other member leads")
-        _, back = start(old)
+        _, back = group.start(old)
         wait_for(
             lambda: back.values == expected,
             "the old leader drops its own entries and applies the group's",
             CATCH_UP_S,
         )
     finally:
-        for number in list(running):
-            stop(number)
+        group.stop_all()

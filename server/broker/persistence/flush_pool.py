@@ -182,8 +182,12 @@ class FlushPool:
                 return
             if pause_s <= 0:
                 self._due.append(entry)  # behind every replica already due
-            else:
-                not_before_s = time.monotonic() + pause_s
-                heapq.heappush(self._waiting, (not_before_s, next(self._order), entry))
-            # No notify: this thread goes back to ``_take`` and sees it (a wake-up per round
-            # would be the idle cost of every replica again).
+                self._changed.notify()
+                return
+            not_before_s = time.monotonic() + pause_s
+            heapq.heappush(self._waiting, (not_before_s, next(self._order), entry))
+            if self._waiting[0][2] is entry:
+                # Due before whatever an idle thread waits for: this thread may start a long
+                # round next, so wake one to wait for the new, sooner time. Otherwise no
+                # wake-up (one per round would be every replica's idle cost again).
+                self._changed.notify()

@@ -336,3 +336,56 @@ def test_a_broker_flushes_every_replica_on_the_pool_s_threads_alone() -> None:
         service.close()
         pool.close()
         assert pool.join(WAIT_S)
+
+
+class HeldStore(MemoryMessageStore):
+    """Holds every insert until ``release`` (after saying so with ``entered``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def insert_messages(
+        self, topic: str, partition_id: int, batch: FlushBatch, flushed_offset: int
+    ) -> None:
+        self.entered.set()
+        assert self.release.wait(WAIT_S), "the test never released the insert"
+        super().insert_messages(topic, partition_id, batch, flushed_offset)
+
+
+def test_a_dropped_replica_s_rows_go_after_its_running_round_ends() -> None:
+    """The drop deletes the partition's rows only once the round that was inserting them
+    has ended: none are left behind."""
+    limits = Limits(flush_period_s=0.01)
+    pool = FlushPool(2, 0.05, name="dropping broker")
+    pool.start()
+    store = HeldStore()
+
+    def make_replica(s: ReplicaSpec) -> HostedReplica:
+        twin = partition_twin("orders/0", 1, limits.partition_limits())
+        return HostedReplica(s, twin, store, limits, _no_peer, pool)
+
+    service = BrokerService(store, make_replica, limits, lambda: 1_000)
+    spec = _spec()
+    try:
+        service.host(spec)
+        service._replica("orders", PartitionId(0)).partition.append(
+            [(None, "m")], 1_000, None, None
+        )
+        assert store.entered.wait(WAIT_S), "the flush round never inserted"
+        dropping = threading.Thread(
+            target=service.drop, args=("orders", PartitionId(0), spec.raft_address)
+        )
+        dropping.start()
+        dropping.join(0.05)
+        assert dropping.is_alive()  # waits for the round (within raft_commit_timeout_s)
+        store.release.set()
+        dropping.join(WAIT_S)
+        assert not dropping.is_alive()
+        assert store.read_messages("orders", 0, 0, 10) == []
+    finally:
+        store.release.set()
+        service.close()
+        pool.close()
+        assert pool.join(WAIT_S)

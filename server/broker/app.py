@@ -20,6 +20,7 @@ from broker.hosted_replica import HostedReplica
 from broker.managers import Managers
 from broker.partition.raft import partition_raft
 from broker.peer_copy import PeerCopy
+from broker.persistence.flush_pool import FlushPool
 from broker.persistence.sql_store import SqlMessageStore
 from broker.registration import Registration
 from broker.service import BrokerService, ReplicaStatus
@@ -41,11 +42,14 @@ def create_app(config: BrokerConfig) -> App:
 
     link = PeerLink.of(config.secret, config.tls, f"broker-{config.broker_id}")
     peers = PeerCopy(config.limits, link)
+    # Every hosted replica's flush and retention rounds, on ``flush_threads`` threads.
+    flush_pool = FlushPool(config.limits.flush_threads, config.limits.flush_retry_backoff_s_max)
+    flush_pool.start()
 
     def make_replica(spec: ReplicaSpec) -> HostedReplica:
         replica_dir = os.path.join(config.data_dir, "replicas", f"{spec.topic}-{spec.partition_id}")
         raft = partition_raft(spec, replica_dir, config.secret, config.limits)
-        return HostedReplica(spec, raft, store, config.limits, peers.read)
+        return HostedReplica(spec, raft, store, config.limits, peers.read, flush_pool)
 
     service = BrokerService(store, make_replica, config.limits, lambda: int(time.time() * 1000))
     service.start()
@@ -82,6 +86,7 @@ def create_app(config: BrokerConfig) -> App:
     managers = Managers(config.managers, config.limits, JsonHttpClient(config.limits, link))
     registration = Registration(managers, _announcement(config), config.limits, _stop_this_process)
     registration.start()
+    app.on_close(flush_pool.close)  # closers run last first: after the replicas close
     app.on_close(service.close)
     return app
 

@@ -43,6 +43,7 @@ from protocol.types import (
     ReplicaSpec,
     StoredMessage,
 )
+from unit_tests.broker.shared_flush_pool import shared_flush_pool
 
 LIMITS = PartitionLimits(
     unflushed_messages_max=100,
@@ -305,7 +306,9 @@ def service_over(store: MemoryMessageStore, replicas: int) -> BrokerService:
 
     def make_replica(s: ReplicaSpec) -> HostedReplica:
         twin = partition_twin("orders/0", replicas, LIMITS)
-        return HostedReplica(s, twin, store, Limits(flush_period_s=0.01), _no_peer)
+        return HostedReplica(
+            s, twin, store, Limits(flush_period_s=0.01), _no_peer, shared_flush_pool()
+        )
 
     service = BrokerService(store, make_replica, Limits(), lambda: 1_000)
     service.host(spec)

@@ -28,6 +28,7 @@ from protocol.types import (
     ReplicaSpec,
     StoredMessage,
 )
+from unit_tests.broker.shared_flush_pool import shared_flush_pool
 
 WAIT_S = 10.0
 LIMITS = Limits(flush_period_s=0.01, retention_check_period_s=0.01)
@@ -75,7 +76,7 @@ def _service(
 ) -> BrokerService:
     def make_replica(s: ReplicaSpec) -> HostedReplica:
         twin = partition_twin(f"{s.topic}/{s.partition_id}", 1, s.limits or retention)
-        return HostedReplica(s, twin, store, LIMITS, _no_peer)
+        return HostedReplica(s, twin, store, LIMITS, _no_peer, shared_flush_pool())
 
     service = BrokerService(store, make_replica, LIMITS, clock_ms or (lambda: PRODUCED_MS))
     service.host(_spec(retention))
@@ -182,7 +183,7 @@ def test_consumer_lag_counts_unpopped_messages_and_the_age_of_the_oldest(
 
     def make_replica(s: ReplicaSpec) -> HostedReplica:
         twin = partition_twin(f"{s.topic}/{s.partition_id}", 1, Limits().partition_limits())
-        return HostedReplica(s, twin, store, LIMITS, _no_peer)
+        return HostedReplica(s, twin, store, LIMITS, _no_peer, shared_flush_pool())
 
     service = BrokerService(store, make_replica, LIMITS, lambda: now_ms[0])
     service.host(_spec(Limits().partition_limits()))

@@ -25,6 +25,7 @@ from protocol.types import (
     ReplicaSpec,
     StoredMessage,
 )
+from unit_tests.broker.shared_flush_pool import shared_flush_pool
 
 LIMITS = Limits(flush_period_s=0.01)
 WAIT_S = 10.0
@@ -58,7 +59,7 @@ def make_service(
         twin = partition_twin(
             f"{s.topic}/{s.partition_id}", len(s.replicas), s.limits or limits.partition_limits()
         )
-        return HostedReplica(s, twin, store, limits, no_peer)
+        return HostedReplica(s, twin, store, limits, no_peer, shared_flush_pool())
 
     service = BrokerService(store, make_replica, limits, clock_ms)
     service.host(spec(replicas))
@@ -218,7 +219,7 @@ def test_a_replica_behind_its_term_refuses_reads_rather_than_answer_stale(
     def make_replica(s: ReplicaSpec) -> HostedReplica:
         definition = partition_definition(len(s.replicas), LIMITS.partition_limits(), 1)
         twins.append(BehindTwin(definition, "orders/0"))
-        return HostedReplica(s, twins[-1], store, LIMITS, no_peer)
+        return HostedReplica(s, twins[-1], store, LIMITS, no_peer, shared_flush_pool())
 
     service = BrokerService(store, make_replica, LIMITS, lambda: 1_700_000_000_000)
     service.host(spec(1))

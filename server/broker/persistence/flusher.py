@@ -1,16 +1,20 @@
 """``Flusher``: writes one replica's committed messages into its own database.
 
-Thread: one daemon thread per hosted replica. Each round reads up to
+No thread of its own: one round is one call of ``run_round``, made by the broker's flush
+pool (``broker.persistence.flush_pool.FlushPool``: ``flush_threads`` threads per broker
+process serving every hosted replica, never two rounds of one replica at once), which waits
+the pause ``run_round`` returns before this replica's next round. Each round reads up to
 ``flush_batch_messages_max`` messages past this replica's flushed offset from ``msg_dict``,
 inserts them in one transaction (idempotent: the primary key skips rows already there, so a
 crash between the insert and the Raft command only repeats work), then proposes
-``mark_flushed``. A round that was not full is followed by a pause of ``flush_period_s``:
-flushing goes at its own pace, in batches, rather than once per produced message (each
-round costs a database transaction and a Raft command on every replica). Once every
-in-sync replica has flushed a message it leaves ``msg_dict``; a replica that lagged too
-far copies what left memory from a peer (``PeerRead``).
+``mark_flushed``. A round that was not full is followed by a pause of ``flush_period_s``
+(doubling after each failed round, up to ``flush_retry_backoff_s_max``): flushing goes at
+its own pace, in batches, rather than once per produced message (each round costs a
+database transaction and a Raft command on every replica). Once every in-sync replica has
+flushed a message it leaves ``msg_dict``; a replica that lagged too far copies what left
+memory from a peer (``PeerRead``).
 
-Retention runs here too, on the same thread: every replica deletes the rows below the
+Retention runs here too, in the same round: every replica deletes the rows below the
 partition's log start from its database, and a replica that has not flushed up to it skips
 what left (its peers no longer have it); the leader's replica, every
 ``retention_check_period_s``, asks its database where the topic's retention puts the log
@@ -24,7 +28,6 @@ another, never claims rows its database lacks.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 
@@ -60,29 +63,28 @@ class Flusher:
         self._partition_seen: tuple[int, float] = (0, 0.0)
         """The partition time last read, and this host's monotonic time when it was first
         read at that value (``_partition_now_ms``)."""
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name=f"flusher {replica.name}", daemon=True
-        )
+        self._backoff_s = limits.flush_period_s
+        """The pause after a round that was not full: ``flush_period_s``, doubled after
+        each failed round up to ``flush_retry_backoff_s_max``."""
 
-    def start(self) -> None:
-        self._thread.start()
+    @property
+    def name(self) -> str:
+        return self._replica.name
 
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _run(self) -> None:
-        backoff_s = self._limits.flush_period_s
-        while not self._stop.is_set():
-            try:
-                flushed = self.flush_once()
-                backoff_s = self._limits.flush_period_s
-            except (RaftQError, Exception) as exc:  # the DB or Raft may be down: retry later
-                _log.warning("%s: flush failed: %s", self._replica.name, exc)
-                flushed = 0
-                backoff_s = min(backoff_s * 2, self._limits.flush_retry_backoff_s_max)
-            if flushed < self._limits.flush_batch_messages_max:
-                self._stop.wait(backoff_s)
+    def run_round(self) -> float:
+        """One round (``flush_once``; a failure is logged, not raised: the database or Raft
+        may be down, and the next round retries); return how long to pause before the next
+        one: 0 after a full batch (more may wait), else ``_backoff_s``."""
+        try:
+            flushed = self.flush_once()
+            self._backoff_s = self._limits.flush_period_s
+        except (RaftQError, Exception) as exc:  # the DB or Raft may be down: retry later
+            _log.warning("%s: flush failed: %s", self._replica.name, exc)
+            flushed = 0
+            self._backoff_s = min(self._backoff_s * 2, self._limits.flush_retry_backoff_s_max)
+        if flushed < self._limits.flush_batch_messages_max:
+            return self._backoff_s
+        return 0.0
 
     def flush_once(self) -> int:
         """Apply retention, then flush one bounded batch; return how many messages it

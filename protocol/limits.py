@@ -260,7 +260,7 @@ class Limits:
     command) happens at this pace, not once per produced message."""
     flush_retry_backoff_s_max: float = 2.0
     """Longest pause after a failed flush."""
-    flush_threads: int = 2
+    flush_threads: int = 4
     """Threads per broker process running every hosted replica's flush and retention rounds
     (``broker.persistence.flush_pool``), whatever the number of replicas it hosts."""
     flushed_ack_wait_s_max: float = 3.0

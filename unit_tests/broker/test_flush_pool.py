@@ -255,7 +255,7 @@ def test_a_replica_is_added_once() -> None:
 
 
 def test_flush_threads_is_a_limit_checked_at_start() -> None:
-    assert Limits().flush_threads == 2
+    assert Limits().flush_threads == 4
     assert Limits().with_overrides({"flush_threads": "3"}).flush_threads == 3
     with pytest.raises(LimitsError):
         Limits(flush_threads=0).validate()

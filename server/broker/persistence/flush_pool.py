@@ -1,6 +1,6 @@
 """``FlushPool``: the broker's few flush threads, serving every hosted replica's ``Flusher``.
 
-Threads: ``Limits.flush_threads`` daemon threads per broker process (2 by default),
+Threads: ``Limits.flush_threads`` daemon threads per broker process (4 by default),
 whatever the number of replicas it hosts (issue 22: it was one thread per replica). The
 pool is a thin scheduler around ``Flusher.run_round`` (one round of one replica: retention,
 then one bounded batch), which holds every rule of flushing; the pool only decides which

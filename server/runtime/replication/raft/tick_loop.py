@@ -129,7 +129,10 @@ class NodePoller:
         """Loop thread: the node's descriptors into the loop's epoll."""
         self._attached = True
         for descr, (_callback, mask) in list(self._callbacks.items()):
-            self._loop.register(descr, self, mask)
+            try:
+                self._loop.register(descr, self, mask)
+            except OSError:  # closed since (pysyncobj unsubscribes before it closes)
+                logger.exception("a Raft node's descriptor %s could not join the loop", descr)
 
     def detach(self) -> None:
         """Loop thread: the node's remaining descriptors out of the loop's epoll (pysyncobj
@@ -244,8 +247,11 @@ class TickLoop:
                     self._thread = None
                     return
             for node in joining:
-                node.poller.attach()
                 self._nodes.append(node)
+                try:
+                    node.poller.attach()
+                except Exception:  # its ticks go on; a descriptor missing shows in its logs
+                    logger.exception("failed to add a Raft node's descriptors to the tick loop")
             now = time.monotonic()
             every = now >= next_all
             if every:
@@ -269,6 +275,10 @@ class TickLoop:
         try:
             events = self._epoll.poll(timeout)
         except InterruptedError:
+            return
+        except OSError:  # never seen; the loop must not end for it (every group stops)
+            logger.exception("the tick loop's poll failed")
+            time.sleep(timeout)
             return
         for descr, mask in events:
             if descr == self._wake_read:

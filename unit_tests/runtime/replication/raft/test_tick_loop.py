@@ -4,8 +4,11 @@ proposals answered without waiting for a tick, nodes joining and leaving while o
 from __future__ import annotations
 
 import gc
+import os
 import socket
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -201,3 +204,36 @@ def test_the_own_thread_environment_still_works(tmp_path: Path) -> None:
         assert machine.propose(1)[0] == 1
     finally:
         machine.stop(5.0)
+
+
+_MAIN_ENDS = """
+import sys
+from protocol.limits import Limits
+from runtime.replication.raft.machine import RaftConfig, RaftMachine
+from unit_tests.runtime.replication.ledger import LEDGER
+from unit_tests.runtime.replication.waits import wait_for
+
+config = RaftConfig("ledger", sys.argv[1], (), sys.argv[2], "s", Limits())
+machine = RaftMachine(LEDGER, config)
+wait_for(machine.caught_up, "a node alone to elect itself")
+print(machine.propose(1)[0], flush=True)
+"""
+
+
+def test_the_loop_ends_with_the_main_thread(tmp_path: Path) -> None:
+    """pysyncobj's tick thread stops once the main thread has ended (``RaftNode`` ties it
+    there); so does the loop: a process whose main thread returns without closing its
+    nodes still exits."""
+    address = f"127.0.0.1:{free_port()}"
+    root = Path(__file__).parents[4]
+    done = subprocess.run(
+        [sys.executable, "-c", _MAIN_ENDS, address, str(tmp_path / "n")],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{root / 'server'}"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "1"

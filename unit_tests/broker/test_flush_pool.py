@@ -29,15 +29,9 @@ from protocol.types import (
     ReplicaSpec,
     StoredMessage,
 )
+from unit_tests.runtime.replication.waits import wait_for
 
 WAIT_S = 10.0
-
-
-def wait_for(condition: Callable[[], bool], what: str) -> None:
-    until_s = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < until_s, f"timed out waiting for {what}"
-        time.sleep(0.002)
 
 
 def _block_on(release: threading.Event) -> None:

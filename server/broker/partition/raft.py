@@ -146,6 +146,7 @@ def partition_raft(
         secret=secret,
         limits=limits,
         leader_wait_s=limits.raft_leader_wait_s_max,  # ride out an election in progress
+        members_min=max(len(spec.replicas) - 1, 1),  # ``PartitionReplica.replace_member``
         compaction_bytes_min=limits.raft_log_compaction_bytes_min,
     )
     return RaftMachine(definition, config)

@@ -49,6 +49,10 @@ class RaftConfig:
     stem: str = "raft"
     leader_wait_s: float = 0.0
     """How long ``propose`` rides out an election before it answers NO_LEADER (0: at once)."""
+    members_min: int = 1
+    """The fewest members the owner ever lets the group shrink to (a partition's
+    re-replication removes a dead member before adding its replacement: its replication
+    factor less one). A follower's acknowledgement claims the majority of no fewer."""
     compaction_bytes_min: int | None = None
     """Also compact the log once its entries take this many bytes (pysyncobj holds every
     entry in memory until a compaction, which it starts by count or time only)."""
@@ -116,17 +120,20 @@ class RaftMachine(Generic[S, C, R]):
         # them (its match indexes). A follower (pysyncobj forwards its proposals) knows only
         # that a majority of the members of the commit did, and a member may have been
         # added or removed since: it claims the smallest such majority, one member fewer
-        # than it sees (one change at a time). Not the majority of the members the node
-        # started with: a node added to a group of 3 took 3 for it after the group was back
-        # to 3 members, and a follower took the new majority of 4 for an entry committed by
-        # 2 of 3, both claiming 3 replicas where 2 held the entry (simulator, in-order
-        # network, seeds 7 and 22).
+        # than it sees (one change at a time), but never of fewer than ``members_min`` (a
+        # follower of a group of 3 shrunk to 2 while a dead member is replaced claimed 1
+        # where both held the entry: simulator, moves workload). Not the majority of the
+        # members the node started with: a node added to a group of 3 took 3 for it after
+        # the group was back to 3 members, and a follower took the new majority of 4 for an
+        # entry committed by 2 of 3, both claiming 3 replicas where 2 held the entry
+        # (simulator, in-order network, seeds 7 and 22).
         if not synced:
             replicas_synced = 0
         elif self._node.leads():
             replicas_synced = self._node.replicas_holding(applied.index)
         else:
-            replicas_synced = max(len(self._node.members()) // 2 + 1, 1)
+            others = max(len(self._node.members()), self._config.members_min)
+            replicas_synced = others // 2 + 1
         entry = Entry(applied.term, applied.index, replicas_synced)
         return self._definition.result(applied.value, entry)
 

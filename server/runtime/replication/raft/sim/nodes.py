@@ -44,8 +44,10 @@ class SimNode(Generic[S, C, R]):
         network: SimNetwork,
         disk: SimDisk,
         limits: Limits,
+        members_min: int = 1,
     ) -> None:
         self.address = address
+        self._members_min = members_min
         self._seed = seed
         self._definition = definition
         self._network = network
@@ -80,6 +82,7 @@ class SimNode(Generic[S, C, R]):
             data_dir=self.data_dir,
             secret="simulated",
             limits=self._limits,
+            members_min=self._members_min,
         )
         environment = Environment(transport=transport_class(self._network), auto_tick=False)
         self.machine = RaftMachine(self._definition, config, environment)

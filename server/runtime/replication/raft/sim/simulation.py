@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic
 
@@ -24,6 +24,7 @@ from runtime.replication.raft.sim.checks import InvariantError, Invariants, dura
 from runtime.replication.raft.sim.disk import SimDisk, default_root
 from runtime.replication.raft.sim.network import NetworkFaults, SimNetwork, seeded_random
 from runtime.replication.raft.sim.nodes import SimNode
+from runtime.replication.raft.sim.operations import Operations, World
 from runtime.replication.raft.sim.world import NodeRandom, VirtualClock, virtual
 
 
@@ -45,6 +46,8 @@ class Workload(Generic[S, C, R]):
     reads its own state first, as the managers do); none: commands from the stream alone."""
     describe: Callable[[R], str] | None = None
     """What an acknowledged command's answer says, for the trace (none: nothing)."""
+    operations: Callable[[World[S, C, R]], Operations] | None = None
+    """The operations run beside the proposals (``operations.py``), made once per run."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +70,8 @@ class SimConfig:
     heal_p: float = 0.04
     member_change_p: float = 0.01
     compact_p: float = 0.01
+    operate_p: float = 0.0
+    """Chance per step of the workload's ``Operations.act`` (none without operations)."""
     lying_nodes: tuple[int, ...] = ()
     """Broken variant: these nodes' disks acknowledge syncs without keeping anything."""
     diverging_node: int | None = None
@@ -113,6 +118,8 @@ class Simulation(Generic[S, C, R]):
         for number in range(1, config.nodes + config.spares + 1):
             self._new_node(number)
         self._group = [address_of(n) for n in range(1, config.nodes + 1)]
+        make = workload.operations
+        self._operations = None if make is None else make(self)
 
     def _new_node(self, number: int) -> SimNode[S, C, R]:
         """Node ``number``, not started. An address serves one node's life only: RaftQ never
@@ -125,7 +132,13 @@ class Simulation(Generic[S, C, R]):
         if number == self._config.diverging_node and broken is not None:
             definition = broken
         node = SimNode(
-            address, self._config.seed, definition, self._network, self._disk, self._limits
+            address,
+            self._config.seed,
+            definition,
+            self._network,
+            self._disk,
+            self._limits,
+            members_min=self._config.nodes - 1,  # a move may remove a dead member first
         )
         self._nodes[address] = node
         if number in self._config.lying_nodes:
@@ -174,7 +187,11 @@ class Simulation(Generic[S, C, R]):
             for address in order:
                 self._nodes[address].tick(self._draws)
                 self._take_answers()
+            if self._operations is not None:
+                self._operations.after_tick()
             summary = self._check_all()
+            if self._operations is not None:
+                self._operations.check()
         self._note(f"{step:04d} {self._clock.now_s:7.2f}s {action:<28} {summary}")
 
     def _check_all(self) -> str:
@@ -259,11 +276,30 @@ class Simulation(Generic[S, C, R]):
             (config.heal_p, self._heal),
             (config.member_change_p, self._change_member),
             (config.compact_p, self._compact),
+            (config.operate_p, self._operate),
         ):
             if roll < probability:
                 return action()
             roll -= probability
         return "-"
+
+    # --- the ``World`` that operations see ----------------------------------------------
+
+    def nodes(self) -> Mapping[str, SimNode[S, C, R]]:
+        return self._nodes
+
+    def leader(self) -> SimNode[S, C, R] | None:
+        return self._leader()
+
+    def fresh_node(self) -> SimNode[S, C, R]:
+        fresh = [n for _, n in sorted(self._nodes.items()) if n.incarnation == 0]
+        return fresh[0] if fresh else self._new_node(len(self._nodes) + 1)
+
+    def host(self, node: SimNode[S, C, R], partners: tuple[str, ...]) -> None:
+        node.start(partners, self._draws)
+
+    def note(self, line: str) -> None:
+        self._note(line)
 
     def _up(self) -> list[SimNode[S, C, R]]:
         return [node for _, node in sorted(self._nodes.items()) if node.up]
@@ -333,6 +369,11 @@ class Simulation(Generic[S, C, R]):
         machine.compact()
         return f"compact {node.address}"
 
+    def _operate(self) -> str:
+        if self._operations is None:
+            return "-"
+        return self._operations.act(self._rng)
+
     def _change_member(self) -> str:
         leader = self._leader()
         if leader is None:
@@ -387,6 +428,9 @@ class Simulation(Generic[S, C, R]):
         leader = self._leader()
         if leader is None:
             raise InvariantError("no leader after the faults stopped (liveness)")
+        unfinished = None if self._operations is None else self._operations.unfinished()
+        if unfinished is not None:
+            raise InvariantError(f"never finished after the faults stopped: {unfinished}")
         first = leader.observe().first_index
         terms = {i: t for _, i, t in leader.log_entries(first, 1 << 62)}
         self._checks.none_lost(leader.address, terms, first)
@@ -401,6 +445,8 @@ class Simulation(Generic[S, C, R]):
         last = leader.log_entries(seen.commit_index, 1 << 62)
         if len(last) != 1:
             return False  # entries not committed yet
+        if self._operations is not None and self._operations.unfinished() is not None:
+            return False
         return all(n.observe().last_applied == seen.commit_index for n in self._up())
 
     def _stop_all(self) -> None:

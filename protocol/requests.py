@@ -701,25 +701,42 @@ def parse_replica_spec(params: Params, limits: Limits) -> ReplicaSpec:
     for index, item in enumerate(items):
         if not isinstance(item, dict):
             raise invalid(f"replicas[{index}] must be an object")
-        replicas.append(
-            ReplicaAddress(
-                replica_id=ReplicaId(get_int(item, "replica_id", minimum=index, maximum=index)),
-                broker_id=BrokerId(get_int(item, "broker_id", minimum=0, maximum=_BROKER_ID_MAX)),
-                address=require_str(item, "address", 300).rstrip("/"),
-                raft_address=_raft_address(item, f"replicas[{index}].raft_address"),
-            )
-        )
+        replicas.append(_replica_address(item, index, f"replicas[{index}]"))
     if replica_id >= len(replicas):
         raise invalid("replica_id is not in 'replicas'")
-    if len({r.raft_address for r in replicas}) != len(replicas):
-        raise invalid("replicas must have distinct raft addresses")
+    leaving = _leaving(params.get("leaving"), len(replicas))
+    addresses = [r.raft_address for r in replicas] + (
+        [] if leaving is None else [leaving.raft_address]
+    )
+    if len(set(addresses)) != len(addresses):
+        raise invalid("replicas (and leaving) must have distinct raft addresses")
     return ReplicaSpec(
         topic=topic,
         partition_id=partition_id,
         replica_id=ReplicaId(replica_id),
         replicas=tuple(replicas),
         limits=_partition_limits(params.get("limits")),
+        leaving=leaving,
     )
+
+
+def _replica_address(item: Params, replica_id: int, where: str) -> ReplicaAddress:
+    return ReplicaAddress(
+        replica_id=ReplicaId(get_int(item, "replica_id", minimum=replica_id, maximum=replica_id)),
+        broker_id=BrokerId(get_int(item, "broker_id", minimum=0, maximum=_BROKER_ID_MAX)),
+        address=require_str(item, "address", 300).rstrip("/"),
+        raft_address=_raft_address(item, f"{where}.raft_address"),
+    )
+
+
+def _leaving(item: object, replica_count: int) -> ReplicaAddress | None:
+    """A drain's leaving replica (``ReplicaSpec.leaving``): it leaves one of the slots."""
+    if item is None:
+        return None
+    if not isinstance(item, dict):
+        raise invalid("field 'leaving' must be an object")
+    slot = get_int(item, "replica_id", minimum=0, maximum=replica_count - 1)
+    return _replica_address(item, slot, "leaving")
 
 
 _BROKER_ID_MAX = 1_000_000

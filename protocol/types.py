@@ -5,7 +5,7 @@ Ranges of offsets are half-open, ``[start, end)``, everywhere in RaftQ.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import NewType
 
@@ -175,6 +175,14 @@ class ReplicaSpec:
     limits: PartitionLimits | None = None
     """The partition's limits as the manager recorded them with the topic (``None``: a
     topic created before they were recorded; the broker then uses its own)."""
+    leaving: ReplicaAddress | None = field(default=None, compare=False)
+    """During a drain's move, the replica leaving the slot ``leaving.replica_id``: alive,
+    and a member of the group until its replacement has caught up. The new replica's Raft
+    node starts knowing it (``raft_partners``; as etcd's initial cluster lists every
+    current member), since it may be the vote another member needs before the new one
+    heard from the group; a replica copying what left memory asks it too (``peers``).
+    Not part of a spec's identity (the broker does not store it; the mover sends it every
+    round of the move)."""
 
     @property
     def raft_address(self) -> str:
@@ -183,6 +191,20 @@ class ReplicaSpec:
     @property
     def partners(self) -> tuple[str, ...]:
         return tuple(r.raft_address for r in self.replicas if r.replica_id != self.replica_id)
+
+    @property
+    def raft_partners(self) -> tuple[str, ...]:
+        """Whom this replica's Raft node knows when it is created: the other replicas,
+        and the leaving one of a drain (see ``leaving``)."""
+        leaving = () if self.leaving is None else (self.leaving.raft_address,)
+        return (*self.partners, *leaving)
+
+    @property
+    def peers(self) -> tuple[ReplicaAddress, ...]:
+        """The other replicas, then the leaving one of a drain: where a replica that fell
+        behind copies from (its database may be the only one left holding a range)."""
+        others = tuple(r for r in self.replicas if r.replica_id != self.replica_id)
+        return others if self.leaving is None else (*others, self.leaving)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -193,4 +215,5 @@ class ReplicaSpec:
             "partners": list(self.partners),
             "replicas": [r.to_json() for r in self.replicas],
             **({} if self.limits is None else {"limits": self.limits.to_json()}),
+            **({} if self.leaving is None else {"leaving": self.leaving.to_json()}),
         }

@@ -326,7 +326,7 @@ class Moves:
 
     def _host(self, move: Move) -> None:
         node = self.world.nodes()[move.new]
-        self.world.host(node, self._spec(move.slot).partners)
+        self.world.host(node, self._spec(move.slot).raft_partners)  # ``partition_raft``'s
         self._broker(node, move.slot)
         move.hosted = True
 
@@ -392,19 +392,37 @@ class Moves:
         return {_broker_id(a) for a in self.lost | self.draining}
 
     def _broker_records(self) -> dict[BrokerId, BrokerRecord]:
+        """Alive: up and not lost. A crashed broker stops answering the managers' polls at
+        once here (really after ``broker_dead_after_s``); while it is down no drain starts
+        (a restarted replica knows only the members its log names, and pysyncobj drops
+        messages from any other node: a drain of both of them while it was down left it
+        deaf to the group for good, moves seed 60 before this)."""
         return {
-            _broker_id(a): BrokerRecord(
-                _broker_id(a), "http://sim", "sim", 0, 0, a not in self.lost, 0, a in self.draining
+            _broker_id(address): BrokerRecord(
+                broker_id=_broker_id(address),
+                address="http://sim",
+                raft_host="sim",
+                raft_port_min=0,
+                raft_port_max=0,
+                alive=node.up and address not in self.lost,
+                version=0,
+                draining=address in self.draining,
             )
-            for a in self.world.nodes()
+            for address, node in self.world.nodes().items()
         }
 
     def _spec(self, slot: ReplicaId) -> ReplicaSpec:
+        """``replica_specs``: the placement, and a move's leaving replica while it lives."""
         replicas = tuple(
             ReplicaAddress(ReplicaId(s), _broker_id(a), "http://sim", a)
             for s, a in enumerate(self.slots)
         )
-        return ReplicaSpec(TOPIC, PartitionId(0), slot, replicas)
+        move, leaving = self.move, None
+        if move is not None and move.leaving not in self.lost:
+            leaving = ReplicaAddress(
+                move.slot, _broker_id(move.leaving), "http://sim", move.leaving
+            )
+        return ReplicaSpec(TOPIC, PartitionId(0), slot, replicas, leaving=leaving)
 
     def _broker(self, node: Node, slot: ReplicaId) -> None:
         replica = PartitionReplica(
@@ -415,14 +433,14 @@ class Moves:
         self.brokers[node.address] = SimBroker(node, slot, replica, store, flusher)
 
     def _peer_read(self, spec: ReplicaSpec, start: int, end: int) -> list[StoredMessage]:
-        """``PeerCopy.read``: ``[start, end)`` from the first of the spec's other replicas
-        whose database holds all of it (a lost one answers nothing)."""
+        """``PeerCopy.read``: ``[start, end)`` from the first of ``spec.peers`` whose
+        database holds all of it; a peer that is down, lost, or not caught up (a fetch
+        refuses then) answers nothing."""
         end = min(end, start + self.limits.fetch_messages_max)
-        for peer in spec.replicas:
+        for peer in spec.peers:
             broker = self.brokers.get(peer.raft_address)
-            if peer.replica_id == spec.replica_id or broker is None:
-                continue
-            if peer.raft_address in self.lost:
+            machine = None if broker is None else broker.node.machine
+            if broker is None or machine is None or not machine.caught_up():
                 continue
             rows = broker.store.read_messages(TOPIC, 0, start, end)
             if [m.offset for m in rows] == list(range(start, end)):

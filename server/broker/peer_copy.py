@@ -24,9 +24,7 @@ class PeerCopy:
         has all of them."""
         end = min(end, start + self._fetch_messages_max)
         reasons = []
-        for peer in spec.replicas:
-            if peer.replica_id == spec.replica_id:
-                continue
+        for peer in spec.peers:
             try:
                 messages = self._fetch(peer.address, spec, start, end)
             except RaftQError as exc:

@@ -15,11 +15,19 @@ from pathlib import Path
 
 import pytest
 
-from broker.partition.commands import Append, Command, ResetReplica
+from broker.partition.commands import Append, Command, MarkFlushed, ResetReplica
 from broker.partition.raft import PartitionMachine, partition_raft
 from broker.partition.replica import PartitionReplica
 from protocol.limits import Limits
-from protocol.types import BrokerId, PartitionId, RaftRole, ReplicaAddress, ReplicaId, ReplicaSpec
+from protocol.types import (
+    BrokerId,
+    Offset,
+    PartitionId,
+    RaftRole,
+    ReplicaAddress,
+    ReplicaId,
+    ReplicaSpec,
+)
 from unit_tests.ports import free_port
 from unit_tests.runtime.replication.waits import WAIT_S, one_leader, wait_for
 
@@ -147,6 +155,46 @@ def test_a_live_leaving_member_leaves_last_and_the_group_keeps_its_leader(
     wait_for(lambda: new.end_offset() == end, "the new member to hold all")
     leader.propose(Append(((None, "after"),), 100, None, None))  # a commit needs the new one
     assert leader.machine.read(lambda log: log.holders[slot]) == new.spec.raft_address
+
+
+def test_a_live_leaving_member_stays_until_its_replacement_copied_what_left_memory(
+    start: Callable[[ReplicaSpec], Node],
+) -> None:
+    """Messages every replica flushed left memory (evicted); the new replica must copy them
+    from a peer's database, and the leaving one may be the only live peer holding them
+    (simulator, moves workload: unsynced seed 5). So the leaving member stays a member
+    (and a peer to copy from) until the new replica's flush mark reaches the evicted
+    offset, even though it holds every committed entry already."""
+    replicas = tuple(_address(slot) for slot in range(3))
+    nodes = [start(_spec(replicas, slot)) for slot in range(3)]
+    leader = _leader(nodes)
+    for number in range(10):
+        leader.propose(Append(((None, f"m{number}"),), number, None, None))
+    for node in nodes:  # every replica flushed all ten: they leave memory
+        leader.propose(
+            MarkFlushed(node.spec.replica_id, Offset(10), Offset(0), node.spec.raft_address)
+        )
+    assert leader.machine.read(lambda log: log.evicted_offset) == 10
+    leaving = next(n for n in nodes if n is not leader)
+    slot = leaving.spec.replica_id
+    moved = tuple(_address(slot) if r.replica_id == slot else r for r in replicas)
+    new = start(_spec(moved, slot))
+    spec = _spec(moved, leader.spec.replica_id)
+    address = leaving.spec.raft_address
+
+    def step() -> bool:
+        return leader.replace_member(spec, slot, address, True)
+
+    def joined_but_kept() -> bool:
+        assert not step(), "the leaving member left before its replacement copied"
+        return _joined(leader, new)
+
+    wait_for(joined_but_kept, "the new member to hold every entry")
+    assert not step()  # still lagging: the leaving one stays
+    assert address in leader.machine.members()
+    leader.propose(MarkFlushed(slot, Offset(10), Offset(0), new.spec.raft_address))
+    wait_for(step, "the leaving member to leave")
+    assert address not in leader.machine.members()
 
 
 def test_a_new_replica_that_leads_completes_its_own_move(

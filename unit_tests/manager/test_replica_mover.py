@@ -38,6 +38,7 @@ class StubBrokers(BrokerClient):
         self.failing: set[str] = set()
         """Brokers whose ``replace_member`` raises."""
         self.calls: list[tuple[str, str]] = []
+        self.specs: list[ReplicaSpec] = []
         self.removed_alive: list[bool] = []
         self.transfers: list[str] = []
 
@@ -58,6 +59,7 @@ class StubBrokers(BrokerClient):
 
     def host_replica(self, address: str, spec: ReplicaSpec) -> None:
         self.calls.append(("host", address))
+        self.specs.append(spec)
 
     def transfer_leadership(
         self, address: str, topic: str, partition_id: int, raft_address: str
@@ -231,6 +233,25 @@ def test_a_live_leaving_replica_is_removed_last() -> None:
     mover.tick()
     assert brokers.calls[:2] == [("host", "http://b4"), ("members", "http://b1")]
     assert brokers.removed_alive and all(brokers.removed_alive)
+
+
+def test_a_drains_new_replica_is_told_the_leaving_one() -> None:
+    """``ReplicaSpec.leaving``: a drain's leaving replica stays a member until its
+    replacement caught up, so the new one's Raft node must know it (a loss during the drain
+    may need its vote: simulator, moves seed 8) and copy from it. A dead one is named to no
+    one (it was removed first)."""
+    registry, brokers = _registry(), StubBrokers()
+    registry.propose(DrainBroker(3))
+    mover = ReplicaMover(LIMITS, registry, brokers, BrokerMonitor(LIMITS.broker_dead_after_s))
+    mover.tick()  # begins
+    mover.tick()  # hosts the new replica, then asks the members
+    leaving = brokers.specs[-1].leaving
+    assert leaving is not None
+    assert (leaving.broker_id, leaving.raft_address) == (3, "h:9003")
+    assert "h:9003" in brokers.specs[-1].raft_partners
+    registry.propose(SetBrokerAlive(3, False))
+    mover.tick()
+    assert brokers.specs[-1].leaving is None
 
 
 def test_a_dead_replica_moves_before_a_draining_one_and_a_drain_waits_for_it() -> None:

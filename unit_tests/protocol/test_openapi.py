@@ -345,6 +345,7 @@ SPEC = {
     "replica_id": 0,
     "replicas": [_replica(i) for i in range(LIMITS.replication_factor)],
     "limits": LIMITS.partition_limits().to_json(),
+    "leaving": {**_replica(0), "broker_id": 7, "raft_address": "h:9007"},
 }
 RECEIVE: dict[str, object] = {
     "topic": "orders",

@@ -118,6 +118,33 @@ def test_broker_registration_and_replica_spec() -> None:
         )
 
 
+def test_a_replica_spec_names_a_drains_leaving_replica() -> None:
+    """``ReplicaSpec.leaving``: the new replica's Raft node knows it and peers copy from
+    it; it is not part of a spec's identity, and it may not share a Raft address."""
+    replicas = [
+        {
+            "replica_id": i,
+            "broker_id": i,
+            "address": f"http://b{i}",
+            "raft_address": f"h:{9000 + i}",
+        }
+        for i in range(3)
+    ]
+    leaving = {"replica_id": 1, "broker_id": 7, "address": "http://b7", "raft_address": "h:9007"}
+    base = {"topic": "t", "partition_id": 0, "replica_id": 1, "replicas": replicas}
+    spec = parse_replica_spec({**base, "leaving": leaving}, LIMITS)
+    assert spec.leaving is not None and spec.leaving.raft_address == "h:9007"
+    assert spec.raft_partners == ("h:9000", "h:9002", "h:9007")
+    assert [p.raft_address for p in spec.peers] == ["h:9000", "h:9002", "h:9007"]
+    assert parse_replica_spec(spec.to_json(), LIMITS).leaving == spec.leaving
+    plain = parse_replica_spec(base, LIMITS)
+    assert plain == spec and plain.raft_partners == plain.partners
+    for bad in ({**leaving, "raft_address": "h:9000"}, {**leaving, "replica_id": 3}, "h:9007"):
+        with pytest.raises(RaftQError) as caught:
+            parse_replica_spec({**base, "leaving": bad}, LIMITS)
+        assert caught.value.code is ErrorCode.INVALID_FIELD
+
+
 @pytest.mark.parametrize("raft_address", ["h", "h:", ":9000", "h:x", "h:0", "h:65536", "h:9 0"])
 def test_a_replica_spec_refuses_a_raft_address_that_is_not_host_and_port(
     raft_address: str,

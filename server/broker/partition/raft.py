@@ -141,7 +141,7 @@ def partition_raft(
     config = RaftConfig(
         name=replica_name(spec),
         address=spec.raft_address,
-        partners=tuple(spec.partners),
+        partners=spec.raft_partners,
         data_dir=data_dir,
         secret=secret,
         limits=limits,

@@ -161,8 +161,11 @@ class PartitionReplica:
         2. The slot is reset to the new replica (``ResetReplica``: its flushed offset is
            0 and only that replica's flush marks count for it), then it is added.
         3. A live leaving member leaves last, once the new one holds every committed
-           entry: removing it first would leave the group one failure (or, at replication
-           factor 2, no failure at all) from a standstill while the new one catches up.
+           entry and has copied what left memory (its database holds the evicted range):
+           removing it first would leave the group one failure (or, at replication
+           factor 2, no failure at all) from a standstill while the new one catches up,
+           and the leaving replica's database may be the only live copy of that range
+           (a peer copies from it too: ``ReplicaSpec.leaving``).
 
         The new replica may be the leader itself (elected, or handed the lead, once a
         member): it is in the group and holds every entry, so steps 2 and 3 skip it.
@@ -185,6 +188,10 @@ class PartitionReplica:
             commit_index = machine.status().commit_index
             if not leads and not machine.member_holds(added, commit_index):
                 return False  # the new replica is still catching up: next round
+            if self.read(lambda log: log.lagging(slot)):
+                # It still copies what left memory, and the leaving replica may be the
+                # only live one whose database holds it (simulator, moves workload).
+                return False
             machine.change_member(leaving, add=False)
         return machine.members() == wanted
 

@@ -214,6 +214,7 @@ def replica_specs(
         )
         for r in partition.replicas
     )
+    leaving = _leaving(partition, brokers)
     return [
         (
             replica.address,
@@ -223,10 +224,27 @@ def replica_specs(
                 replica.replica_id,
                 replicas,
                 topic.partition_limits,
+                leaving,
             ),
         )
         for replica in replicas
     ]
+
+
+def _leaving(
+    partition: PartitionRecord, brokers: dict[BrokerId, BrokerRecord]
+) -> ReplicaAddress | None:
+    """A move's leaving replica while its broker lives (a drain): it stays a member until
+    the new one caught up (``ReplicaSpec.leaving``). A dead one is removed first and told
+    to no one."""
+    move = partition.moving
+    broker = None if move is None else brokers.get(move.removed.broker_id)
+    if move is None or broker is None or not broker.alive:
+        return None
+    removed = move.removed
+    return ReplicaAddress(
+        removed.replica_id, removed.broker_id, broker.address, removed.raft_address
+    )
 
 
 def _broker(brokers: dict[BrokerId, BrokerRecord], broker_id: BrokerId) -> BrokerRecord:

@@ -17,11 +17,11 @@ A blocking call cannot wait here (one thread ticks every node), so the replica's
 COMMIT_TIMEOUT (the Raft layer's "outcome unknown") until its answer came; the flusher and
 the mover repeat their rounds, as they do after a timeout, and a repeat gets the answer.
 
-Checked, beside the group's own checks: at each move's end and at the run's end, every
-slot's flushed offset (on the leader's applied state, up to date) is held by the database
-of the replica the slot names, without a hole from the log start (item 4: a flush mark
-must never claim rows a database lacks); and every move finishes once the faults stop
-(item 1: a move must not leave its partition without a leader).
+Checked, beside the group's own checks: at each move's end and at every step with no move
+under way, every slot's flushed offset (on the leader's applied state, up to date) is held
+by the database of the replica the slot names, without a hole from the log start (item 4:
+a flush mark must never claim rows a database lacks); and every move finishes once the
+faults stop (item 1: a move must not leave its partition without a leader).
 """
 
 from __future__ import annotations
@@ -259,18 +259,20 @@ class Moves:
         self._mover_round()
 
     def check(self) -> None:
-        pass  # at a move's end and at the run's end (``_check_databases``)
+        """The databases' check, whenever no move is under way and the leader has applied
+        all it committed (its state then names the slots' holders the placement names)."""
+        leader = self.world.leader()
+        if self.move is not None or leader is None or leader.machine is None:
+            return
+        status = leader.machine.status()
+        if status.last_applied == status.commit_index:
+            self._check_databases(leader)
 
     def unfinished(self) -> str | None:
         gone = [a for a in self.slots if a in self.lost or a in self.draining]
         if self.move is not None:
             return f"the move of slot {self.move.slot} to {self.move.new}"
-        if gone:
-            return f"replicas to move off {gone}"
-        leader = self.world.leader()
-        if leader is not None and leader.machine is not None:
-            self._check_databases(leader)
-        return None
+        return f"replicas to move off {gone}" if gone else None
 
     # --- the mover ------------------------------------------------------------------------
 

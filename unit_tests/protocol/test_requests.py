@@ -87,6 +87,15 @@ def test_pop_fetch_and_topic_defaults_and_bounds() -> None:
     assert refused(CreateTopic, {"name": "t", "replication_factor": 5}) == ErrorCode.INVALID_FIELD
 
 
+def _replica(index: int) -> dict[str, object]:
+    return {
+        "replica_id": index,
+        "broker_id": index,
+        "address": f"http://b{index}",
+        "raft_address": f"h:{9000 + index}",
+    }
+
+
 def test_broker_registration_and_replica_spec() -> None:
     params = {
         "broker_id": 1,
@@ -98,15 +107,7 @@ def test_broker_registration_and_replica_spec() -> None:
     assert RegisterBroker.parse(params, LIMITS).address == "http://h:1"
     assert refused(RegisterBroker, {**params, "raft_port_max": 5}) == ErrorCode.INVALID_FIELD
     assert refused(RegisterBroker, {**params, "address": "h:1"}) == ErrorCode.INVALID_FIELD
-    replicas = [
-        {
-            "replica_id": i,
-            "broker_id": i,
-            "address": f"http://b{i}",
-            "raft_address": f"h:{9000 + i}",
-        }
-        for i in range(3)
-    ]
+    replicas = [_replica(i) for i in range(3)]
     spec = parse_replica_spec(
         {"topic": "t", "partition_id": 0, "replica_id": 2, "replicas": replicas}, LIMITS
     )
@@ -121,15 +122,7 @@ def test_broker_registration_and_replica_spec() -> None:
 def test_a_replica_spec_names_a_drains_leaving_replica() -> None:
     """``ReplicaSpec.leaving``: the new replica's Raft node knows it and peers copy from
     it; it is not part of a spec's identity, and it may not share a Raft address."""
-    replicas = [
-        {
-            "replica_id": i,
-            "broker_id": i,
-            "address": f"http://b{i}",
-            "raft_address": f"h:{9000 + i}",
-        }
-        for i in range(3)
-    ]
+    replicas = [_replica(i) for i in range(3)]
     leaving = {"replica_id": 1, "broker_id": 7, "address": "http://b7", "raft_address": "h:9007"}
     base = {"topic": "t", "partition_id": 0, "replica_id": 1, "replicas": replicas}
     spec = parse_replica_spec({**base, "leaving": leaving}, LIMITS)

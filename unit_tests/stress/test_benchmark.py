@@ -263,6 +263,7 @@ def run_benchmark(argv: list[str], timeout_s: float) -> subprocess.CompletedProc
 
 
 @pytest.mark.cluster
+@pytest.mark.tier  # a benchmark run (40 s): CI runs it, the default test command leaves it out
 def test_benchmark_command_prints_every_row_with_a_figure() -> None:
     argv = [sys.executable, "-m", "stress_tests.benchmark", "--seconds", "0.5"]
     argv += ["--backlog", "3000", "--failovers", "1", "--base-port", str(SMOKE_BASE_PORT)]

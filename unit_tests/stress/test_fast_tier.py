@@ -23,7 +23,7 @@ from stress_tests.session import cluster_session
 from stress_tests.tiers import FAST_TIER
 from unit_tests.ports import CLUSTER_BASE_PORTS
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.tier]  # CI runs it; the default leaves it out
 
 BASE_PORT = CLUSTER_BASE_PORTS["fast_tier"]
 SEED = int(os.environ.get("RAFTQ_STRESS_SEED", int(time.time()) % 100_000))

@@ -23,7 +23,7 @@ from stress_tests.powercut import fuse_unavailable_reason
 from unit_tests.ports import CLUSTER_BASE_PORTS
 from unit_tests.stress.prerequisites import require
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.tier]  # CI runs it; the default leaves it out
 
 BASE_PORT = CLUSTER_BASE_PORTS["lease_run"]
 SEED = int(os.environ.get("RAFTQ_STRESS_SEED", int(time.time()) % 100_000))

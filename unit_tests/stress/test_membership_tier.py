@@ -22,7 +22,7 @@ from stress_tests.membership_run import MembershipConfig, membership_cluster, ru
 from stress_tests.network_partition import available
 from unit_tests.ports import CLUSTER_BASE_PORTS
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.tier]  # CI runs it; the default leaves it out
 
 BASE_PORT = CLUSTER_BASE_PORTS["membership_nemesis"]
 SEED = int(os.environ.get("RAFTQ_STRESS_SEED", int(time.time()) % 100_000))

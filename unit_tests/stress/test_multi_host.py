@@ -33,7 +33,7 @@ BASE_PORT = CLUSTER_BASE_PORTS["multi_host"]
 HOSTS = tuple(f"127.0.0.{i}" for i in range(2, 9))
 SEED = int(os.environ.get("RAFTQ_STRESS_SEED", int(time.time()) % 100_000))
 PLANS = (
-    pytest.param(PARTITIONS, id=PARTITIONS.name),
+    pytest.param(PARTITIONS, id=PARTITIONS.name, marks=pytest.mark.tier),
     pytest.param(LEADER_KILLS, id=LEADER_KILLS.name, marks=pytest.mark.long),
     pytest.param(MANAGER_LB_FAILOVER, id=MANAGER_LB_FAILOVER.name, marks=pytest.mark.long),
 )

@@ -223,20 +223,7 @@ class RaftNode(SyncObj):
         loop: TickLoop | None = None,
     ) -> None:
         # Set before SyncObj.__init__: attributes set after it would be snapshotted.
-        self._loop = loop
-        """Ticks this node with the process's other nodes (``tick_loop``); None: pysyncobj's
-        own tick thread (``conf.autoTick``) or the node's owner (``doTick``)."""
-        self._node_poller: Any = NodePoller(loop) if loop is not None else None
-        """``SyncObj._poller`` (the property below)."""
-        self._closing = False
-        self._closed = threading.Event()
-        if loop is not None:
-            if conf.autoTick:
-                raise ValueError("a node on a TickLoop runs with autoTick off")
-            # With autoTick off pysyncobj binds in its constructor, retrying until bound
-            # (a busy loop, forever, with maxBindRetries 0): one try there, then every
-            # bindRetryTime on the loop's ticks, as pysyncobj's own tick thread does.
-            conf.maxBindRetries = 1
+        self._set_up_loop(loop, conf)
         self._journals: list[DurableFileJournal] = []
         self._commit_notice_delay_s = commit_notice_delay_s
         self._change_lock = threading.Lock()
@@ -269,6 +256,30 @@ class RaftNode(SyncObj):
                 # taken. The loop's ticks try again (pysyncobj's transport tick binds).
                 if loop is None or exc.errorCode != "BindError":
                     raise
+        self._finish_construction(conf)
+        if loop is not None:
+            loop.add(self)  # last: no tick, no callback of this node before this point
+
+    def _set_up_loop(self, loop: TickLoop | None, conf: SyncObjConf) -> None:
+        """Before pysyncobj's constructor: what ticks this node."""
+        self._loop = loop
+        """Ticks this node with the process's other nodes (``tick_loop``); None: pysyncobj's
+        own tick thread (``conf.autoTick``) or the node's owner (``doTick``)."""
+        self._node_poller: Any = NodePoller(loop) if loop is not None else None
+        """``SyncObj._poller`` (the property below)."""
+        self._closing = False
+        self._closed = threading.Event()
+        if loop is not None:
+            if conf.autoTick:
+                raise ValueError("a node on a TickLoop runs with autoTick off")
+            # With autoTick off pysyncobj binds in its constructor, retrying until bound
+            # (a busy loop, forever, with maxBindRetries 0): one try there, then every
+            # bindRetryTime on the loop's ticks, as pysyncobj's own tick thread does.
+            conf.maxBindRetries = 1
+
+    def _finish_construction(self, conf: SyncObjConf) -> None:
+        """After pysyncobj's constructor: callbacks, the dump's guard, the main-thread tie,
+        the journal, the members."""
         self.addOnTickCallback(self._transfer_when_asked)
         dump = self._SyncObj__serializer
         if isinstance(dump, DumpWriter):  # it refuses a snapshot older than this state
@@ -283,8 +294,6 @@ class RaftNode(SyncObj):
             self._journals.append(journal)
         if not (conf.fullDumpFile and os.path.isfile(conf.fullDumpFile)):
             self._take_logged_members()  # else once the first tick loaded the dump
-        if loop is not None:
-            loop.add(self)  # last: no tick, no callback of this node before this point
 
     # --- on a TickLoop (``tick_loop``) ----------------------------------------------------
 

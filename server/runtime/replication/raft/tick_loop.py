@@ -27,6 +27,10 @@ the nodes run with ``autoTick`` off and one loop thread drives all of them:
 - **The main-thread tie.** pysyncobj's tick thread stops once the thread that built its node
   has ended; RaftNode tied it to the main thread. The loop stops once the main thread has
   ended (within ``period_s``), leaving its nodes as pysyncobj's threads did.
+- **Closed before unsubscribed.** pysyncobj closes a connection's socket and only then
+  unsubscribes it: the kernel has already taken it out of the epoll, and its number may be
+  another thread's file or socket by then. Unsubscribing it only forgets it here, whatever
+  ``epoll_ctl`` says of that number (``TickLoop.unregister``).
 - **Failures.** An exception in a node's tick or in one of its callbacks is logged (as
   pysyncobj's "failed _onTick") and the loop goes on with the other nodes.
 
@@ -54,6 +58,10 @@ PERIOD_S = 0.05
 """pysyncobj's default ``autoTickPeriod``: every node is ticked at least this often."""
 
 _Callback = Callable[[int, int], None]
+
+_GONE = (errno.EBADF, errno.ENOENT, errno.EPERM)
+"""``epoll_ctl(DEL)``'s errors for a descriptor that has left the epoll by being closed
+(``TickLoop.unregister``)."""
 
 
 class Ticked(Protocol):
@@ -231,8 +239,14 @@ class TickLoop:
             del self._owners[descr]
             try:
                 self._epoll.unregister(descr)
-            except OSError as exc:  # already closed (epoll dropped it then)
-                if exc.errno not in (errno.ENOENT, errno.EBADF):
+            except OSError as exc:
+                # pysyncobj closes a connection's socket before it unsubscribes it
+                # (``TcpConnection.disconnect``): the kernel dropped it from the epoll at its
+                # close, and by now another thread may have the number: no descriptor
+                # (EBADF), a socket not in this epoll (ENOENT) or a file (EPERM: a journal,
+                # a log). Raised, the error ended pysyncobj's disconnect half done: the
+                # connection never reconnected, and its node stayed cut off from that peer.
+                if exc.errno not in _GONE:
                     raise
 
     # --- the loop thread --------------------------------------------------------------------

@@ -16,12 +16,13 @@ from functools import partial
 from pathlib import Path
 
 import pytest
+from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
 
 from protocol.limits import Limits
 from protocol.types import RaftRole
 from runtime.replication.machine import Entry
 from runtime.replication.raft.machine import Environment, RaftConfig, RaftMachine
-from runtime.replication.raft.tick_loop import TickLoop
+from runtime.replication.raft.tick_loop import NodePoller, TickLoop
 from unit_tests.ports import free_port
 from unit_tests.runtime.replication.ledger import LEDGER, Ledger
 from unit_tests.runtime.replication.waits import one_leader, wait_for
@@ -204,6 +205,55 @@ def test_the_own_thread_environment_still_works(tmp_path: Path) -> None:
         assert machine.propose(1)[0] == 1
     finally:
         machine.stop(5.0)
+
+
+class _NumberTakenOnClose(socket.socket):
+    """A socket whose number a regular file takes the moment it closes, as another thread's
+    ``open`` (a journal, a log) may between pysyncobj's close and its unsubscribe."""
+
+    path = ""
+    taken = -1
+
+    def close(self) -> None:
+        number = self.fileno()
+        super().close()
+        if number < 0 or self.taken >= 0:
+            return
+        opened = os.open(self.path, os.O_RDONLY | os.O_CREAT)
+        if opened != number:
+            os.dup2(opened, number)
+            os.close(opened)
+        self.taken = number
+
+
+def test_a_connection_closed_before_it_unsubscribes_ends_whatever_took_its_number(
+    tmp_path: Path,
+) -> None:
+    """pysyncobj's ``disconnect`` closes the socket, then unsubscribes it. A file that took
+    the number in between made ``epoll_ctl(DEL)`` fail (EPERM); the error ended the
+    disconnect half done, and the connection never reconnected (a manager whose peer
+    was killed stayed cut off from another one: no new leader)."""
+    loop = TickLoop(name=LOOP_NAME)  # its thread never starts: this test polls nothing
+    poller = NodePoller(loop)
+    poller.attach()
+    ours, theirs = socket.socketpair()
+    watched = _NumberTakenOnClose(fileno=ours.detach())
+    watched.path = str(tmp_path / "file")
+    disconnected: list[bool] = []
+    connection = TcpConnection(
+        poller, onDisconnected=lambda: disconnected.append(True), socket=watched
+    )
+    try:
+        connection.disconnect()
+        assert watched.taken >= 0
+        assert disconnected == [True]
+        assert connection.state == CONNECTION_STATE.DISCONNECTED
+        assert connection.fileno() is None
+        assert poller.descriptors() == []
+    finally:
+        theirs.close()
+        if watched.taken >= 0:
+            os.close(watched.taken)
 
 
 _MAIN_ENDS = """

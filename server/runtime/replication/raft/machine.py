@@ -4,8 +4,10 @@ One node of a Raft group (a ``RaftNode``, one TCP port) replicating one ``Defini
 state (a ``StateConsumer``). It must be built in the process that serves: a ``SyncObj`` made
 before a ``fork()`` is dead in the child, and it binds only ``RaftConfig.address``.
 
-Threads: pysyncobj's tick thread applies committed entries (or its owner's, with
-``Environment.auto_tick`` off: ``tick``); a proposer blocks in ``propose`` until its entry
+Threads: the process's one tick loop (``tick_loop.TickLoop``, issue 22) ticks every node and
+applies committed entries (pysyncobj's own tick thread per node with
+``Environment.shared_loop`` off; its owner's, with ``Environment.auto_tick`` off: ``tick``);
+a proposer blocks in ``propose`` until its entry
 is applied here, bounded by ``leader_wait_s`` plus ``raft_commit_timeout_s``; any thread
 reads under the state's lock.
 """
@@ -28,6 +30,7 @@ from runtime.durable_files import fsync_directory, make_directories
 from runtime.replication.machine import C, Definition, Entry, R, RaftStatus, S
 from runtime.replication.raft.consumer import Applied, StateConsumer, consumer_type
 from runtime.replication.raft.node import RaftNode, SnapshotTransport, raft_conf, raft_failure
+from runtime.replication.raft.tick_loop import TickLoop
 
 T = TypeVar("T")
 
@@ -75,6 +78,16 @@ class Environment:
 
     transport: type[Transport] = SnapshotTransport
     auto_tick: bool = True
+    shared_loop: bool = True
+    """With ``auto_tick``: ticked by a ``TickLoop`` with the process's other nodes (one thread
+    for all); off: by a pysyncobj tick thread of its own (as before issue 22)."""
+    loop: TickLoop | None = None
+    """With ``shared_loop``: the loop (None: the process's, ``TickLoop.shared()``)."""
+
+    def tick_loop(self) -> TickLoop | None:
+        if not (self.auto_tick and self.shared_loop):
+            return None
+        return self.loop or TickLoop.shared()
 
 
 class RaftMachine(Generic[S, C, R]):
@@ -92,13 +105,15 @@ class RaftMachine(Generic[S, C, R]):
         make_directories(config.data_dir)  # durable: the journal and dump inside must be found
         consumer: StateConsumer[S, C, R] = consumer_type(definition.methods)(definition)
         self._consumer = consumer
+        loop = environment.tick_loop()
         self._node = RaftNode(
             config.address,
             list(config.partners),
-            _conf(config, environment.auto_tick),
+            _conf(config, environment.auto_tick and loop is None),
             consumers=[consumer],
             commit_notice_delay_s=config.limits.raft_commit_notice_delay_s,
             transport=environment.transport,
+            loop=loop,
         )
         unsynced = {f"{m.name}_v{m.version}" for m in definition.methods if not m.synced}
         self._node.leave_unsynced(consumer, frozenset(unsynced))

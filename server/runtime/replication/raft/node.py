@@ -81,6 +81,7 @@ from typing import Any
 import pysyncobj.pickle as pysyncobj_pickle
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf
 from pysyncobj.monotonic import monotonic as monotonic_time
+from pysyncobj.syncobj import SyncObjException
 from pysyncobj.transport import TCPTransport, Transport
 
 from protocol.errors import ErrorCode, RaftQError
@@ -91,6 +92,7 @@ from runtime.replication.raft import frame_cipher, frame_compression
 from runtime.replication.raft import journal as durable_journal
 from runtime.replication.raft.dump import DumpWriter
 from runtime.replication.raft.journal import DurableFileJournal, opened
+from runtime.replication.raft.tick_loop import NodePoller, TickLoop
 
 _LEADER_POLL_S = 0.02
 _ANY_MEMBER = "*"
@@ -218,8 +220,10 @@ class RaftNode(SyncObj):
         *,
         commit_notice_delay_s: float,
         transport: type[Transport] | None = None,
+        loop: TickLoop | None = None,
     ) -> None:
         # Set before SyncObj.__init__: attributes set after it would be snapshotted.
+        self._set_up_loop(loop, conf)
         self._journals: list[DurableFileJournal] = []
         self._commit_notice_delay_s = commit_notice_delay_s
         self._change_lock = threading.Lock()
@@ -239,13 +243,43 @@ class RaftNode(SyncObj):
         frame_compression.install()  # small frames without a 256 KiB deflate state each
         # Entries, votes, dumps on disk before Raft acts; frames encrypted by FrameCipher.
         with durable_journal.installed(), frame_cipher.installed():
-            super().__init__(
-                self_node,
-                partners,
-                conf,
-                consumers=consumers,
-                transportClass=transport or SnapshotTransport,
-            )
+            try:
+                super().__init__(
+                    self_node,
+                    partners,
+                    conf,
+                    consumers=consumers,
+                    transportClass=transport or SnapshotTransport,
+                )
+            except SyncObjException as exc:
+                # Raised as the constructor's last step (all else is set up): the port is
+                # taken. The loop's ticks try again (pysyncobj's transport tick binds).
+                if loop is None or exc.errorCode != "BindError":
+                    raise
+        self._finish_construction(conf)
+        if loop is not None:
+            loop.add(self)  # last: no tick, no callback of this node before this point
+
+    def _set_up_loop(self, loop: TickLoop | None, conf: SyncObjConf) -> None:
+        """Before pysyncobj's constructor: what ticks this node."""
+        self._loop = loop
+        """Ticks this node with the process's other nodes (``tick_loop``); None: pysyncobj's
+        own tick thread (``conf.autoTick``) or the node's owner (``doTick``)."""
+        self._node_poller: Any = NodePoller(loop) if loop is not None else None
+        """``SyncObj._poller`` (the property below)."""
+        self._closing = False
+        self._closed = threading.Event()
+        if loop is not None:
+            if conf.autoTick:
+                raise ValueError("a node on a TickLoop runs with autoTick off")
+            # With autoTick off pysyncobj binds in its constructor, retrying until bound
+            # (a busy loop, forever, with maxBindRetries 0): one try there, then every
+            # bindRetryTime on the loop's ticks, as pysyncobj's own tick thread does.
+            conf.maxBindRetries = 1
+
+    def _finish_construction(self, conf: SyncObjConf) -> None:
+        """After pysyncobj's constructor: callbacks, the dump's guard, the main-thread tie,
+        the journal, the members."""
         self.addOnTickCallback(self._transfer_when_asked)
         dump = self._SyncObj__serializer
         if isinstance(dump, DumpWriter):  # it refuses a snapshot older than this state
@@ -253,13 +287,48 @@ class RaftNode(SyncObj):
         # pysyncobj's tick thread stops once the thread that built the node has ended. A
         # broker builds replicas on the HTTP connection thread of ``POST /partitions``, which
         # ends with its connection: tie the node to the process's main thread instead (it
-        # serves until the process stops).
+        # serves until the process stops). A node on a TickLoop: the loop stops so.
         self._SyncObj__mainThread = threading.main_thread()
         journal = opened(conf.journalFile) if conf.journalFile else None
         if journal is not None:
             self._journals.append(journal)
         if not (conf.fullDumpFile and os.path.isfile(conf.fullDumpFile)):
             self._take_logged_members()  # else once the first tick loaded the dump
+
+    # --- on a TickLoop (``tick_loop``) ----------------------------------------------------
+
+    @property
+    def _poller(self) -> Any:
+        # pysyncobj's poller for every descriptor of the node: SyncObj.__init__ makes one
+        # (``self._poller = createPoller(...)``) before its transport and PipeNotifier
+        # subscribe through it; on a loop the node's NodePoller stands in for it.
+        return self._node_poller
+
+    @_poller.setter
+    def _poller(self, made: Any) -> None:
+        if self._node_poller is None:
+            self._node_poller = made  # not on a loop: pysyncobj's own
+
+    @property
+    def poller(self) -> NodePoller:
+        """The loop's view of this node's descriptors (on a loop only; pysyncobj's own
+        poller otherwise). No check here: pysyncobj reads every attribute at its start."""
+        poller: NodePoller = self._node_poller
+        return poller
+
+    def closing(self) -> bool:
+        return self._closing
+
+    def tick_once(self) -> None:
+        """Loop thread: one pass of pysyncobj's timers, without waiting (the loop polls)."""
+        self._onTick(0.0)
+
+    def close_on_loop(self) -> None:
+        """Loop thread: destroy the node (its sockets, journal, dump sends)."""
+        try:
+            self._doDestroy()
+        finally:
+            self._closed.set()
 
     def _SyncObj__updateClusterConfiguration(self, new_nodes: list[Any]) -> None:  # noqa: N802
         # pysyncobj calls this only to load a dump's members: at a start, and when a
@@ -421,10 +490,27 @@ class RaftNode(SyncObj):
             dump.close_transmissions()
             dump.close_incoming()
 
+    def destroy(self) -> None:
+        """Any thread: close the node. On a loop, the loop destroys it at its next turn
+        (woken now): pysyncobj's ``destroy`` with autoTick off would close the sockets and
+        the journal on the calling thread, under the loop's feet."""
+        loop = self._loop
+        if loop is None:
+            SyncObj.destroy(self)
+            return
+        self._closing = True
+        loop.wake()
+
     def close(self, wait_s: float) -> None:
-        """``destroy`` and wait (bounded) until the tick thread has closed the sockets and
-        the journal (``destroy`` alone only asks it to, at its next tick)."""
+        """``destroy`` and wait (bounded) until the tick thread (or the loop) has closed
+        the sockets and the journal (``destroy`` alone only asks it to, at its next tick).
+        On the loop's own thread it cannot wait: the loop closes it after this turn."""
         self.destroy()
+        loop = self._loop
+        if loop is not None:
+            if not loop.on_loop():
+                self._closed.wait(wait_s)
+            return
         thread = self._SyncObj__thread
         if thread is not None:
             thread.join(wait_s)

@@ -11,6 +11,7 @@ changes under them), and pysyncobj unpickling anything from anyone without a pas
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import socket
@@ -287,3 +288,101 @@ def test_without_fork_a_snapshot_is_taken_inside_the_calling_thread(tmp_path: Pa
     serializer.serialize(([{}, {"state": Recorded()}], (b"b", 2, 1), (b"a", 1, 1), set()), 1)
     assert Recorded.threads == [threading.current_thread().name]
     assert (tmp_path / "dump").is_file(), "written before serialize returned"
+
+
+class _Recording:
+    """A pysyncobj ``Poller`` that records what subscribes through it (``NodePoller``'s
+    place)."""
+
+    def __init__(self) -> None:
+        self.subscribed: dict[int, Any] = {}
+        self.polled: list[float] = []
+
+    def subscribe(self, descr: int, callback: Any, eventMask: int) -> None:  # noqa: N803
+        self.subscribed[descr] = callback
+
+    def unsubscribe(self, descr: int) -> None:
+        self.subscribed.pop(descr, None)
+
+    def poll(self, timeout: float) -> None:
+        self.polled.append(timeout)
+
+
+class _OnRecording(SyncObj):  # type: ignore[misc]
+    """``RaftNode``'s way onto a tick loop: ``_poller`` a property whose setter ignores the
+    poller pysyncobj makes."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.recording = _Recording()
+        super().__init__(*args, **kwargs)
+
+    @property
+    def _poller(self) -> _Recording:
+        return self.recording
+
+    @_poller.setter
+    def _poller(self, _made: Any) -> None:
+        pass
+
+
+def test_every_descriptor_of_a_node_subscribes_through_its_poller_attribute() -> None:
+    """``tick_loop``: pysyncobj reaches the node's poller only as ``SyncObj._poller`` (set
+    once in ``__init__``, before its transport and ``PipeNotifier``), for its server, its
+    connections and its wake-up pipe; ``_onTick(t)`` ends with ``_poller.poll(t)``; a
+    queued command writes to the pipe at once (without batching) and its callback drains
+    it; with autoTick off the constructor binds and ``destroy`` destroys on the caller's
+    thread (``RaftNode.destroy`` hands it to the loop instead)."""
+    assert pysyncobj.syncobj.PIPE_NOTIFIER_ENABLED
+    address = f"127.0.0.1:{free_port()}"
+    partner = "127.0.0.1:1"  # nobody there; a lower address: the node connects out to it
+    conf = SyncObjConf(bindAddress=address, autoTick=False, appendEntriesUseBatch=False)
+    node = _OnRecording(address, [partner], conf, consumers=[Counter()])
+    try:
+        recording = node.recording
+        server = node._SyncObj__transport._server
+        pipe = node._SyncObj__pipeNotifier
+        server_fd = server._TcpServer__fileno
+        assert server_fd in recording.subscribed  # bound in the constructor
+        read_end = pipe._PipeNotifier__pipeR
+        assert read_end in recording.subscribed
+        node._onTick(0.25)
+        assert recording.polled == [0.25]
+        connection = node._SyncObj__transport._connections
+        assert any(c.fileno() in recording.subscribed for c in connection.values())
+        node._applyCommand(b"x", None)
+        assert os.read(read_end, 16) == b"o"  # written at once, for the loop's poll
+        os.write(pipe._PipeNotifier__pipeW, b"o")
+        recording.subscribed[read_end](read_end, 1)  # the callback drains it
+        with pytest.raises(BlockingIOError):
+            os.read(read_end, 16)
+    finally:
+        node.destroy()  # autoTick off: at once, on this thread
+    assert not node.recording.subscribed.keys() - {read_end}  # it never closes its pipe
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_with_autotick_off_a_taken_port_fails_the_constructor_after_its_retries() -> None:
+    """``RaftNode`` on a loop sets ``maxBindRetries`` 1: pysyncobj's constructor then raises
+    ``BindError`` as its last step (with the default 0 it would retry in a busy loop until
+    bound), and its transport's tick binds later. (``TcpServer.bind`` leaves the failed
+    socket to the garbage collector.)"""
+    assert SyncObjConf().maxBindRetries == 0
+    port = free_port()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        address = f"127.0.0.1:{port}"
+        conf = SyncObjConf(bindAddress=address, autoTick=False, maxBindRetries=1)
+        with pytest.raises(SyncObjException) as failed:
+            SyncObj(address, [], conf)
+        assert failed.value.errorCode == "BindError"
+    # The half-made node lives on in the traceback and the captured log: close the socket
+    # its failed bind left, or the warning comes in whichever test collects it.
+    trace = failed.value.__traceback__
+    while trace is not None:
+        made = trace.tb_frame.f_locals.get("self")
+        if isinstance(made, SyncObj):
+            made._SyncObj__transport._server._TcpServer__socket.close()
+        trace = trace.tb_next
+    del failed, trace
+    gc.collect()

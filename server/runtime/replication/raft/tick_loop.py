@@ -184,6 +184,8 @@ class TickLoop:
         self._joining: list[Ticked] = []
         self._nodes: list[Ticked] = []  # loop thread only
         self._thread: threading.Thread | None = None
+        self._rounds = 0
+        """Rounds in which every node ticked (tests wait for a number of them)."""
         self._wake_read, self._wake_write = os.pipe()
         os.set_blocking(self._wake_read, False)
         os.set_blocking(self._wake_write, False)
@@ -212,6 +214,11 @@ class TickLoop:
     def thread(self) -> threading.Thread | None:
         """The loop's thread while it runs (tests)."""
         return self._thread
+
+    @property
+    def rounds(self) -> int:
+        """How many rounds have ticked every node so far (one per ``period_s``)."""
+        return self._rounds
 
     def node_count(self) -> int:
         with self._lock:
@@ -270,6 +277,7 @@ class TickLoop:
             every = now >= next_all
             if every:
                 next_all = now + self._period_s
+                self._rounds += 1
             for node in list(self._nodes):
                 if node.closing():
                     self._close(node)

@@ -155,7 +155,7 @@ def test_a_node_built_on_a_thread_that_ends_keeps_running(nodes: Nodes) -> None:
     maker = threading.Thread(target=lambda: built.append(nodes.alone()))
     maker.start()
     maker.join()
-    time.sleep(0.2)
+    _rounds_pass(nodes.loop, 3)  # time for the loop to stop, were it tied to that thread
     assert built[0].propose(5)[0] == 1
 
 
@@ -173,7 +173,7 @@ def test_a_taken_port_is_retried_on_the_loop(nodes: Nodes) -> None:
         started = time.monotonic()
         machine = nodes.start(f"127.0.0.1:{port}")
         assert time.monotonic() - started < 1.0
-        time.sleep(0.3)
+        _rounds_pass(nodes.loop, 3)  # ticks retried the bind, and failed
         assert not machine.caught_up()
     finally:
         blocker.close()
@@ -182,10 +182,10 @@ def test_a_taken_port_is_retried_on_the_loop(nodes: Nodes) -> None:
     gc.collect()  # the failed sockets' warnings here, not in a later test
 
 
-def test_the_default_environment_uses_the_shared_loop(tmp_path: Path) -> None:
+def test_the_shared_loop_environment_uses_the_process_loop(tmp_path: Path) -> None:
     address = f"127.0.0.1:{free_port()}"
     config = RaftConfig("ledger", address, (), str(tmp_path / "n"), "s", LIMITS)
-    machine: Machine = RaftMachine(LEDGER, config)
+    machine: Machine = RaftMachine(LEDGER, config, Environment(shared_loop=True))
     try:
         wait_for(machine.caught_up, "a node alone to elect itself")
         assert machine.propose(1)[0] == 1
@@ -196,13 +196,14 @@ def test_the_default_environment_uses_the_shared_loop(tmp_path: Path) -> None:
         machine.stop(5.0)
 
 
-def test_the_own_thread_environment_still_works(tmp_path: Path) -> None:
+def test_the_default_environment_ticks_on_a_thread_of_its_own(tmp_path: Path) -> None:
     address = f"127.0.0.1:{free_port()}"
     config = RaftConfig("ledger", address, (), str(tmp_path / "n"), "s", LIMITS)
-    machine: Machine = RaftMachine(LEDGER, config, Environment(shared_loop=False))
+    machine: Machine = RaftMachine(LEDGER, config)
     try:
         wait_for(machine.caught_up, "a node alone to elect itself")
         assert machine.propose(1)[0] == 1
+        assert _pysyncobj_tick_threads()  # the shared loop is not on by default
     finally:
         machine.stop(5.0)
 
@@ -287,3 +288,9 @@ def test_the_loop_ends_with_the_main_thread(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "1"
+
+
+def _rounds_pass(loop: TickLoop, rounds: int) -> None:
+    """Wait (bounded) until the loop has ticked every node ``rounds`` more times."""
+    until = loop.rounds + rounds
+    wait_for(lambda: loop.rounds >= until, f"{rounds} rounds of the tick loop")

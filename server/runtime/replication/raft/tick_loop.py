@@ -83,26 +83,21 @@ class Ticked(Protocol):
         ...
 
 
+_MASKS = (
+    (POLL_EVENT_TYPE.READ, select.EPOLLIN, select.EPOLLIN),
+    (POLL_EVENT_TYPE.WRITE, select.EPOLLOUT, select.EPOLLOUT),
+    (POLL_EVENT_TYPE.ERROR, select.EPOLLERR, select.EPOLLERR | select.EPOLLHUP),
+)
+"""pysyncobj's event bit, the epoll bit asked for it, the epoll bits that report it (a hang-up
+is an error to pysyncobj)."""
+
+
 def _epoll_mask(mask: int) -> int:
-    found = 0
-    if mask & POLL_EVENT_TYPE.READ:
-        found |= select.EPOLLIN
-    if mask & POLL_EVENT_TYPE.WRITE:
-        found |= select.EPOLLOUT
-    if mask & POLL_EVENT_TYPE.ERROR:
-        found |= select.EPOLLERR
-    return found
+    return sum(asked for ours, asked, _ in _MASKS if mask & ours)
 
 
 def _poll_mask(events: int) -> int:
-    found = 0
-    if events & select.EPOLLIN:
-        found |= POLL_EVENT_TYPE.READ
-    if events & select.EPOLLOUT:
-        found |= POLL_EVENT_TYPE.WRITE
-    if events & (select.EPOLLERR | select.EPOLLHUP):
-        found |= POLL_EVENT_TYPE.ERROR
-    return found
+    return sum(ours for ours, _, reported in _MASKS if events & reported)
 
 
 class NodePoller:
